@@ -1,0 +1,42 @@
+# One task runner; `make test` is exactly what CI runs (.ci/run).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.DEFAULT_GOAL := test
+.PHONY: venv test lint typecheck unit demo bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# Debian packages the tests use (nc for the protocol text's shell client).
+.PHONY: .debian-packages
+.debian-packages: scripts/ensure-debian-packages
+	scripts/ensure-debian-packages netcat-openbsd:nc git:git
+
+lint: $(STAMP)
+	$(BIN)/ruff check sloopd sloopctl tests benchmarks
+	$(BIN)/ruff format --check sloopd sloopctl tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest -q
+
+test: $(STAMP) .debian-packages lint typecheck unit
+
+demo: $(STAMP)
+	$(BIN)/python scripts/demo.py
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

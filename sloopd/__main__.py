@@ -1,0 +1,3 @@
+from sloopd.cli import main
+
+main()

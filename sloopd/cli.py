@@ -1,0 +1,152 @@
+"""``sloopd``: ``serve`` runs the daemon; ``store`` maintains its store offline."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from sloopd import api, paths
+from sloopd.store import LockHeld, StoreLock, StoreTooNew, db, migrations
+
+_repo = click.option(
+    "--repo",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Repository (default: the git top level of the current directory).",
+)
+_state = click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="State directory (default: sloop/ in the git common directory).",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(api.SOFTWARE_VERSION, prog_name="sloopd")
+def main() -> None:
+    """The Sloop daemon: one per repository, owner of all its state."""
+
+
+@main.command()
+@_repo
+@_state
+@click.option(
+    "--socket-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Socket directory (default: $SLOOP_SOCKET_DIR, else "
+    "$XDG_RUNTIME_DIR/sloop/<repo-id>, else /tmp/sloop-<uid>/<repo-id>).",
+)
+@click.option("--metrics", metavar="HOST:PORT", help="Serve Prometheus metrics here.")
+def serve(
+    repo: Path | None, state_dir: Path | None, socket_dir: Path | None, metrics: str | None
+) -> None:
+    """Run the daemon in the foreground.
+
+    Prints the operator socket path alone on the first line of standard
+    output once it listens; logs go to standard error.  SIGTERM or SIGINT
+    stop it cleanly, SIGHUP reloads sloop.toml.
+    """
+    from sloopd.server import ServeOptions, Server, configure_logging
+
+    configure_logging()
+    try:
+        server = Server(ServeOptions(repo, state_dir, socket_dir, metrics))
+    except paths.RepoError as exc:
+        raise click.ClickException(str(exc)) from exc
+    sys.exit(server.run())
+
+
+@main.group()
+def store() -> None:
+    """Maintain the store; each command takes the store's lock and refuses
+    while a daemon holds it."""
+
+
+def _locked_state_dir(
+    repo: Path | None, state_dir: Path | None, role: str
+) -> tuple[Path, StoreLock]:
+    try:
+        state = state_dir or paths.resolve(repo, None, None).state_dir
+    except paths.RepoError as exc:
+        raise click.ClickException(str(exc)) from exc
+    lock = StoreLock(state, role)
+    try:
+        lock.acquire()
+    except LockHeld as exc:
+        raise click.ClickException(str(exc)) from exc
+    return state, lock
+
+
+@store.command()
+@_repo
+@_state
+def migrate(repo: Path | None, state_dir: Path | None) -> None:
+    """Migrate the store to this binary's schema version (after a backup)."""
+    state, lock = _locked_state_dir(repo, state_dir, "sloopd store migrate")
+    try:
+        before = db.peek_version(state)
+        opened = db.Store.open(state, migrate=True)
+        after = opened.version()
+        opened.close()
+    except StoreTooNew as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        lock.release()
+    if before == after:
+        click.echo(f"store is at schema version {after}; nothing to do")
+    else:
+        click.echo(f"store migrated from schema version {before or 0} to {after}")
+
+
+@store.command()
+@_repo
+@_state
+def backup(repo: Path | None, state_dir: Path | None) -> None:
+    """Write a consistent copy of the store into <state dir>/backups."""
+    state, lock = _locked_state_dir(repo, state_dir, "sloopd store backup")
+    try:
+        if db.peek_version(state) is None:
+            raise click.ClickException(f"no store in {state}")
+        click.echo(db.backup_store(state))
+    finally:
+        lock.release()
+
+
+@store.command()
+@_repo
+@_state
+@click.argument("backup_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+def restore(repo: Path | None, state_dir: Path | None, backup_file: Path) -> None:
+    """Replace the store with BACKUP_FILE (the current one is backed up first)."""
+    state, lock = _locked_state_dir(repo, state_dir, "sloopd store restore")
+    try:
+        if db.peek_version(state) is not None:
+            saved = db.backup_store(state)
+            click.echo(f"current store saved as {saved}")
+        db.restore(state, backup_file)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        lock.release()
+    click.echo(f"store restored from {backup_file}")
+
+
+@store.command()
+@_repo
+@_state
+def check(repo: Path | None, state_dir: Path | None) -> None:
+    """Check the store read-only; exit 1 when a problem is found."""
+    state, lock = _locked_state_dir(repo, state_dir, "sloopd store check")
+    try:
+        problems = db.check(state)
+        version = db.peek_version(state)
+    finally:
+        lock.release()
+    for problem in problems:
+        click.echo(f"problem: {problem}", err=True)
+    if problems:
+        sys.exit(1)
+    click.echo(
+        f"store ok (schema version {version}, this sloopd supports {migrations.SCHEMA_VERSION})"
+    )

@@ -1,0 +1,89 @@
+"""The daemon's shared state: what every verb handler reads and writes through."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from sloopd import api
+from sloopd.clock import now_ms
+from sloopd.config import Config
+from sloopd.paths import Layout
+from sloopd.rows import Gate, QueueFacts
+from sloopd.store import Store
+
+
+@dataclass
+class Daemon:
+    layout: Layout
+    config: Config
+    store: Store | None
+    # Why the store is not served (a store newer than this binary); None when healthy.
+    refused: str | None = None
+    started_at_ms: int = field(default_factory=now_ms)
+    gate: Gate = field(default_factory=Gate)
+
+    def require_store(self) -> Store:
+        """The store, or the refusal every verb but ``show`` answers with."""
+        if self.store is None:
+            raise api.ProtocolError(
+                api.ErrorCode.DAEMON_UNAVAILABLE,
+                f"the daemon is running but serves only 'show': {self.refused}",
+                {"reason": self.refused},
+            )
+        return self.store
+
+    def info(self) -> dict[str, Any]:
+        now = now_ms()
+        return {
+            "version": api.SOFTWARE_VERSION,
+            "protocol": api.PROTOCOL_VERSION,
+            "pid": os.getpid(),
+            "repo": str(self.layout.repo),
+            "state_dir": str(self.layout.state_dir),
+            "socket": str(self.layout.operator_socket),
+            "started_at_ms": self.started_at_ms,
+            "uptime_ms": now - self.started_at_ms,
+            "store": "refused" if self.refused else "ok",
+            "schema_version": self.store.version() if self.store else None,
+            "reason": self.refused,
+        }
+
+    def queue_facts(self) -> QueueFacts:
+        store = self.require_store()
+        queued = store.all("triggers_queued")
+        first_by_ticket: dict[str, tuple[Any, ...]] = {}
+        for trigger in queued:
+            first_by_ticket.setdefault(trigger[1], trigger)
+        count = store.one("runs_in_flight_count")
+        return QueueFacts(
+            now_ms=now_ms(),
+            gate=self.gate,
+            parallel=self.config.repo.parallel,
+            in_flight=int(count[0]) if count else 0,
+            triggers_by_ticket=first_by_ticket,
+        )
+
+    def append_event(
+        self,
+        kind: str,
+        *,
+        ticket: str | None = None,
+        run: str | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        store = self.require_store()
+        with store.writer.transaction() as tx:
+            tx.run(
+                "event_insert",
+                {
+                    "kind": kind,
+                    "at": now_ms(),
+                    "ticket": ticket,
+                    "run": run,
+                    "data": orjson.dumps(data or {}).decode(),
+                },
+            )

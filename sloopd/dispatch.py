@@ -1,0 +1,105 @@
+"""From a request line to a response line: envelope checks, authority, verbs.
+
+Every failure becomes one structured error envelope; nothing a client sends
+can raise out of here, so a bad line never costs the connection or the daemon.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from enum import Enum
+from typing import Any
+
+import orjson
+
+from sloopd import api
+from sloopd.api import ErrorCode, ProtocolError
+
+log = logging.getLogger(__name__)
+
+Result = Any | Awaitable[Any]
+Handler = Callable[[dict[str, Any]], Result]
+Reply = bytes | Awaitable[bytes]
+
+
+class Socket(Enum):
+    OPERATOR = "operator"
+    WORKER = "worker"
+
+
+def encode(envelope: dict[str, Any]) -> bytes:
+    return orjson.dumps(envelope) + b"\n"
+
+
+def error_line(request_id: api.RequestId, err: ProtocolError) -> bytes:
+    return encode(api.error(request_id, err))
+
+
+OVERLONG_LINE = ProtocolError(
+    ErrorCode.INVALID_REQUEST,
+    f"request line longer than {api.MAX_REQUEST_BYTES} bytes; it was skipped",
+    {"limit_bytes": api.MAX_REQUEST_BYTES},
+)
+
+
+class Dispatcher:
+    """Routes operator-socket requests to the daemon's verb handlers."""
+
+    def __init__(self, handlers: Mapping[str, Handler]) -> None:
+        self._handlers = handlers
+
+    def handle_line(self, line: bytes) -> Reply:
+        try:
+            message = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            return error_line(
+                None,
+                ProtocolError(ErrorCode.INVALID_REQUEST, f"malformed JSON: {exc}"),
+            )
+        request_id = api.readable_id(message)
+        try:
+            request = api.parse_envelope(message)
+            self._authorize(request)
+            args = request.verb.parse(request.args)
+            handler = self._handlers.get(request.verb.name)
+            if handler is None:
+                raise ProtocolError(
+                    ErrorCode.UNKNOWN_VERB,
+                    f"verb '{request.verb.name}' is not served by this daemon",
+                    {"verbs": sorted(self._handlers)},
+                )
+            result = handler(args)
+        except ProtocolError as err:
+            return error_line(request_id, err)
+        except Exception:
+            log.exception("internal error handling request %r", request_id)
+            return error_line(request_id, _internal())
+        if isinstance(result, Awaitable):
+            return self._finish(request_id, result)
+        return encode(api.ok(request_id, result))
+
+    async def _finish(self, request_id: api.RequestId, pending: Awaitable[Any]) -> bytes:
+        try:
+            data = await pending
+        except ProtocolError as err:
+            return error_line(request_id, err)
+        except Exception:
+            log.exception("internal error handling request %r", request_id)
+            return error_line(request_id, _internal())
+        return encode(api.ok(request_id, data))
+
+    def _authorize(self, request: api.Request) -> None:
+        # The operator socket grants authority by transport; a token here
+        # means a worker is knocking on the wrong door.
+        if request.token is not None or not request.verb.operator:
+            raise ProtocolError(
+                ErrorCode.UNAUTHORIZED,
+                "worker tokens and worker verbs are not accepted on the operator socket",
+            )
+
+
+def _internal() -> ProtocolError:
+    return ProtocolError(
+        ErrorCode.INTERNAL, "the daemon failed to handle this request; see its log"
+    )

@@ -1,0 +1,215 @@
+"""The daemon's lifecycle: ``Server(options).run()`` = startup, serve, shutdown.
+
+``run()`` blocks (the console script); ``serve()`` is awaitable so tests can
+run the real daemon in-process as well as a subprocess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from sloopd import api, config, paths
+from sloopd.connection import Connection
+from sloopd.daemon import Daemon
+from sloopd.dispatch import Dispatcher
+from sloopd.notify import Notifier
+from sloopd.store import Store, StoreLock, StoreTooNew
+from sloopd.verbs import operator_handlers
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    repo: Path | None = None
+    state_dir: Path | None = None
+    socket_dir: Path | None = None
+    metrics: str | None = None
+
+
+class StartupError(Exception):
+    """The daemon cannot start; the message says why and what to do."""
+
+
+class Server:
+    def __init__(self, options: ServeOptions) -> None:
+        self.options = options
+        self.layout = paths.resolve(options.repo, options.state_dir, options.socket_dir)
+        self.daemon: Daemon | None = None
+        self.notifier = Notifier()
+        self.ready = asyncio.Event()
+        self._stop: asyncio.Event | None = None
+        self._lock = StoreLock(self.layout.state_dir, "sloopd serve")
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[Connection] = set()
+        self._signals = 0
+
+    def run(self) -> int:
+        import uvloop
+
+        try:
+            uvloop.run(self.serve())
+        except StartupError as exc:
+            log.error("%s", exc)
+            return 1
+        return 0
+
+    async def serve(self) -> None:
+        self._stop = asyncio.Event()
+        await self.startup()
+        try:
+            await self._stop.wait()
+        finally:
+            await self.shutdown()
+
+    def request_stop(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+
+    async def startup(self) -> None:
+        layout = self.layout
+        try:
+            self._lock.acquire()
+        except Exception as exc:
+            raise StartupError(str(exc)) from exc
+        try:
+            settings = config.load(layout.repo)
+        except config.ConfigError as exc:
+            self._lock.release()
+            raise StartupError(f"refusing to start: {exc}") from exc
+        store: Store | None = None
+        refused: str | None = None
+        try:
+            store = Store.open(layout.state_dir, migrate=True)
+        except StoreTooNew as exc:
+            refused = str(exc)
+            log.error("%s; serving only 'show' until that changes", refused)
+        self.daemon = Daemon(layout=layout, config=settings, store=store, refused=refused)
+        await self._listen()
+        self._write_info()
+        if store is not None:
+            self.daemon.append_event("daemon_started", data={"pid": os.getpid()})
+        self._install_signals()
+        print(layout.operator_socket, flush=True)
+        log.info(
+            "sloopd %s serving %s on %s", api.SOFTWARE_VERSION, layout.repo, layout.operator_socket
+        )
+        self.notifier.ready(f"serving {layout.repo}")
+        self.ready.set()
+
+    async def _listen(self) -> None:
+        assert self.daemon is not None
+        path = self.layout.operator_socket
+        try:
+            paths.make_private_dir(self.layout.socket_dir)
+        except (OSError, paths.RepoError) as exc:
+            raise StartupError(f"cannot prepare socket directory: {exc}") from exc
+        if path.exists() or path.is_symlink():
+            if _answers(path):
+                raise StartupError(f"another daemon already answers on {path}")
+            path.unlink()  # stale: we hold the store lock, nobody else serves it
+        dispatcher = Dispatcher(operator_handlers(self.daemon))
+        loop = asyncio.get_running_loop()
+
+        def factory() -> Connection:
+            conn = Connection(dispatcher.handle_line, self._connections.discard)
+            self._connections.add(conn)
+            return conn
+
+        # The umask makes the socket 0600 from birth: no window where it is wider.
+        previous = os.umask(0o177)
+        try:
+            self._server = await loop.create_unix_server(factory, path=str(path))
+        finally:
+            os.umask(previous)
+        os.chmod(path, 0o600)
+
+    def _write_info(self) -> None:
+        info = {
+            "pid": os.getpid(),
+            "socket": str(self.layout.operator_socket),
+            "version": api.SOFTWARE_VERSION,
+            "repo": str(self.layout.repo),
+        }
+        target = self.layout.daemon_info
+        tmp = target.with_suffix(".tmp")
+        tmp.write_bytes(orjson.dumps(info))
+        tmp.replace(target)
+
+    def _install_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_stop_signal, sig)
+        loop.add_signal_handler(signal.SIGHUP, self._reload)
+
+    def _on_stop_signal(self, sig: signal.Signals) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            log.warning("second %s: exiting at once", sig.name)
+            os._exit(1)
+        log.info("%s: shutting down", sig.name)
+        self.request_stop()
+
+    def _reload(self) -> None:
+        assert self.daemon is not None
+        self.notifier.reloading()
+        try:
+            self.daemon.config = config.load(self.layout.repo)
+            log.info("configuration reloaded")
+        except config.ConfigError as exc:
+            log.error("reload refused, keeping the last good configuration: %s", exc)
+        self.notifier.ready(f"serving {self.layout.repo}")
+
+    async def shutdown(self) -> None:
+        self.notifier.stopping()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(sig)
+        if self._server is not None:
+            self._server.close()
+            for conn in list(self._connections):
+                conn.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+            with contextlib.suppress(FileNotFoundError):
+                self.layout.operator_socket.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            self.layout.daemon_info.unlink()
+        if self.daemon is not None and self.daemon.store is not None:
+            with contextlib.suppress(Exception):
+                self.daemon.append_event("daemon_stopped", data={"pid": os.getpid()})
+            self.daemon.store.close()
+            self.daemon.store = None
+        self._lock.release()
+        log.info("stopped")
+
+
+def _answers(path: Path) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(0.5)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+def configure_logging() -> None:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=os.environ.get("SLOOPD_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )

@@ -1,0 +1,215 @@
+"""The store: one writer connection, one read-only connection, named queries.
+
+Only this package opens database connections (tests/unit/test_architecture.py
+enforces it).  The daemon is single-threaded, so one reader suffices: reads
+run on the event loop between writes and see the last committed state.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from sloopd.store import migrations
+from sloopd.store.queries import QUERIES
+
+STORE_FILE = "store.sqlite3"
+BACKUP_DIR = "backups"
+
+Row = tuple[Any, ...]
+Params = tuple[Any, ...] | dict[str, Any]
+
+
+def _tune(conn: apsw.Connection) -> None:
+    conn.setbusytimeout(5000)
+    conn.execute("PRAGMA foreign_keys = ON")
+    # Reuse of prepared statements across calls (DESIGN rule 4).
+    conn.config(apsw.SQLITE_DBCONFIG_ENABLE_QPSG, 1)
+
+
+class Writer:
+    """The one way to change the store; every write is a short transaction."""
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        self._conn = conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        with self._conn:
+            yield Transaction(self._conn)
+
+
+class Transaction:
+    """Named-query access inside one write transaction."""
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        self._conn = conn
+
+    def run(self, query: str, params: Params = ()) -> None:
+        self._conn.execute(QUERIES[query], params)
+
+    def all(self, query: str, params: Params = ()) -> list[Row]:
+        return list(self._conn.execute(QUERIES[query], params))
+
+    def one(self, query: str, params: Params = ()) -> Row | None:
+        return self._conn.execute(QUERIES[query], params).fetchone()
+
+    def last_rowid(self) -> int:
+        return int(self._conn.last_insert_rowid())
+
+
+class Store:
+    """An open store: ``writer`` for changes, ``all``/``one`` for reads."""
+
+    def __init__(self, path: Path, writer_conn: apsw.Connection, reader: apsw.Connection) -> None:
+        self.path = path
+        self._writer_conn = writer_conn
+        self._reader = reader
+        self.writer = Writer(writer_conn)
+
+    @classmethod
+    def open(cls, state_dir: Path, *, migrate: bool = True) -> Store:
+        """Open (creating or migrating as needed) the store in ``state_dir``.
+
+        Raises StoreTooNew for a store written by a newer binary, and
+        NeedsMigration when ``migrate`` is false and the store is older.
+        """
+        path = state_dir / STORE_FILE
+        state_dir.mkdir(parents=True, exist_ok=True)
+        conn = apsw.Connection(str(path))
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            _tune(conn)
+            if migrations.is_empty(conn):
+                migrations.create_fresh(conn)
+            else:
+                todo = migrations.pending(conn)
+                if todo and not migrate:
+                    raise NeedsMigration(migrations.stored_version(conn))
+                if todo:
+                    backup(conn, state_dir, migrations.stored_version(conn))
+                    for step in todo:
+                        migrations.apply(conn, step)
+            reader = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+            _tune(reader)
+        except BaseException:
+            conn.close()
+            raise
+        return cls(path, conn, reader)
+
+    def all(self, query: str, params: Params = ()) -> list[Row]:
+        return list(self._reader.execute(QUERIES[query], params))
+
+    def one(self, query: str, params: Params = ()) -> Row | None:
+        return self._reader.execute(QUERIES[query], params).fetchone()
+
+    def version(self) -> int:
+        return migrations.stored_version(self._reader)
+
+    def size_bytes(self) -> int:
+        total = 0
+        for suffix in ("", "-wal"):
+            candidate = Path(str(self.path) + suffix)
+            if candidate.exists():
+                total += candidate.stat().st_size
+        return total
+
+    def close(self) -> None:
+        self._reader.close()
+        # A checkpoint on close folds the WAL back so a copied store is whole.
+        self._writer_conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self._writer_conn.close()
+
+
+class NeedsMigration(Exception):
+    def __init__(self, found: int) -> None:
+        super().__init__(
+            f"the store has schema version {found}; this sloopd needs "
+            f"{migrations.SCHEMA_VERSION}: run 'sloopd store migrate'"
+        )
+        self.found = found
+
+
+def backup(conn: apsw.Connection, state_dir: Path, version: int) -> Path:
+    """Copy the store, consistently, into ``<state dir>/backups``."""
+    directory = state_dir / BACKUP_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = directory / f"store-v{version}-{stamp}-{time.time_ns() % 1_000_000:06d}.sqlite3"
+    destination = apsw.Connection(str(target))
+    try:
+        with destination.backup("main", conn, "main") as job:
+            job.step(-1)
+    finally:
+        destination.close()
+    return target
+
+
+def peek_version(state_dir: Path) -> int | None:
+    """The stored schema version, read-only; None when there is no store."""
+    path = state_dir / STORE_FILE
+    if not path.exists():
+        return None
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return migrations.stored_version(conn)
+    finally:
+        conn.close()
+
+
+def check(state_dir: Path) -> list[str]:
+    """Problems found by a read-only integrity check; empty when healthy."""
+    path = state_dir / STORE_FILE
+    if not path.exists():
+        return [f"no store at {path}"]
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        problems = [str(r[0]) for r in conn.execute("PRAGMA integrity_check") if r[0] != "ok"]
+        problems += [
+            f"foreign key violation in {r[0]} row {r[1]}"
+            for r in conn.execute("PRAGMA foreign_key_check")
+        ]
+        version = migrations.stored_version(conn)
+        if version > migrations.SCHEMA_VERSION:
+            problems.append(str(migrations.StoreTooNew(version)))
+        return problems
+    finally:
+        conn.close()
+
+
+def backup_store(state_dir: Path) -> Path:
+    path = state_dir / STORE_FILE
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return backup(conn, state_dir, migrations.stored_version(conn))
+    finally:
+        conn.close()
+
+
+def restore(state_dir: Path, source: Path) -> None:
+    """Replace the store with a backup; the caller holds the lock."""
+    probe = apsw.Connection(str(source), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        problems = [str(r[0]) for r in probe.execute("PRAGMA integrity_check") if r[0] != "ok"]
+    finally:
+        probe.close()
+    if problems:
+        raise ValueError(f"{source} is not a healthy store: {problems[0]}")
+    path = state_dir / STORE_FILE
+    for suffix in ("-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    tmp = path.with_suffix(".restore-tmp")
+    shutil.copyfile(source, tmp)
+    tmp.replace(path)
+
+
+def open_database_readonly(path: Path) -> apsw.Connection:
+    """For diagnosis tools (doctor) that must never write."""
+    return apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)

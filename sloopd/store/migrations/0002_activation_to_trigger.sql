@@ -1,0 +1,56 @@
+-- Version 2 (0.4.0): an activation is now a trigger.  The table is rebuilt
+-- (not renamed) so that the migrated schema is the one schema.sql creates,
+-- and every id A<n> is rewritten to TR<n> in place, keeping its ordinal.
+CREATE TABLE triggers (
+    ordinal       INTEGER PRIMARY KEY AUTOINCREMENT,
+    id            TEXT NOT NULL UNIQUE,
+    ticket        TEXT NOT NULL REFERENCES tickets (id),
+    due_at_ms     INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    state         TEXT NOT NULL,
+    run           TEXT
+);
+INSERT INTO triggers (ordinal, id, ticket, due_at_ms, created_at_ms, state, run)
+    SELECT ordinal, 'TR' || ordinal, ticket, due_at_ms, created_at_ms, state, run
+    FROM activations;
+-- Ordinals are never reused: carry the sequence over before the old table goes.
+DELETE FROM sqlite_sequence WHERE name = 'triggers';
+INSERT INTO sqlite_sequence (name, seq)
+    SELECT 'triggers', seq FROM sqlite_sequence WHERE name = 'activations';
+DROP TABLE activations;
+CREATE INDEX triggers_queued ON triggers (state, due_at_ms);
+CREATE INDEX triggers_ticket ON triggers (ticket, state);
+
+CREATE TABLE runs_new (
+    ordinal         INTEGER PRIMARY KEY AUTOINCREMENT,
+    id              TEXT NOT NULL UNIQUE,
+    alias           TEXT NOT NULL UNIQUE,
+    ticket          TEXT NOT NULL REFERENCES tickets (id),
+    attempt         INTEGER NOT NULL,
+    state           TEXT NOT NULL,
+    trigger         TEXT,
+    flow            TEXT NOT NULL,
+    flow_snapshot   TEXT NOT NULL,
+    branch          TEXT NOT NULL,
+    worktree        TEXT NOT NULL,
+    claimed_at_ms   INTEGER NOT NULL,
+    started_at_ms   INTEGER,
+    finished_at_ms  INTEGER,
+    agent_exit_code INTEGER,
+    halt            TEXT,
+    reason          TEXT,
+    classification  TEXT,
+    UNIQUE (ticket, attempt)
+);
+INSERT INTO runs_new
+    SELECT ordinal, id, alias, ticket, attempt, state,
+           CASE WHEN activation LIKE 'A%' THEN 'TR' || substr(activation, 2) ELSE activation END,
+           flow, flow_snapshot, branch, worktree, claimed_at_ms, started_at_ms,
+           finished_at_ms, agent_exit_code, halt, reason, classification
+    FROM runs;
+DELETE FROM sqlite_sequence WHERE name = 'runs_new';
+INSERT INTO sqlite_sequence (name, seq)
+    SELECT 'runs_new', seq FROM sqlite_sequence WHERE name = 'runs';
+DROP TABLE runs;
+ALTER TABLE runs_new RENAME TO runs;
+CREATE INDEX runs_state ON runs (state);

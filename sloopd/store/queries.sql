@@ -1,0 +1,100 @@
+-- Named queries.  Python calls them by name (sloopd/store/queries.py).
+-- Column lists are fixed per row kind so that sloopd/rows.py can map them.
+
+-- name: ticket_insert
+INSERT INTO tickets (id, name, path, title, body, project, flow, priority, state,
+                     created_at_ms, updated_at_ms)
+VALUES ('T' || (SELECT coalesce(max(seq), 0) + 1 FROM sqlite_sequence WHERE name = 'tickets'),
+        :name, :path, :title, :body, :project, :flow, :priority, :state, :now, :now)
+RETURNING id
+
+-- name: ticket_refresh
+UPDATE tickets
+SET title = :title, body = :body, project = :project, flow = :flow, priority = :priority,
+    path = :path, updated_at_ms = :now
+WHERE id = :id
+
+-- name: ticket_set_state
+UPDATE tickets SET state = :state, updated_at_ms = :now WHERE id = :id
+
+-- name: ticket_by_id
+SELECT id, name, title, path, project, flow, priority, state, created_at_ms, updated_at_ms
+FROM tickets WHERE id = ?
+
+-- name: ticket_by_name
+SELECT id, name, title, path, project, flow, priority, state, created_at_ms, updated_at_ms
+FROM tickets WHERE name = ?
+
+-- name: ticket_by_path
+SELECT id, name, title, path, project, flow, priority, state, created_at_ms, updated_at_ms
+FROM tickets WHERE path = ?
+
+-- name: ticket_body
+SELECT body FROM tickets WHERE id = ?
+
+-- name: tickets_nonterminal
+SELECT id, name, title, path, project, flow, priority, state, created_at_ms, updated_at_ms
+FROM tickets WHERE state NOT IN ('merged', 'failed', 'needs_review')
+ORDER BY ordinal DESC
+
+-- name: tickets_all
+SELECT id, name, title, path, project, flow, priority, state, created_at_ms, updated_at_ms
+FROM tickets ORDER BY ordinal DESC
+
+-- name: tickets_in_project
+SELECT id, name, title, path, project, flow, priority, state, created_at_ms, updated_at_ms
+FROM tickets WHERE project = ? ORDER BY ordinal DESC
+
+-- name: project_exists
+SELECT 1 FROM tickets WHERE project = ? LIMIT 1
+
+-- name: ticket_state_counts
+SELECT state, count(*) FROM tickets GROUP BY state
+
+-- name: trigger_insert
+INSERT INTO triggers (id, ticket, due_at_ms, created_at_ms, state)
+VALUES ('TR' || (SELECT coalesce(max(seq), 0) + 1 FROM sqlite_sequence WHERE name = 'triggers'),
+        :ticket, :due, :now, 'queued')
+RETURNING id, ticket, due_at_ms, created_at_ms
+
+-- name: trigger_queued_for_ticket
+SELECT id, ticket, due_at_ms, created_at_ms
+FROM triggers WHERE ticket = ? AND state = 'queued' ORDER BY ordinal LIMIT 1
+
+-- name: triggers_queued
+SELECT id, ticket, due_at_ms, created_at_ms
+FROM triggers WHERE state = 'queued' ORDER BY due_at_ms, ordinal
+
+-- name: trigger_next_wake
+SELECT min(due_at_ms) FROM triggers WHERE state = 'queued' AND due_at_ms > ?
+
+-- name: runs_in_flight
+SELECT id FROM runs WHERE state IN ('claimed', 'running') ORDER BY ordinal
+
+-- name: runs_in_flight_count
+SELECT count(*) FROM runs WHERE state IN ('claimed', 'running')
+
+-- name: runs_recent
+SELECT id FROM runs WHERE state IN ('merged', 'failed', 'needs_review', 'aborted')
+ORDER BY finished_at_ms DESC, ordinal DESC LIMIT ?
+
+-- name: runs_recent_count
+SELECT count(*) FROM runs WHERE state IN ('merged', 'failed', 'needs_review', 'aborted')
+
+-- name: run_id_by_id
+SELECT id FROM runs WHERE id = ?
+
+-- name: run_id_by_alias
+SELECT id FROM runs WHERE alias = ?
+
+-- name: run_ids_for_ticket
+SELECT id FROM runs WHERE ticket = ? ORDER BY attempt DESC
+
+-- name: run_by_id
+SELECT id, alias, ticket, attempt, state, trigger, flow, flow_snapshot, branch, worktree,
+       claimed_at_ms, started_at_ms, finished_at_ms, agent_exit_code, halt, reason,
+       classification
+FROM runs WHERE id = ?
+
+-- name: event_insert
+INSERT INTO events (kind, at_ms, ticket, run, data) VALUES (:kind, :at, :ticket, :run, :data)

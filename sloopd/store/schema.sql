@@ -1,0 +1,70 @@
+-- The current schema of the store; its version is SCHEMA_VERSION in migrations.py.
+-- A change here needs a migration that produces the same structure from the
+-- previous version (tests/migration proves the two agree).
+CREATE TABLE schema_migrations (
+    version       INTEGER PRIMARY KEY,
+    name          TEXT NOT NULL,
+    applied_at_ms INTEGER NOT NULL
+);
+
+-- Ordinals come from AUTOINCREMENT so that they are never reused.
+CREATE TABLE tickets (
+    ordinal       INTEGER PRIMARY KEY AUTOINCREMENT,
+    id            TEXT NOT NULL UNIQUE,
+    name          TEXT NOT NULL UNIQUE,
+    path          TEXT NOT NULL UNIQUE,
+    title         TEXT NOT NULL,
+    body          TEXT NOT NULL,
+    project       TEXT NOT NULL,
+    flow          TEXT NOT NULL,
+    priority      INTEGER NOT NULL DEFAULT 0,
+    state         TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL
+);
+
+-- state: queued | claimed | cancelled.  Only queued triggers are shown.
+CREATE TABLE triggers (
+    ordinal       INTEGER PRIMARY KEY AUTOINCREMENT,
+    id            TEXT NOT NULL UNIQUE,
+    ticket        TEXT NOT NULL REFERENCES tickets (id),
+    due_at_ms     INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    state         TEXT NOT NULL,
+    run           TEXT
+);
+CREATE INDEX triggers_queued ON triggers (state, due_at_ms);
+CREATE INDEX triggers_ticket ON triggers (ticket, state);
+
+CREATE TABLE runs (
+    ordinal         INTEGER PRIMARY KEY AUTOINCREMENT,
+    id              TEXT NOT NULL UNIQUE,
+    alias           TEXT NOT NULL UNIQUE,
+    ticket          TEXT NOT NULL REFERENCES tickets (id),
+    attempt         INTEGER NOT NULL,
+    state           TEXT NOT NULL,
+    trigger         TEXT,
+    flow            TEXT NOT NULL,
+    flow_snapshot   TEXT NOT NULL,
+    branch          TEXT NOT NULL,
+    worktree        TEXT NOT NULL,
+    claimed_at_ms   INTEGER NOT NULL,
+    started_at_ms   INTEGER,
+    finished_at_ms  INTEGER,
+    agent_exit_code INTEGER,
+    halt            TEXT,
+    reason          TEXT,
+    classification  TEXT,
+    UNIQUE (ticket, attempt)
+);
+CREATE INDEX runs_state ON runs (state);
+
+-- The append-only activity feed; position is the cursor's ordinal.
+CREATE TABLE events (
+    position INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind     TEXT NOT NULL,
+    at_ms    INTEGER NOT NULL,
+    ticket   TEXT,
+    run      TEXT,
+    data     TEXT NOT NULL DEFAULT '{}'
+);
