@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sloopd import api, rows
+from sloopd import api, refs, rows
 from sloopd.clock import now_ms
 from sloopd.daemon import Daemon
 
@@ -61,3 +61,88 @@ def next_wake(daemon: Daemon) -> int | None:
     if daemon.gate.until_ms is not None and daemon.gate.until_ms > now:
         candidates.append(daemon.gate.until_ms)
     return min(candidates) if candidates else None
+
+
+def show_ref(daemon: Daemon, ref: str, limit: int | None) -> dict[str, Any]:
+    """An exact reference's detail, else the pattern rung's matches."""
+    store = daemon.require_store()
+    exact = refs.resolve_exact(store, daemon.layout.repo, ref)
+    if exact is None:
+        return matches(daemon, ref, limit)
+    if exact.kind == "ticket":
+        return {"kind": "ticket", "value": ticket_detail(daemon, exact.key)}
+    if exact.kind == "run":
+        return {"kind": "run", "value": run_detail(daemon, exact.key)}
+    return {"kind": "project", "value": project_detail(daemon, exact.key)}
+
+
+def matches(daemon: Daemon, ref: str, limit: int | None) -> dict[str, Any]:
+    """The pattern rung: ticket rows whose id or name match, newest first."""
+    store = daemon.require_store()
+    expression = refs.pattern(ref)
+    facts = daemon.queue_facts()
+    found = [t for t in store.all("tickets_all") if refs.matches(expression, t[0], t[1])]
+    shown = found[:limit] if limit else found
+    return {
+        "kind": "matches",
+        "ref": ref,
+        "tickets": [rows.ticket_row(t, facts) for t in shown],
+        "total": len(found),
+    }
+
+
+def ticket_detail(daemon: Daemon, ticket_id: str) -> dict[str, Any]:
+    store = daemon.require_store()
+    record = store.one("ticket_by_id", (ticket_id,))
+    extra = store.one("ticket_extra", (ticket_id,))
+    assert record is not None and extra is not None
+    value = rows.ticket_row(record, daemon.queue_facts())
+    queued = store.one("trigger_queued_for_ticket", (ticket_id,))
+    value.update(
+        body=extra[0],
+        manual=bool(extra[1]),
+        trigger=rows.trigger_row(queued) if queued else None,
+        runs=[_run_summary(daemon, r[0]) for r in store.all("run_ids_for_ticket", (ticket_id,))],
+    )
+    return value
+
+
+def _run_summary(daemon: Daemon, run_id: str) -> dict[str, Any]:
+    """One entry of a ticket's ``value.runs`` (protocol: "Read a ticket's run history")."""
+    detail = run_detail(daemon, run_id)
+    keys = (
+        "id",
+        "alias",
+        "attempt",
+        "state",
+        "terminal",
+        "started_at_ms",
+        "finished_at_ms",
+        "reason",
+        "stall",
+    )
+    summary = {key: detail[key] for key in keys}
+    summary["stages"] = [
+        {key: stage[key] for key in ("stage", "state", "attempt", "advisory", "silent_for_ms")}
+        for stage in detail["stages"]
+    ]
+    return summary
+
+
+def run_detail(daemon: Daemon, run_id: str) -> dict[str, Any]:
+    store = daemon.require_store()
+    row = rows.run_row(store, run_id)
+    if row is None:
+        raise api.ProtocolError(api.ErrorCode.NOT_FOUND, f"no run '{run_id}'", {"ref": run_id})
+    row["stages"] = []
+    return row
+
+
+def project_detail(daemon: Daemon, name: str) -> dict[str, Any]:
+    store = daemon.require_store()
+    facts = daemon.queue_facts()
+    members = [rows.ticket_row(t, facts) for t in store.all("tickets_in_project", (name,))]
+    counts = {state: 0 for state in api.TICKET_STATES}
+    for ticket in members:
+        counts[ticket["state"]] += 1
+    return {"name": name, "tickets": members, "counts": counts}

@@ -2,16 +2,16 @@
 -- Column lists are fixed per row kind so that sloopd/rows.py can map them.
 
 -- name: ticket_insert
-INSERT INTO tickets (id, name, path, title, body, project, flow, priority, state,
+INSERT INTO tickets (id, name, path, title, body, project, flow, priority, state, manual,
                      created_at_ms, updated_at_ms)
 VALUES ('T' || (SELECT coalesce(max(seq), 0) + 1 FROM sqlite_sequence WHERE name = 'tickets'),
-        :name, :path, :title, :body, :project, :flow, :priority, :state, :now, :now)
+        :name, :path, :title, :body, :project, :flow, :priority, :state, :manual, :now, :now)
 RETURNING id
 
 -- name: ticket_refresh
 UPDATE tickets
 SET title = :title, body = :body, project = :project, flow = :flow, priority = :priority,
-    path = :path, updated_at_ms = :now
+    manual = :manual, updated_at_ms = :now
 WHERE id = :id
 
 -- name: ticket_set_state
@@ -29,8 +29,8 @@ FROM tickets WHERE name = ?
 SELECT id, name, title, path, project, flow, priority, state, created_at_ms, updated_at_ms
 FROM tickets WHERE path = ?
 
--- name: ticket_body
-SELECT body FROM tickets WHERE id = ?
+-- name: ticket_extra
+SELECT body, manual FROM tickets WHERE id = ?
 
 -- name: tickets_nonterminal
 SELECT id, name, title, path, project, flow, priority, state, created_at_ms, updated_at_ms
@@ -67,6 +67,15 @@ FROM triggers WHERE state = 'queued' ORDER BY due_at_ms, ordinal
 
 -- name: trigger_next_wake
 SELECT min(due_at_ms) FROM triggers WHERE state = 'queued' AND due_at_ms > ?
+
+-- name: ticket_state_manual
+SELECT state, manual FROM tickets WHERE id = ?
+
+-- name: trigger_cancel_for_ticket
+UPDATE triggers SET state = 'cancelled' WHERE ticket = ? AND state = 'queued'
+
+-- name: triggers_queued_count
+SELECT count(*) FROM triggers WHERE state = 'queued'
 
 -- name: runs_in_flight
 SELECT id FROM runs WHERE state IN ('claimed', 'running') ORDER BY ordinal

@@ -20,7 +20,9 @@ CREATE TABLE tickets (
     priority      INTEGER NOT NULL DEFAULT 0,
     state         TEXT NOT NULL,
     created_at_ms INTEGER NOT NULL,
-    updated_at_ms INTEGER NOT NULL
+    updated_at_ms INTEGER NOT NULL,
+    -- Posted with --manual: only an explicit 'run' queues its triggers.
+    manual        INTEGER NOT NULL DEFAULT 0
 );
 
 -- state: queued | claimed | cancelled.  Only queued triggers are shown.

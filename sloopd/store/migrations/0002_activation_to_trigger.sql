@@ -1,6 +1,9 @@
 -- Version 2 (0.4.0): an activation is now a trigger.  The table is rebuilt
 -- (not renamed) so that the migrated schema is the one schema.sql creates,
 -- and every id A<n> is rewritten to TR<n> in place, keeping its ordinal.
+-- 0.4.0 also remembers a --manual post on the ticket.
+ALTER TABLE tickets ADD COLUMN manual INTEGER NOT NULL DEFAULT 0;
+
 CREATE TABLE triggers (
     ordinal       INTEGER PRIMARY KEY AUTOINCREMENT,
     id            TEXT NOT NULL UNIQUE,

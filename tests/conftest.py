@@ -1,0 +1,35 @@
+"""Fixtures: a short-path sandbox, a git repository in it, a running daemon."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.daemon import DaemonProcess, make_repo, new_daemon, short_tmpdir
+
+
+@pytest.fixture
+def sandbox() -> Iterator[Path]:
+    root = short_tmpdir()
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def repo(sandbox: Path) -> Path:
+    return make_repo(sandbox)
+
+
+@pytest.fixture
+def daemon(sandbox: Path, repo: Path) -> Iterator[DaemonProcess]:
+    process = new_daemon(sandbox, repo).start()
+    try:
+        yield process
+    finally:
+        code = process.stop()
+        assert code == 0, process.log()

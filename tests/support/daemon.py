@@ -1,0 +1,202 @@
+"""Real daemons on short temporary paths, and a minimal NDJSON client for tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def short_tmpdir(prefix: str = "sl") -> Path:
+    """A directory under /tmp whose path is short enough for Unix sockets."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", *args], cwd=repo, capture_output=True, text=True, check=True,
+        env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+             "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"},
+    )
+    return done.stdout.strip()
+
+
+def make_repo(root: Path, files: dict[str, str] | None = None) -> Path:
+    """A git repository on branch main with one commit (plus ``files``)."""
+    repo = root / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "README.md").write_text("sample\n")
+    for name, text in (files or {}).items():
+        target = repo / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "init")
+    return repo
+
+
+class Client:
+    """One connection; ``call`` sends a request and returns its response."""
+
+    def __init__(self, path: Path, timeout: float = 10.0) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect(str(path))
+        self._reader = self.sock.makefile("rb")
+        self._next_id = 0
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def read(self) -> dict[str, Any]:
+        line = self._reader.readline()
+        if not line:
+            raise EOFError("connection closed by the daemon")
+        result: dict[str, Any] = orjson.loads(line)
+        return result
+
+    def call(self, verb: str, args: dict[str, Any] | None = None,
+             token: str | None = None) -> dict[str, Any]:
+        self._next_id += 1
+        request = {"v": 1, "id": f"t{self._next_id}", "verb": verb, "args": args or {},
+                   "token": token}
+        self.send_raw(orjson.dumps(request) + b"\n")
+        response = self.read()
+        assert response["id"] == request["id"], response
+        return response
+
+    def ok(self, verb: str, args: dict[str, Any] | None = None) -> Any:
+        response = self.call(verb, args)
+        assert response["ok"] is True, response
+        return response["data"]
+
+    def error(self, verb: str, args: dict[str, Any] | None = None,
+              token: str | None = None) -> dict[str, Any]:
+        response = self.call(verb, args, token)
+        assert response["ok"] is False, response
+        assert set(response) == {"id", "ok", "error"}, response
+        error: dict[str, Any] = response["error"]
+        assert set(error) == {"code", "message", "details"}, error
+        return error
+
+    def close(self) -> None:
+        self._reader.close()
+        self.sock.close()
+
+
+@dataclass
+class DaemonProcess:
+    """A ``sloopd serve`` subprocess on a repository, with short paths."""
+
+    repo: Path
+    state_dir: Path
+    socket_dir: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    socket: Path | None = None
+    clients: list[Client] = field(default_factory=list)
+
+    def start(self, timeout: float = 15.0) -> DaemonProcess:
+        env = {**os.environ, **self.extra_env, "PYTHONUNBUFFERED": "1"}
+        if "NOTIFY_SOCKET" not in self.extra_env:
+            env.pop("NOTIFY_SOCKET", None)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "sloopd", "serve", "--repo", str(self.repo),
+                 "--state-dir", str(self.state_dir), "--socket-dir", str(self.socket_dir)],
+                stdout=subprocess.PIPE, stderr=log, env=env, cwd=self.repo,
+            )
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        line = b""
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if line or self.proc.poll() is not None:
+                break
+        if not line:
+            raise RuntimeError(f"daemon did not start:\n{self.log()}")
+        self.socket = Path(line.decode().strip())
+        assert self.alive(), self.log()
+        return self
+
+    @property
+    def log_path(self) -> Path:
+        return self.state_dir.parent / "daemon.log"
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def client(self) -> Client:
+        assert self.socket is not None
+        client = Client(self.socket)
+        self.clients.append(client)
+        return client
+
+    def signal(self, sig: signal.Signals) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def stop(self, timeout: float = 10.0) -> int:
+        for client in self.clients:
+            client.close()
+        self.clients.clear()
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        return code
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+        if self.proc.stdout:
+            self.proc.stdout.close()
+
+
+def new_daemon(root: Path, repo: Path, **env: str) -> DaemonProcess:
+    return DaemonProcess(repo=repo, state_dir=root / "state", socket_dir=root / "s",
+                         extra_env=dict(env))
+
+
+def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(interval)
+
+
+def iter_lines(data: bytes) -> Iterator[dict[str, Any]]:
+    for line in data.splitlines():
+        if line.strip():
+            yield orjson.loads(line)
