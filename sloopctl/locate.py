@@ -86,8 +86,13 @@ def operator_endpoint(
     option: str | None,
     environ: Mapping[str, str] | None = None,
     cwd: Path | None = None,
+    socket_dir: str | None = None,
 ) -> Endpoint:
-    """The operator socket for this invocation; LocateError when none can be named."""
+    """The operator socket for this invocation; LocateError when none can be named.
+
+    ``socket_dir`` stands in for the default socket directory, as
+    ``sloopd serve --socket-dir`` would.
+    """
     env = os.environ if environ is None else environ
     if option:
         return Endpoint(Path(option), None, "--socket")
@@ -102,7 +107,8 @@ def operator_endpoint(
     recorded = _socket_from_daemon_info(repo)
     if recorded is not None:
         return Endpoint(recorded, None, str(repo.state_dir / api.DAEMON_INFO_NAME))
-    default = api.default_socket_dir(repo.toplevel, env) / api.OPERATOR_SOCKET_NAME
+    directory = Path(socket_dir) if socket_dir else api.default_socket_dir(repo.toplevel, env)
+    default = directory / api.OPERATOR_SOCKET_NAME
     return Endpoint(default, None, "default")
 
 

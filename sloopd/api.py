@@ -252,6 +252,8 @@ VERBS: Final[Mapping[str, Verb]] = {
             run=_REF,
             timeout_ms=Field(_non_negative_integer),
         ),
+        # Additive in 0.4.0 (documented in docs/protocol-notes.md).
+        _verb("gc"),
     )
 }
 

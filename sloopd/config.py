@@ -1,9 +1,8 @@
 """``sloop.toml``: strict loading with errors that name the key and the reason.
 
 The daemon refuses to start on a bad file and keeps the last good
-configuration when a reload (SIGHUP) finds one.  Flows are validated by
-sloopd.flow once runs exist; here every section is at least checked for
-unknown keys so a typo never passes silently.
+configuration when a reload (SIGHUP) finds one.  Flows and the agent section
+are validated by sloopd.flow.
 """
 
 from __future__ import annotations
@@ -12,6 +11,9 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from sloopd.flow import AgentSettings, Flow, FlowError, default_flow
+from sloopd.flow import parse as parse_flows
 
 CONFIG_FILE = "sloop.toml"
 
@@ -31,9 +33,8 @@ class RepoConfig:
 @dataclass(frozen=True, slots=True)
 class Config:
     repo: RepoConfig = field(default_factory=RepoConfig)
-    # Raw sections that later capabilities validate (agent, flows, ...).
-    agent: dict[str, Any] = field(default_factory=dict)
-    flows: dict[str, Any] = field(default_factory=dict)
+    agent: AgentSettings = field(default_factory=AgentSettings)
+    flows: dict[str, Flow] = field(default_factory=lambda: {"default": default_flow()})
     source: Path | None = None
 
 
@@ -67,7 +68,11 @@ def parse(document: dict[str, Any], path: Path | None = None) -> Config:
     for key, value in (("agent", agent), ("flows", flows)):
         if not isinstance(value, dict):
             raise ConfigError(f"{where}'{key}' must be a table")
-    return Config(repo=repo, agent=agent, flows=flows, source=path)
+    try:
+        parsed = parse_flows(agent, flows)
+    except FlowError as exc:
+        raise ConfigError(f"{where}{exc}") from exc
+    return Config(repo=repo, agent=parsed.agent, flows=parsed.flows, source=path)
 
 
 def _repo_section(section: Any, where: str) -> RepoConfig:

@@ -49,6 +49,10 @@ class Connection(asyncio.Protocol):
             if self._discarding:
                 self._discarding = False
                 continue
+            if len(line) > api.MAX_REQUEST_BYTES:
+                # Whole in the buffer (its newline came in the same read): same answer.
+                self._submit(error_line(None, OVERLONG_LINE))
+                continue
             if line.strip():
                 self._submit(self._handle_line(line))
         del buffer[:start]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -14,6 +15,13 @@ from sloopd.config import Config
 from sloopd.paths import Layout
 from sloopd.rows import Gate, QueueFacts
 from sloopd.store import Store
+
+if TYPE_CHECKING:
+    from sloopd.runner import ActiveRun
+
+
+def _nothing() -> None:
+    pass
 
 
 @dataclass
@@ -25,6 +33,10 @@ class Daemon:
     refused: str | None = None
     started_at_ms: int = field(default_factory=now_ms)
     gate: Gate = field(default_factory=Gate)
+    # Runs in flight, kept by the RunManager; read by show for live fields.
+    active_runs: dict[str, ActiveRun] = field(default_factory=dict)
+    # Tells the scheduler that work may have become claimable.
+    poke: Callable[[], None] = _nothing
 
     def require_store(self) -> Store:
         """The store, or the refusal every verb but ``show`` answers with."""

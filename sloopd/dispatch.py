@@ -77,7 +77,7 @@ class Dispatcher:
             return error_line(request_id, _internal())
         if isinstance(result, Awaitable):
             return self._finish(request_id, result)
-        return encode(api.ok(request_id, result))
+        return _encode_ok(request_id, result)
 
     async def _finish(self, request_id: api.RequestId, pending: Awaitable[Any]) -> bytes:
         try:
@@ -87,7 +87,7 @@ class Dispatcher:
         except Exception:
             log.exception("internal error handling request %r", request_id)
             return error_line(request_id, _internal())
-        return encode(api.ok(request_id, data))
+        return _encode_ok(request_id, data)
 
     def _authorize(self, request: api.Request) -> None:
         # The operator socket grants authority by transport; a token here
@@ -97,6 +97,15 @@ class Dispatcher:
                 ErrorCode.UNAUTHORIZED,
                 "worker tokens and worker verbs are not accepted on the operator socket",
             )
+
+
+def _encode_ok(request_id: api.RequestId, data: Any) -> bytes:
+    # A verb whose result cannot be encoded failed like any other verb.
+    try:
+        return encode(api.ok(request_id, data))
+    except orjson.JSONEncodeError:
+        log.exception("internal error encoding the reply to request %r", request_id)
+        return error_line(request_id, _internal())
 
 
 def _internal() -> ProtocolError:

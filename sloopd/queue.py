@@ -16,7 +16,7 @@ from sloopd.store import Transaction
 
 
 def known_flows(daemon: Daemon) -> set[str]:
-    return set(daemon.config.flows) | {tickets.DEFAULT_FLOW}
+    return set(daemon.config.flows)
 
 
 def post(daemon: Daemon, args: dict[str, Any]) -> dict[str, Any]:

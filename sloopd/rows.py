@@ -127,7 +127,7 @@ def run_row(store: Store, run_id: str) -> dict[str, Any] | None:
         "trigger": trigger,
         "flow": flow,
         "branch": branch,
-        "worktree": worktree,
+        "worktree": worktree or None,
         "claimed_at_ms": claimed,
         "started_at_ms": started,
         "finished_at_ms": finished,

@@ -19,12 +19,18 @@ from pathlib import Path
 import orjson
 
 from sloopd import api, config, paths
+from sloopd.children import ProcessGroups
 from sloopd.connection import Connection
 from sloopd.daemon import Daemon
 from sloopd.dispatch import Dispatcher
+from sloopd.logsink import LogSink
 from sloopd.notify import Notifier
+from sloopd.runner import RunManager
+from sloopd.scheduler import Scheduler
 from sloopd.store import Store, StoreLock, StoreTooNew
-from sloopd.verbs import operator_handlers
+from sloopd.verbs import operator_handlers, refused_handlers
+
+STOPPED_REASON = "the daemon stopped while the run was in flight"
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +59,10 @@ class Server:
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[Connection] = set()
         self._signals = 0
+        self.runs: RunManager | None = None
+        self._groups: ProcessGroups | None = None
+        self._sink: LogSink | None = None
+        self._scheduler_task: asyncio.Task[None] | None = None
 
     def run(self) -> int:
         import uvloop
@@ -95,10 +105,13 @@ class Server:
             refused = str(exc)
             log.error("%s; serving only 'show' until that changes", refused)
         self.daemon = Daemon(layout=layout, config=settings, store=store, refused=refused)
+        scheduler = self._reconcile() if store is not None else None
         await self._listen()
         self._write_info()
         if store is not None:
             self.daemon.append_event("daemon_started", data={"pid": os.getpid()})
+        if scheduler is not None:
+            self._scheduler_task = asyncio.get_running_loop().create_task(scheduler.loop())
         self._install_signals()
         print(layout.operator_socket, flush=True)
         log.info(
@@ -106,6 +119,25 @@ class Server:
         )
         self.notifier.ready(f"serving {layout.repo}")
         self.ready.set()
+
+    def _reconcile(self) -> Scheduler:
+        """After a crash: kill what the last daemon left, settle its runs in flight."""
+        assert self.daemon is not None and self.daemon.store is not None
+        self._groups = ProcessGroups(self.layout.state_dir / "groups")
+        killed = self._groups.kill_recorded_leftovers()
+        if killed:
+            log.warning("killed %d leftover processes of a previous daemon", len(killed))
+        self._sink = LogSink(self.daemon.store)
+        self.runs = RunManager(self.daemon, self._groups, self._sink)
+        recovered = self.runs.recover()
+        if recovered:
+            log.warning(
+                "settled %s as aborted (daemon restart) and queued them again", ", ".join(recovered)
+            )
+        scheduler = Scheduler(self.daemon, self.runs.start)
+        self.runs.on_settled.append(scheduler.poke)
+        self.daemon.poke = scheduler.poke
+        return scheduler
 
     async def _listen(self) -> None:
         assert self.daemon is not None
@@ -118,7 +150,10 @@ class Server:
             if _answers(path):
                 raise StartupError(f"another daemon already answers on {path}")
             path.unlink()  # stale: we hold the store lock, nobody else serves it
-        dispatcher = Dispatcher(operator_handlers(self.daemon))
+        if self.runs is None:
+            dispatcher = Dispatcher(refused_handlers(self.daemon))
+        else:
+            dispatcher = Dispatcher(operator_handlers(self.daemon, self.runs))
         loop = asyncio.get_running_loop()
 
         def factory() -> Connection:
@@ -186,6 +221,16 @@ class Server:
                 self.layout.operator_socket.unlink()
         with contextlib.suppress(FileNotFoundError):
             self.layout.daemon_info.unlink()
+        if self._scheduler_task is not None:
+            self._scheduler_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scheduler_task
+        if self.runs is not None:
+            await self.runs.stop_all(STOPPED_REASON)
+        if self._groups is not None:
+            await self._groups.stop_all()
+        if self._sink is not None:
+            self._sink.flush()
         if self.daemon is not None and self.daemon.store is not None:
             with contextlib.suppress(Exception):
                 self.daemon.append_event("daemon_stopped", data={"pid": os.getpid()})

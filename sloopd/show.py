@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sloopd import api, refs, rows
+from sloopd import api, refs, rows, runview
 from sloopd.clock import now_ms
 from sloopd.daemon import Daemon
 
@@ -130,12 +130,7 @@ def _run_summary(daemon: Daemon, run_id: str) -> dict[str, Any]:
 
 
 def run_detail(daemon: Daemon, run_id: str) -> dict[str, Any]:
-    store = daemon.require_store()
-    row = rows.run_row(store, run_id)
-    if row is None:
-        raise api.ProtocolError(api.ErrorCode.NOT_FOUND, f"no run '{run_id}'", {"ref": run_id})
-    row["stages"] = []
-    return row
+    return runview.run_detail(daemon, run_id, daemon.active_runs.get(run_id))
 
 
 def project_detail(daemon: Daemon, name: str) -> dict[str, Any]:

@@ -3,65 +3,113 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from sloopd import api, queue, refs, rows, show
 from sloopd.clock import now_ms
 from sloopd.daemon import Daemon
 from sloopd.dispatch import Handler
+from sloopd.runner import RunManager
 
 WAIT_POLL_SECONDS = 0.05
 WAIT_DEFAULT_TIMEOUT_MS = 30_000
+ABORTED_BY_OPERATOR = "aborted by the operator"
 
 
-def operator_handlers(daemon: Daemon) -> dict[str, Handler]:
-    def show_verb(args: dict[str, Any]) -> dict[str, Any]:
+class OperatorVerbs:
+    def __init__(self, daemon: Daemon, runs: RunManager) -> None:
+        self.daemon = daemon
+        self.runs = runs
+
+    def handlers(self) -> dict[str, Handler]:
+        return {
+            "show": self.show,
+            "status": self.status,
+            "list": self.list,
+            "wait": self.wait,
+            "post": self._queue_verb(queue.post),
+            "hold": self._queue_verb(queue.hold),
+            "ready": self._queue_verb(queue.ready),
+            "run": self._queue_verb(queue.run),
+            "abort": self.abort,
+            "gc": self.gc,
+        }
+
+    def _queue_verb(self, action: Callable[[Daemon, dict[str, Any]], dict[str, Any]]) -> Handler:
+        def handler(args: dict[str, Any]) -> dict[str, Any]:
+            result = action(self.daemon, args)
+            self.daemon.poke()  # the queue changed: the scheduler may have work
+            return result
+
+        return handler
+
+    def show(self, args: dict[str, Any]) -> dict[str, Any]:
         if "ref" not in args:
-            return show.dashboard(daemon, args.get("limit"))
-        return show.show_ref(daemon, args["ref"], args.get("limit"))
+            return show.dashboard(self.daemon, args.get("limit"))
+        return show.show_ref(self.daemon, args["ref"], args.get("limit"))
 
-    def status_verb(args: dict[str, Any]) -> dict[str, Any]:
-        return show.status(daemon)
+    def status(self, args: dict[str, Any]) -> dict[str, Any]:
+        return show.status(self.daemon)
 
-    def list_verb(args: dict[str, Any]) -> dict[str, Any]:
-        store = daemon.require_store()
+    def list(self, args: dict[str, Any]) -> dict[str, Any]:
         limit = args.get("limit")
         if "ref" in args:
-            return {"tickets": show.matches(daemon, args["ref"], limit)["tickets"]}
-        facts = daemon.queue_facts()
+            return {"tickets": show.matches(self.daemon, args["ref"], limit)["tickets"]}
+        store = self.daemon.require_store()
+        facts = self.daemon.queue_facts()
         listed = [rows.ticket_row(t, facts) for t in store.all("tickets_nonterminal")]
         return {"tickets": listed[:limit] if limit else listed}
 
-    async def wait_verb(args: dict[str, Any]) -> dict[str, Any]:
-        run_id = _run_id(daemon, args["run"])
+    async def wait(self, args: dict[str, Any]) -> dict[str, Any]:
+        run_id = self._run_id(args["run"])
         deadline = now_ms() + args.get("timeout_ms", WAIT_DEFAULT_TIMEOUT_MS)
         while True:
-            detail = show.run_detail(daemon, run_id)
+            detail = show.run_detail(self.daemon, run_id)
             if detail["terminal"] or now_ms() >= deadline:
                 return {"kind": "run", "value": detail}
             await asyncio.sleep(WAIT_POLL_SECONDS)
 
-    def abort_verb(args: dict[str, Any]) -> dict[str, Any]:
-        _run_id(daemon, args["run"])
-        raise api.ProtocolError(api.ErrorCode.CONFLICT, "the run is not in flight")
+    async def abort(self, args: dict[str, Any]) -> dict[str, Any]:
+        run_id = self._run_id(args["run"])
+        if run_id not in self.daemon.active_runs:
+            state = show.run_detail(self.daemon, run_id)["state"]
+            raise api.ProtocolError(
+                api.ErrorCode.CONFLICT,
+                f"{run_id} is already {state}",
+                {"run": run_id, "state": state},
+            )
+        await self.runs.abort(run_id, ABORTED_BY_OPERATOR)
+        return {"run": rows.run_row(self.daemon.require_store(), run_id)}
 
-    return {
-        "show": show_verb,
-        "status": status_verb,
-        "list": list_verb,
-        "wait": wait_verb,
-        "post": lambda args: queue.post(daemon, args),
-        "hold": lambda args: queue.hold(daemon, args),
-        "ready": lambda args: queue.ready(daemon, args),
-        "run": lambda args: queue.run(daemon, args),
-        "abort": abort_verb,
+    async def gc(self, args: dict[str, Any]) -> dict[str, Any]:
+        self.daemon.require_store()
+        return {"removed": await self.runs.collect_worktrees()}
+
+    def _run_id(self, ref: str) -> str:
+        """A run reference (id or alias) or not_found."""
+        store = self.daemon.require_store()
+        exact = refs.resolve_exact(store, self.daemon.layout.repo, ref)
+        if exact is None or exact.kind != "run":
+            raise api.ProtocolError(
+                api.ErrorCode.NOT_FOUND, f"no run matches '{ref}'", {"ref": ref}
+            )
+        return exact.key
+
+
+def operator_handlers(daemon: Daemon, runs: RunManager) -> dict[str, Handler]:
+    return OperatorVerbs(daemon, runs).handlers()
+
+
+def refused_handlers(daemon: Daemon) -> dict[str, Handler]:
+    """A daemon refusing its store answers ``show`` (its health) and nothing else."""
+
+    def refuse(args: dict[str, Any]) -> dict[str, Any]:
+        daemon.require_store()
+        raise AssertionError("unreachable: the store is refused")
+
+    handlers: dict[str, Handler] = {
+        name: refuse for name, verb in api.VERBS.items() if verb.operator
     }
-
-
-def _run_id(daemon: Daemon, ref: str) -> str:
-    """A run reference (id or alias) or not_found."""
-    store = daemon.require_store()
-    exact = refs.resolve_exact(store, daemon.layout.repo, ref)
-    if exact is None or exact.kind != "run":
-        raise api.ProtocolError(api.ErrorCode.NOT_FOUND, f"no run matches '{ref}'", {"ref": ref})
-    return exact.key
+    handlers["show"] = lambda args: show.dashboard(daemon, args.get("limit"))
+    return handlers

@@ -54,6 +54,9 @@ class Transaction:
     def run(self, query: str, params: Params = ()) -> None:
         self._conn.execute(QUERIES[query], params)
 
+    def run_many(self, query: str, rows: list[tuple[Any, ...]]) -> None:
+        self._conn.executemany(QUERIES[query], rows)
+
     def all(self, query: str, params: Params = ()) -> list[Row]:
         return list(self._conn.execute(QUERIES[query], params))
 
@@ -147,6 +150,8 @@ def backup(conn: apsw.Connection, state_dir: Path, version: int) -> Path:
     try:
         with destination.backup("main", conn, "main") as job:
             job.step(-1)
+        # One self-contained file: no -wal/-shm sidecars when it is read later.
+        destination.execute("PRAGMA journal_mode = DELETE")
     finally:
         destination.close()
     return target
@@ -195,11 +200,14 @@ def backup_store(state_dir: Path) -> Path:
 
 def restore(state_dir: Path, source: Path) -> None:
     """Replace the store with a backup; the caller holds the lock."""
-    probe = apsw.Connection(str(source), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        problems = [str(r[0]) for r in probe.execute("PRAGMA integrity_check") if r[0] != "ok"]
-    finally:
-        probe.close()
+        probe = apsw.Connection(str(source), flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            problems = [str(r[0]) for r in probe.execute("PRAGMA integrity_check") if r[0] != "ok"]
+        finally:
+            probe.close()
+    except apsw.Error as exc:
+        raise ValueError(f"{source} is not a store: {exc}") from exc
     if problems:
         raise ValueError(f"{source} is not a healthy store: {problems[0]}")
     path = state_dir / STORE_FILE

@@ -107,3 +107,74 @@ FROM runs WHERE id = ?
 
 -- name: event_insert
 INSERT INTO events (kind, at_ms, ticket, run, data) VALUES (:kind, :at, :ticket, :run, :data)
+
+-- name: log_insert
+INSERT INTO log_records (run, position, stage, attempt, stage_position, execution_position,
+                         stream, ts_ms, body)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+
+-- name: log_max_position
+SELECT max(position) FROM log_records WHERE run = ?
+
+-- name: log_max_stage_position
+SELECT max(stage_position) FROM log_records WHERE run = ? AND stage IS ?
+
+-- name: log_max_execution_position
+SELECT max(execution_position) FROM log_records WHERE run = ? AND stage IS ? AND attempt IS ?
+
+-- name: stage_log_append
+INSERT INTO stage_log (run, seq, kind, stage, attempt, seat, at_ms, data)
+VALUES (:run, (SELECT coalesce(max(seq), 0) + 1 FROM stage_log WHERE run = :run),
+        :kind, :stage, :attempt, :seat, :at, :data)
+
+-- name: stage_log_for_run
+SELECT seq, kind, stage, attempt, seat, at_ms, data FROM stage_log WHERE run = ? ORDER BY seq
+
+-- name: claimable_triggers
+SELECT tr.id, tr.ticket
+FROM triggers tr JOIN tickets t ON t.id = tr.ticket
+WHERE tr.state = 'queued' AND tr.due_at_ms <= ? AND t.state = 'ready'
+ORDER BY t.priority DESC, tr.due_at_ms, tr.ordinal
+LIMIT ?
+
+-- name: ticket_claim_facts
+SELECT name, flow, (SELECT coalesce(max(attempt), 0) FROM runs WHERE ticket = tickets.id)
+FROM tickets WHERE id = ?
+
+-- name: run_insert
+INSERT INTO runs (id, alias, ticket, attempt, state, trigger, flow, flow_snapshot, branch,
+                  worktree, claimed_at_ms)
+VALUES ('R' || (SELECT coalesce(max(seq), 0) + 1 FROM sqlite_sequence WHERE name = 'runs'),
+        :alias, :ticket, :attempt, 'claimed', :trigger, :flow, :snapshot, :branch, '', :now)
+RETURNING id
+
+-- name: run_set_worktree
+UPDATE runs SET worktree = ? WHERE id = ?
+
+-- name: trigger_claim
+UPDATE triggers SET state = 'claimed', run = :run WHERE id = :id
+
+-- name: run_started
+UPDATE runs SET state = 'running', started_at_ms = :now WHERE id = :id
+
+-- name: run_settle
+UPDATE runs SET state = :state, finished_at_ms = :now, halt = :halt, reason = :reason,
+                agent_exit_code = :agent_exit_code, classification = :classification
+WHERE id = :id
+
+-- name: runs_active_ids
+SELECT id FROM runs WHERE state IN ('claimed', 'running') ORDER BY ordinal
+
+-- name: run_worktrees_of_ticket
+SELECT id, worktree FROM runs
+WHERE ticket = ? AND state NOT IN ('claimed', 'running') AND worktree != ''
+
+-- name: run_worktrees_terminal
+SELECT id, worktree FROM runs
+WHERE state IN ('merged', 'failed', 'needs_review', 'aborted') AND worktree != ''
+
+-- name: run_clear_worktree
+UPDATE runs SET worktree = '' WHERE id = ?
+
+-- name: run_state
+SELECT state FROM runs WHERE id = ?

@@ -70,3 +70,38 @@ CREATE TABLE events (
     run      TEXT,
     data     TEXT NOT NULL DEFAULT '{}'
 );
+
+-- The walk's source of truth: a run's steps, appended, never updated.
+-- kind: stage_started | stage_finished | seat_started | seat_finished |
+--       verdict | returned | halted; data holds the step's facts as JSON.
+CREATE TABLE stage_log (
+    run     TEXT NOT NULL,
+    seq     INTEGER NOT NULL,
+    kind    TEXT NOT NULL,
+    stage   TEXT,
+    attempt INTEGER,
+    seat    INTEGER,
+    at_ms   INTEGER NOT NULL,
+    data    TEXT NOT NULL DEFAULT '{}',
+    PRIMARY KEY (run, seq)
+) WITHOUT ROWID;
+
+-- Captured output, clustered on (run, position).  Positions count per run,
+-- per (run, stage) and per (run, stage, attempt), so a page and its elided
+-- count cost what the page costs.  body is the record's wire JSON without
+-- its cursor, stored once at ingest.  stage is NULL on rows captured before
+-- stages were recorded.
+CREATE TABLE log_records (
+    run                TEXT NOT NULL,
+    position           INTEGER NOT NULL,
+    stage              TEXT,
+    attempt            INTEGER,
+    stage_position     INTEGER,
+    execution_position INTEGER,
+    stream             TEXT NOT NULL,
+    ts_ms              INTEGER NOT NULL,
+    body               BLOB NOT NULL,
+    PRIMARY KEY (run, position)
+) WITHOUT ROWID;
+CREATE INDEX log_records_stage ON log_records (run, stage, stage_position);
+CREATE INDEX log_records_execution ON log_records (run, stage, attempt, execution_position);

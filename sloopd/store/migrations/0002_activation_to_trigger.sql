@@ -1,6 +1,7 @@
 -- Version 2 (0.4.0): an activation is now a trigger.  The table is rebuilt
 -- (not renamed) so that the migrated schema is the one schema.sql creates,
 -- and every id A<n> is rewritten to TR<n> in place, keeping its ordinal.
+-- Runs gain the stage log and stage-tagged output records.
 -- 0.4.0 also remembers a --manual post on the ticket.
 ALTER TABLE tickets ADD COLUMN manual INTEGER NOT NULL DEFAULT 0;
 
@@ -57,3 +58,38 @@ INSERT INTO sqlite_sequence (name, seq)
 DROP TABLE runs;
 ALTER TABLE runs_new RENAME TO runs;
 CREATE INDEX runs_state ON runs (state);
+
+-- The walk's source of truth: a run's steps, appended, never updated.
+-- kind: stage_started | stage_finished | seat_started | seat_finished |
+--       verdict | returned | halted; data holds the step's facts as JSON.
+CREATE TABLE stage_log (
+    run     TEXT NOT NULL,
+    seq     INTEGER NOT NULL,
+    kind    TEXT NOT NULL,
+    stage   TEXT,
+    attempt INTEGER,
+    seat    INTEGER,
+    at_ms   INTEGER NOT NULL,
+    data    TEXT NOT NULL DEFAULT '{}',
+    PRIMARY KEY (run, seq)
+) WITHOUT ROWID;
+
+-- Captured output, clustered on (run, position).  Positions count per run,
+-- per (run, stage) and per (run, stage, attempt), so a page and its elided
+-- count cost what the page costs.  body is the record's wire JSON without
+-- its cursor, stored once at ingest.  stage is NULL on rows captured before
+-- stages were recorded.
+CREATE TABLE log_records (
+    run                TEXT NOT NULL,
+    position           INTEGER NOT NULL,
+    stage              TEXT,
+    attempt            INTEGER,
+    stage_position     INTEGER,
+    execution_position INTEGER,
+    stream             TEXT NOT NULL,
+    ts_ms              INTEGER NOT NULL,
+    body               BLOB NOT NULL,
+    PRIMARY KEY (run, position)
+) WITHOUT ROWID;
+CREATE INDEX log_records_stage ON log_records (run, stage, stage_position);
+CREATE INDEX log_records_execution ON log_records (run, stage, attempt, execution_position);

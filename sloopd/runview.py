@@ -1,0 +1,100 @@
+"""A run as ``show`` gives it: the row, its timeline, and one row per stage execution."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from sloopd import rows, walk
+from sloopd.api import ErrorCode, ProtocolError
+from sloopd.clock import now_ms
+from sloopd.daemon import Daemon
+from sloopd.explain import agent_exit_code
+from sloopd.flow import Flow
+from sloopd.runner import ActiveRun, read_log
+
+
+def run_detail(daemon: Daemon, run_id: str, active: ActiveRun | None) -> dict[str, Any]:
+    store = daemon.require_store()
+    row = rows.run_row(store, run_id)
+    snapshot = store.one("run_by_id", (run_id,))
+    if row is None or snapshot is None:
+        raise ProtocolError(ErrorCode.NOT_FOUND, f"no run '{run_id}'", {"ref": run_id})
+    flow = Flow.from_json(orjson.loads(snapshot[7]))
+    state = walk.replay(flow, read_log(store, run_id))
+    silent_for_ms = _silent_for_ms(active)
+    row["stages"] = stage_rows(state, silent_for_ms)
+    # exit_code has always been the agent stage's exit; agent_exit_code says so.
+    row["exit_code"] = row["agent_exit_code"]
+    if not row["terminal"]:
+        row["agent_exit_code"] = row["exit_code"] = agent_exit_code(state)
+    return row
+
+
+def _silent_for_ms(active: ActiveRun | None) -> int | None:
+    if active is None or active.child is None:
+        if active is not None and active.stage_started_ms is not None:
+            return now_ms() - active.stage_started_ms
+        return None
+    last = active.child.last_output_monotonic
+    return int((time.monotonic() - last) * 1000)
+
+
+def stage_rows(state: walk.Walk, silent_for_ms: int | None) -> list[dict[str, Any]]:
+    """Flow order; each stage's executions in attempt order, or one unreached row."""
+    result: list[dict[str, Any]] = []
+    for stage in state.flow.stages:
+        executions = state.executions_of(stage.name)
+        if not executions:
+            result.append(
+                {
+                    "stage": stage.name,
+                    "state": "pending",
+                    "attempt": 0,
+                    "advisory": stage.advisory,
+                    "started_at_ms": None,
+                    "finished_at_ms": None,
+                    "duration_ms": None,
+                    "exit_code": None,
+                    "verdict_source": None,
+                    "reason": None,
+                    "confidence": None,
+                    "silent_for_ms": None,
+                    "reviewers": [],
+                }
+            )
+            continue
+        for execution in executions:
+            result.append(_execution_row(execution, silent_for_ms))
+    return result
+
+
+def _execution_row(execution: walk.Execution, silent_for_ms: int | None) -> dict[str, Any]:
+    running = execution.running
+    if running:
+        state = "running"
+    else:
+        state = "passed" if execution.passed else "failed"
+    finished = execution.finished_at_ms
+    return {
+        "stage": execution.stage.name,
+        "state": state,
+        "attempt": execution.attempt,
+        "advisory": execution.stage.advisory,
+        "started_at_ms": execution.started_at_ms,
+        "finished_at_ms": finished,
+        "duration_ms": None if finished is None else finished - execution.started_at_ms,
+        "exit_code": execution.exit_code,
+        "verdict_source": execution.verdict_source,
+        "reason": execution.reason,
+        "confidence": execution.confidence if execution.stage.result_check == "reported" else None,
+        "silent_for_ms": silent_for_ms if running else None,
+        "reviewers": [
+            {key: seat[key] for key in ("reviewer", "target", "verdict", "confidence", "reason")}
+            for _, seat in sorted(execution.seats.items())
+        ]
+        if execution.stage.result_check == "panel"
+        else [],
+    }

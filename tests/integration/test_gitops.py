@@ -1,0 +1,300 @@
+"""gitops against real repositories: worktrees, ``sync`` in both modes, and ``ff_only``."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+from sloopd import gitops
+from sloopd.gitops import GitError
+from tests.support.gitrepo import commit, git, head, in_progress, make_repo
+
+Mode = Literal["merge", "rebase"]
+
+
+@pytest.fixture
+def root(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A short temp dir, with no global or system git config and no identity in the env."""
+    path = Path(tempfile.mkdtemp(prefix="g", dir="/tmp"))
+    home = path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for var in ("EMAIL", "GIT_CONFIG_GLOBAL", "GIT_DIR", "GIT_WORK_TREE"):
+        monkeypatch.delenv(var, raising=False)
+    for role in ("AUTHOR", "COMMITTER"):
+        monkeypatch.delenv(f"GIT_{role}_NAME", raising=False)
+        monkeypatch.delenv(f"GIT_{role}_EMAIL", raising=False)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def repo(root: Path) -> Path:
+    return make_repo(root)
+
+
+def new_worktree(repo: Path, name: str = "w1", branch: str = "sloop/t/1") -> Path:
+    path = repo.parent / name
+    asyncio.run(gitops.create_worktree(repo, path, branch, "main"))
+    return path
+
+
+# -- worktrees -------------------------------------------------------------------------------
+
+
+def test_create_and_remove_worktree_keeps_branch(repo: Path) -> None:
+    path = repo.parent / "w1"
+    base = asyncio.run(gitops.create_worktree(repo, path, "sloop/t/1", "main"))
+    assert base == head(repo, "main")
+    assert head(path) == base
+    assert (path / "a.txt").read_text() == "a\n"
+    assert (path, "refs/heads/sloop/t/1") in asyncio.run(gitops.list_worktrees(repo))
+
+    asyncio.run(gitops.remove_worktree(repo, path))
+    assert not path.exists()
+    assert asyncio.run(gitops.branch_exists(repo, "sloop/t/1"))
+    assert [p for p, _ in asyncio.run(gitops.list_worktrees(repo))] == [repo]
+    asyncio.run(gitops.remove_worktree(repo, path))  # already gone: no error
+
+
+def test_create_worktree_refuses_existing_branch_and_missing_base(repo: Path) -> None:
+    git(repo, "branch", "taken")
+    with pytest.raises(GitError, match="taken"):
+        asyncio.run(gitops.create_worktree(repo, repo.parent / "w1", "taken", "main"))
+    with pytest.raises(GitError, match="nope"):
+        asyncio.run(gitops.create_worktree(repo, repo.parent / "w2", "fresh", "nope"))
+    assert not asyncio.run(gitops.branch_exists(repo, "fresh"))
+
+
+def test_remove_worktree_deletes_directory_git_forgot(repo: Path) -> None:
+    path = new_worktree(repo)
+    shutil.rmtree(Path(git(repo, "rev-parse", "--absolute-git-dir")) / "worktrees" / "w1")
+    asyncio.run(gitops.remove_worktree(repo, path))
+    assert not path.exists()
+
+
+def test_remove_worktree_refuses_a_directory_that_is_not_a_worktree(root: Path, repo: Path) -> None:
+    stranger = root / "stranger"
+    stranger.mkdir()
+    (stranger / "keep.txt").write_text("mine\n")
+    with pytest.raises(GitError, match="refusing"):
+        asyncio.run(gitops.remove_worktree(repo, stranger))
+    assert (stranger / "keep.txt").exists()
+
+
+# -- sync ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["merge", "rebase"])
+def test_sync_brings_main_into_the_branch(repo: Path, mode: Mode) -> None:
+    work = new_worktree(repo)
+    commit(work, {"branch.txt": "from the branch\n"})
+    main_tip = commit(repo, {"main.txt": "from main\n"})
+
+    result = asyncio.run(gitops.sync(work, "main", mode))
+
+    assert result.ok and result.reason is None and result.paths == ()
+    assert result.head == head(work)
+    assert (work / "main.txt").exists() and (work / "branch.txt").exists()
+    git(work, "merge-base", "--is-ancestor", main_tip, "HEAD")
+    parents = git(work, "rev-list", "--parents", "-n1", "HEAD").split()[1:]
+    assert len(parents) == (2 if mode == "merge" else 1)  # rebase keeps history linear
+
+
+def test_sync_up_to_date_is_ok(repo: Path) -> None:
+    work = new_worktree(repo)
+    tip = commit(work, {"branch.txt": "x\n"})
+    result = asyncio.run(gitops.sync(work, "main"))
+    assert result == gitops.GitResult(ok=True, head=tip)
+
+
+@pytest.mark.parametrize(("mode", "verb"), [("merge", "merging main into"), ("rebase", "rebasing")])
+def test_sync_conflict_is_aborted_and_named(repo: Path, mode: Mode, verb: str) -> None:
+    work = new_worktree(repo)
+    before = commit(work, {"a.txt": "branch a\n", "b.txt": "branch b\n"})
+    commit(repo, {"a.txt": "main a\n", "b.txt": "main b\n"})
+
+    result = asyncio.run(gitops.sync(work, "main", mode))
+
+    assert not result.ok and result.head is None
+    assert result.paths == ("a.txt", "b.txt")
+    assert result.reason is not None
+    assert result.reason.startswith(verb)
+    assert result.reason.endswith("conflicts in: a.txt, b.txt")
+    assert head(work) == before
+    assert git(work, "status", "--porcelain") == ""
+    assert in_progress(work) == []
+    assert (work / "a.txt").read_text() == "branch a\n"
+
+
+def test_sync_refuses_a_dirty_worktree(repo: Path) -> None:
+    work = new_worktree(repo)
+    before = commit(work, {"branch.txt": "x\n"})
+    commit(repo, {"main.txt": "y\n"})
+    (work / "b.txt").write_text("edited, not committed\n")
+    (work / "untracked.txt").write_text("ignored by the check\n")
+
+    result = asyncio.run(gitops.sync(work, "main"))
+
+    assert not result.ok
+    assert result.reason is not None
+    assert "uncommitted changes" in result.reason and "b.txt" in result.reason
+    assert "untracked.txt" not in result.reason
+    assert head(work) == before
+    assert sorted(asyncio.run(gitops.changed_paths(work))) == ["b.txt", "untracked.txt"]
+
+
+def test_sync_missing_main_is_a_git_error(repo: Path) -> None:
+    work = new_worktree(repo)
+    with pytest.raises(GitError):
+        asyncio.run(gitops.sync(work, "no-such-branch"))
+
+
+def test_merge_without_identity_uses_the_fallback(root: Path) -> None:
+    repo = make_repo(root, identity=False)
+    assert "user.email" not in git(repo, "config", "--local", "--list")
+    work = new_worktree(repo)
+    commit(work, {"branch.txt": "x\n"})
+    commit(repo, {"main.txt": "y\n"})
+
+    result = asyncio.run(gitops.sync(work, "main"))
+
+    assert result.ok, result.reason
+    assert git(work, "log", "-1", "--format=%an <%ae>|%cn <%ce>") == (
+        "sloop <sloop@localhost>|sloop <sloop@localhost>"
+    )
+
+
+def test_merge_with_identity_keeps_it(repo: Path) -> None:
+    work = new_worktree(repo)
+    commit(work, {"branch.txt": "x\n"})
+    commit(repo, {"main.txt": "y\n"})
+    assert asyncio.run(gitops.sync(work, "main")).ok
+    assert git(work, "log", "-1", "--format=%ae") == "owner@example.invalid"
+
+
+# -- ff_only ---------------------------------------------------------------------------------
+
+
+def test_ff_only_moves_main_when_not_checked_out(repo: Path) -> None:
+    git(repo, "checkout", "-q", "-b", "other")
+    work = new_worktree(repo)
+    tip = commit(work, {"branch.txt": "x\n"})
+
+    result = asyncio.run(gitops.ff_only(repo, work, "main"))
+
+    assert result == gitops.GitResult(ok=True, head=tip)
+    assert head(repo, "main") == tip
+    assert head(repo) != tip  # the checked-out branch "other" is untouched
+
+
+def test_ff_only_moves_a_clean_checkout_of_main(repo: Path) -> None:
+    work = new_worktree(repo)
+    tip = commit(work, {"branch.txt": "x\n", "a.txt": "a, changed\n"})
+
+    result = asyncio.run(gitops.ff_only(repo, work, "main"))
+
+    assert result.ok and result.head == tip
+    assert head(repo, "main") == tip == head(repo)
+    assert (repo / "branch.txt").read_text() == "x\n"
+    assert (repo / "a.txt").read_text() == "a, changed\n"
+    assert git(repo, "status", "--porcelain") == ""
+
+
+def test_ff_only_refuses_a_dirty_checkout_of_main(repo: Path) -> None:
+    old = head(repo, "main")
+    work = new_worktree(repo)
+    commit(work, {"branch.txt": "x\n"})
+    (repo / "a.txt").write_text("someone is editing\n")
+
+    result = asyncio.run(gitops.ff_only(repo, work, "main"))
+
+    assert not result.ok and result.head is None
+    assert result.reason is not None
+    assert f"checked out at {repo}" in result.reason and "a.txt" in result.reason
+    assert head(repo, "main") == old
+    assert (repo / "a.txt").read_text() == "someone is editing\n"
+
+
+def test_ff_only_refuses_when_main_moved_then_sync_fixes_it(repo: Path) -> None:
+    work = new_worktree(repo)
+    commit(work, {"branch.txt": "x\n"})
+    moved = commit(repo, {"main.txt": "y\n"})
+
+    refused = asyncio.run(gitops.ff_only(repo, work, "main"))
+
+    assert not refused.ok
+    assert refused.reason == (
+        f"main moved since the branch was synced (main is at {moved[:12]}); sync again"
+    )
+    assert head(repo, "main") == moved
+
+    assert asyncio.run(gitops.sync(work, "main")).ok
+    merged = asyncio.run(gitops.ff_only(repo, work, "main"))
+    assert merged.ok and merged.head == head(work) == head(repo, "main")
+    assert (repo / "branch.txt").exists()
+
+
+@pytest.mark.parametrize("checked_out", [False, True])
+def test_ff_only_loses_the_race_to_another_writer(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, checked_out: bool
+) -> None:
+    """Main moves between the ancestry check and the write: the CAS must not drop that commit."""
+    if not checked_out:
+        git(repo, "checkout", "-q", "-b", "other")
+    work = new_worktree(repo)
+    tip = commit(work, {"branch.txt": "x\n"})
+    real_git = gitops._git
+    raced: list[str] = []
+
+    async def racing_git(cwd: Path, *args: str, **kw: bool) -> tuple[int, str, str]:
+        if args[0] in ("update-ref", "merge") and "--no-edit" not in args and not raced:
+            if checked_out:
+                raced.append(commit(repo, {"race.txt": "r\n"}))
+            else:
+                racer = git(repo, "commit-tree", "main^{tree}", "-p", "main", "-m", "race")
+                git(repo, "update-ref", "refs/heads/main", racer)
+                raced.append(racer)
+        return await real_git(cwd, *args, **kw)
+
+    monkeypatch.setattr(gitops, "_git", racing_git)
+    result = asyncio.run(gitops.ff_only(repo, work, "main"))
+
+    assert raced, "the write was never attempted"
+    assert not result.ok and result.reason is not None
+    assert result.reason.startswith(
+        f"main moved since the branch was synced (main is at {raced[0][:12]}"
+    )
+    assert head(repo, "main") == raced[0] != tip
+
+
+def test_ff_only_when_main_is_already_the_tip(repo: Path) -> None:
+    work = new_worktree(repo)
+    result = asyncio.run(gitops.ff_only(repo, work, "main"))
+    assert result == gitops.GitResult(ok=True, head=head(repo, "main"))
+
+
+def test_ff_only_git_errors(root: Path, repo: Path) -> None:
+    work = new_worktree(repo)
+    with pytest.raises(GitError, match="no branch"):
+        asyncio.run(gitops.ff_only(repo, work, "trunk"))
+    bare = root / "bare.git"
+    git(root, "init", "-q", "--bare", str(bare))
+    with pytest.raises(GitError, match="bare"):
+        asyncio.run(gitops.ff_only(bare, work, "main"))
+
+
+def test_rev_parse_names_commits_only(repo: Path) -> None:
+    assert asyncio.run(gitops.rev_parse(repo, "main")) == head(repo)
+    assert asyncio.run(gitops.rev_parse(repo, "missing")) is None
+    assert asyncio.run(gitops.rev_parse(repo, "HEAD^{tree}")) is None

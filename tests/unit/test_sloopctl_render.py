@@ -1,0 +1,214 @@
+"""Readable output: every shape the daemon sends renders, unknown fields included."""
+
+from __future__ import annotations
+
+import io
+import re
+from typing import Any
+
+from sloopctl.layout import Cell, colour_enabled, relative, span, table
+from sloopctl.render import render
+
+NOW = 1_800_000_000_000
+MIN = 60_000
+ESC = re.compile(r"\x1b\[")
+
+
+def ticket(n: int, name: str, state: str, **extra: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "id": f"T{n}",
+        "name": name,
+        "title": name.replace("-", " ").title(),
+        "path": f"tickets/{name}.md",
+        "project": "default",
+        "flow": "default",
+        "priority": 0,
+        "state": state,
+        "created_at_ms": NOW - 60 * MIN,
+        "updated_at_ms": NOW - 2 * MIN,
+        "waiting": None,
+    }
+    row.update(extra)
+    return row
+
+
+def run_row(n: int, alias: str, state: str, **extra: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "id": f"R{n}",
+        "alias": alias,
+        "ticket": "T1",
+        "attempt": int(alias.rsplit("#", 1)[1]),
+        "state": state,
+        "terminal": state not in ("claimed", "running"),
+        "started_at_ms": NOW - 5 * MIN,
+        "finished_at_ms": None if state in ("claimed", "running") else NOW - MIN,
+        "reason": None,
+    }
+    row.update(extra)
+    return row
+
+
+DASHBOARD: dict[str, Any] = {
+    "kind": "dashboard",
+    "daemon": {"version": "0.4.0", "pid": 4242, "started_at_ms": NOW - 3 * 3600_000},
+    "gate": {"state": "cooldown", "until_ms": NOW + 20 * MIN, "reason": "rate limit"},
+    "runs": [run_row(7, "fix-login#2", "running", stall={"silent_for_ms": 1_500_000})],
+    "queued_triggers": [
+        {"id": "TR3", "ticket": "T2", "due_at_ms": NOW + 5 * MIN, "created_at_ms": NOW},
+        {"id": "TR4", "ticket": "T3", "due_at_ms": NOW - MIN, "created_at_ms": NOW},
+    ],
+    "queued_activations": [],
+    "tickets": [
+        ticket(1, "fix-login", "running"),
+        ticket(
+            2,
+            "add-search",
+            "ready",
+            waiting={"reason": "scheduled", "message": "trigger due later", "until_ms": NOW},
+        ),
+        ticket(3, "docs", "held", waiting={"reason": "held", "message": "held by operator"}),
+    ],
+    "recent": [run_row(6, "fix-login#1", "failed", reason="stage test failed (exit 2)")],
+    "recent_total": 17,
+    "recent_limit": 10,
+    "next_wake": NOW + 20 * MIN,
+    "some_future_field": {"nested": [1, 2]},
+}
+
+
+def test_dashboard_renders_every_section_without_colour() -> None:
+    out = render("show", DASHBOARD, NOW, colour=False)
+    assert not ESC.search(out)
+    assert out.splitlines()[0].startswith("sloopd 0.4.0 · pid 4242 · up 3h · gate cooldown")
+    assert "gate cooldown (ends in 20m) (rate limit)" in out
+    assert "next wake in 20m" in out
+    for expected in ("R7", "fix-login#2", "running (stalled)", "5m ago"):
+        assert expected in out
+    assert re.search(r"TR3\s+T2 add-search\s+in 5m", out)
+    assert re.search(r"TR4\s+T3 docs\s+now", out)
+    assert "held: held by operator" in out
+    assert "Recent runs (1 of 17)" in out
+    assert "stage test failed (exit 2)" in out
+
+
+def test_table_columns_align_even_with_colour() -> None:
+    rows: list[list[Cell]] = [["T1", ("running", "blue")], ["T10", ("ready", "cyan")]]
+    plain = table(["ID", "STATE"], rows, lambda text, style: text)
+    assert [line.index(s) for line, s in zip(plain[1:], ("running", "ready"), strict=True)] == [
+        5,
+        5,
+    ]
+    coloured = render("show", DASHBOARD, NOW, colour=True)
+    assert ESC.search(coloured)
+    assert ESC.sub("", re.sub(r"\x1b\[[0-9]+m", "", coloured)) == render(
+        "show", DASHBOARD, NOW, colour=False
+    )
+
+
+def test_matches_list_tickets_and_count() -> None:
+    data: dict[str, Any] = {
+        "kind": "matches",
+        "ref": "log",
+        "tickets": [ticket(1, "fix-login", "ready")],
+    }
+    out = render("show", data, NOW, colour=False)
+    assert "T1" in out and "fix-login" in out
+    assert out.splitlines()[-1] == "1 match for 'log'"
+    data["total"] = 3
+    assert render("show", data, NOW, colour=False).endswith("\n1 of 3 matches for 'log'")
+    empty = render("show", {"kind": "matches", "ref": "zzz", "tickets": []}, NOW, False)
+    assert empty == "0 matches for 'zzz'"
+
+
+def test_ticket_and_run_details_render_nested_rows() -> None:
+    stages = [
+        {"stage": "implement", "state": "passed", "attempt": 1, "advisory": False},
+        {"stage": "test", "state": "failed", "attempt": 1, "advisory": False},
+        {"stage": "implement", "state": "passed", "attempt": 2},
+        {"stage": "lint", "state": "failed", "attempt": 1, "advisory": True},
+    ]
+    value = ticket(1, "fix-login", "failed", runs=[run_row(3, "fix-login#1", "failed")])
+    value["runs"][0]["stages"] = stages
+    out = render("show", {"kind": "ticket", "value": value}, NOW, colour=False)
+    assert out.splitlines()[0] == "ticket T1"
+    assert re.search(r"^state\s+failed$", out, re.M)
+    assert "implement✓ test✗ implement#2✓ lint✗" in out
+
+    detail = run_row(3, "fix-login#1", "needs_review", halt="return_budget_exhausted")
+    detail["stages"] = [
+        {
+            "stage": "review",
+            "state": "failed",
+            "attempt": 1,
+            "duration_ms": 95_000,
+            "reviewers": [
+                {"reviewer": 0, "target": "claude", "verdict": "fail", "confidence": None},
+                {"reviewer": 1, "target": "codex", "verdict": "pass", "confidence": "high"},
+            ],
+            "brand_new": "ignored or shown, never fatal",
+        }
+    ]
+    out = render("show", {"kind": "run", "value": detail}, NOW, colour=False)
+    assert "return_budget_exhausted" in out
+    assert re.search(r"review\s+1\s+failed", out)
+    assert "Reviewers of review#1" in out and "codex" in out
+
+
+def test_unknown_kinds_and_fields_are_tolerated() -> None:
+    data = {
+        "kind": "project",
+        "value": {"name": "web", "tickets": [ticket(1, "a", "ready", extra={"x": 1})], "n": 3},
+    }
+    assert "web" in render("show", data, NOW, colour=False)
+    odd = {"kind": "galaxy", "stars": [{"id": 1, "mass": 2.5}], "when_at_ms": NOW - 3000}
+    out = render("show", odd, NOW, colour=False)
+    assert "MASS" in out and "3s ago" in out
+    assert render("show", ["not", "a", "dict"], NOW, colour=False)
+    assert render("brief", {"ticket": {"name": "x"}, "definition_of_done": ["a"]}, NOW, False)
+
+
+def test_post_lines_tell_created_refreshed_and_suppressed() -> None:
+    queued = {
+        "ticket": ticket(3, "fix-login", "ready"),
+        "created": True,
+        "trigger": {"id": "TR7", "ticket": "T3", "due_at_ms": NOW, "created_at_ms": NOW},
+        "trigger_suppressed": None,
+    }
+    assert (
+        render("post", queued, NOW, False) == "T3 fix-login ready · created · trigger TR7 due now"
+    )
+    refused = {
+        "ticket": ticket(3, "fix-login", "merged"),
+        "created": False,
+        "trigger": None,
+        "trigger_suppressed": {"reason": "terminal_ticket", "state": "merged"},
+    }
+    assert render("post", refused, NOW, False) == (
+        "T3 fix-login merged · refreshed · not queued: ticket is merged"
+    )
+    aborted = {"run": run_row(9, "fix-login#2", "aborted", reason="aborted by operator")}
+    assert render("abort", aborted, NOW, False) == "R9 fix-login#2 aborted · aborted by operator"
+
+
+def test_relative_times() -> None:
+    assert relative(NOW - 3000, NOW) == "3s ago"
+    assert relative(NOW + 10 * MIN, NOW) == "in 10m"
+    assert relative(NOW - 2 * 3600_000, NOW) == "2h ago"
+    assert relative(NOW, NOW) == "now"
+    assert relative(None, NOW) == "-"
+    assert span(93_784_000) == "1d2h"
+    assert span(599_900) == "10m"  # --at 10m, read a moment later
+    assert span(59_700) == "1m"
+    assert span(3_599_000) == "1h"
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_colour_only_on_a_tty_without_no_color() -> None:
+    assert colour_enabled(Tty(), {})
+    assert not colour_enabled(Tty(), {"NO_COLOR": "1"})
+    assert colour_enabled(Tty(), {"NO_COLOR": ""})  # no-color.org: empty means unset
+    assert not colour_enabled(io.StringIO(), {})

@@ -1,0 +1,76 @@
+"""--at WHEN: the client turns durations and RFC 3339 times into epoch ms."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from sloopctl.when import parse_duration_ms, parse_rfc3339_ms, parse_when
+
+NOW = 1_800_000_000_000
+
+
+def dec1(hour: int, minute: int) -> int:
+    """Epoch ms of 2026-12-01 at hour:minute UTC."""
+    return int(datetime(2026, 12, 1, hour, minute, tzinfo=UTC).timestamp()) * 1000
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("30s", 30_000),
+        ("10m", 600_000),
+        ("2h", 7_200_000),
+        ("1d", 86_400_000),
+        ("1h30m", 5_400_000),
+        ("1d2h3m4s", 93_784_000),
+        ("0s", 0),
+        ("90M", 5_400_000),
+    ],
+)
+def test_durations_are_relative_to_now(text: str, ms: int) -> None:
+    assert parse_duration_ms(text) == ms
+    assert parse_when(text, now=NOW) == NOW + ms
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("2026-12-01T09:00Z", dec1(9, 0)),
+        ("2026-12-01T09:00:00Z", dec1(9, 0)),
+        ("2026-12-01T09:00:00+01:00", dec1(8, 0)),
+        ("2026-12-01T09:00-02:30", dec1(11, 30)),
+        ("2026-12-01t09:00:00z", dec1(9, 0)),
+        ("2026-12-01 09:00:00Z", dec1(9, 0)),
+        ("2026-12-01T09:00:00.250Z", dec1(9, 0) + 250),
+    ],
+)
+def test_rfc3339_times_are_absolute(text: str, ms: int) -> None:
+    assert parse_rfc3339_ms(text) == ms
+    assert parse_when(text, now=NOW) == ms
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "soon",
+        "10",
+        "m10",
+        "10x",
+        "30m1h",  # units out of order
+        "1h 30m",
+        "-5m",
+        "2026-12-01",  # a date is not a time
+        "2026-12-01T09:00",  # no offset: the host's zone would be a guess
+        "2026-13-01T09:00Z",
+        "2026-02-30T09:00Z",
+        "2026-12-01T25:00Z",
+        "2026-12-01T09:00+24:00",
+        "1969-12-31T23:59Z",
+    ],
+)
+def test_bad_when_is_rejected_with_a_reason(text: str) -> None:
+    with pytest.raises(ValueError, match=r"\S"):
+        parse_when(text, now=NOW)
