@@ -18,6 +18,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -271,6 +272,8 @@ class Child:
             splitter.close()
             self._close_pipe(name)
         self._pipes.clear()
+        if not self._drained.done():
+            self._drained.set_result(None)
 
     def _poll_exit(self) -> None:
         code = self._popen.poll()  # reaps; from here on the pid may be reused
@@ -330,7 +333,10 @@ class ProcessGroups:
             where = exc.filename or argv[0]
             raise ChildSpawnError(f"cannot start {argv[0]}: {exc.strerror}: {where}") from exc
         record["pid"] = record["pgid"] = popen.pid
-        self._write(record)
+        try:
+            self._write(record)
+        except OSError as exc:  # the marker-only record still lets a restart find it
+            log.warning("cannot record group %d: %s", popen.pid, exc)
         child = Child(popen, marker, self.grace_seconds, on_line)
         self._children[marker] = child
         return child
@@ -361,10 +367,8 @@ class ProcessGroups:
                 log.warning("removing unreadable group record %s", path)
             elif record["marker"] in self._children:
                 continue  # started by this daemon and still live: not a leftover
-            else:
+            else:  # not our child any more: only marked members can vouch for the group id
                 pgid = record.get("pgid")
-                # leader_unreaped=False: we are not its parent, so only marked members
-                # can vouch for the group id.
                 pgid = pgid if isinstance(pgid, int) else None
                 killed += _signal_group(pgid, record["marker"], signal.SIGKILL, False)
             with suppress(IsADirectoryError):
@@ -372,6 +376,10 @@ class ProcessGroups:
         if killed:
             log.warning("killed %d leftover processes from a previous run: %s", len(killed), killed)
         return killed
+
+    def leader_pids(self) -> set[int]:
+        """Pids this object waits for itself (nobody else may reap them)."""
+        return {child.pid for child in self._children.values()}
 
     def live(self) -> list[dict[str, Any]]:
         """The recorded live groups, oldest first (unreadable records are skipped)."""
@@ -397,10 +405,4 @@ def _read(path: Path) -> dict[str, Any] | None:
     if not isinstance(record, dict):
         return None
     marker = record.get("marker")
-    if not isinstance(marker, str) or len(marker) != 32:
-        return None
-    try:
-        int(marker, 16)
-    except ValueError:
-        return None
-    return record
+    return record if isinstance(marker, str) and re.fullmatch("[0-9a-f]{32}", marker) else None

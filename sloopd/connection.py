@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections import deque
 from collections.abc import Callable
 from typing import cast
@@ -22,8 +23,16 @@ LineHandler = Callable[[bytes], Reply]
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, handle_line: LineHandler, on_close: Callable[[Connection], None]) -> None:
+    def __init__(
+        self,
+        handle_line: LineHandler,
+        on_close: Callable[[Connection], None],
+        admit: Callable[[socket.socket], bool] | None = None,
+        refuse_line: LineHandler | None = None,
+    ) -> None:
         self._handle_line = handle_line
+        self._admit = admit
+        self._refuse_line = refuse_line
         self._on_close = on_close
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
@@ -35,6 +44,11 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self._transport = cast(asyncio.Transport, transport)
+        if self._admit is not None and self._refuse_line is not None:
+            sock = transport.get_extra_info("socket")
+            if sock is not None and not self._admit(sock):
+                # Answer (structured) instead of hanging up, so the refusal is legible.
+                self._handle_line = self._refuse_line
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer

@@ -44,10 +44,11 @@ OVERLONG_LINE = ProtocolError(
 
 
 class Dispatcher:
-    """Routes operator-socket requests to the daemon's verb handlers."""
+    """Envelope checks and error mapping shared by both sockets.
 
-    def __init__(self, handlers: Mapping[str, Handler]) -> None:
-        self._handlers = handlers
+    Subclasses decide authority and call the verb: ``_call`` gets a parsed
+    envelope and returns the verb's data, or an awaitable of it.
+    """
 
     def handle_line(self, line: bytes) -> Reply:
         try:
@@ -59,17 +60,7 @@ class Dispatcher:
             )
         request_id = api.readable_id(message)
         try:
-            request = api.parse_envelope(message)
-            self._authorize(request)
-            args = request.verb.parse(request.args)
-            handler = self._handlers.get(request.verb.name)
-            if handler is None:
-                raise ProtocolError(
-                    ErrorCode.UNKNOWN_VERB,
-                    f"verb '{request.verb.name}' is not served by this daemon",
-                    {"verbs": sorted(self._handlers)},
-                )
-            result = handler(args)
+            result = self._call(api.parse_envelope(message))
         except ProtocolError as err:
             return error_line(request_id, err)
         except Exception:
@@ -78,6 +69,9 @@ class Dispatcher:
         if isinstance(result, Awaitable):
             return self._finish(request_id, result)
         return _encode_ok(request_id, result)
+
+    def _call(self, request: api.Request) -> Result:
+        raise NotImplementedError
 
     async def _finish(self, request_id: api.RequestId, pending: Awaitable[Any]) -> bytes:
         try:
@@ -89,14 +83,42 @@ class Dispatcher:
             return error_line(request_id, _internal())
         return _encode_ok(request_id, data)
 
-    def _authorize(self, request: api.Request) -> None:
-        # The operator socket grants authority by transport; a token here
-        # means a worker is knocking on the wrong door.
+
+class OperatorDispatcher(Dispatcher):
+    """The operator socket: authority by transport, every operator verb."""
+
+    def __init__(self, handlers: Mapping[str, Handler]) -> None:
+        self._handlers = handlers
+
+    def _call(self, request: api.Request) -> Result:
+        # A token here means a worker is knocking on the wrong door.
         if request.token is not None or not request.verb.operator:
             raise ProtocolError(
                 ErrorCode.UNAUTHORIZED,
                 "worker tokens and worker verbs are not accepted on the operator socket",
             )
+        args = request.verb.parse(request.args)
+        handler = self._handlers.get(request.verb.name)
+        if handler is None:
+            raise ProtocolError(
+                ErrorCode.UNKNOWN_VERB,
+                f"verb '{request.verb.name}' is not served by this daemon",
+                {"verbs": sorted(self._handlers)},
+            )
+        return handler(args)
+
+
+REFUSED_PEER = ProtocolError(
+    ErrorCode.UNAUTHORIZED,
+    "this connection comes from inside a run; agents use their worker socket",
+)
+
+
+class RefusingDispatcher(Dispatcher):
+    """For a peer that descends from a run's child: every request is unauthorized."""
+
+    def _call(self, request: api.Request) -> Result:
+        raise REFUSED_PEER
 
 
 def _encode_ok(request_id: api.RequestId, data: Any) -> bytes:

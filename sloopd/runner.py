@@ -24,7 +24,9 @@ from sloopd.daemon import Daemon
 from sloopd.explain import agent_exit_code, run_reason
 from sloopd.flow import Flow, Stage
 from sloopd.logsink import LogSink
-from sloopd.store import Store, Transaction
+from sloopd.stagelog import append_step, read_log
+from sloopd.store import Store
+from sloopd.worker import Credentials, WorkerDispatcher, WorkerSockets, WorkerVerbs
 
 log = logging.getLogger(__name__)
 
@@ -68,36 +70,6 @@ class RunFacts:
     flow: Flow
 
 
-def read_log(store: Store, run_id: str) -> list[walk.LogRow]:
-    return [
-        walk.LogRow(seq, kind, stage, attempt, seat, at, orjson.loads(data))
-        for seq, kind, stage, attempt, seat, at, data in store.all("stage_log_for_run", (run_id,))
-    ]
-
-
-def append_step(
-    tx: Transaction,
-    run_id: str,
-    kind: str,
-    stage: str | None = None,
-    attempt: int | None = None,
-    seat: int | None = None,
-    data: dict[str, Any] | None = None,
-) -> None:
-    tx.run(
-        "stage_log_append",
-        {
-            "run": run_id,
-            "kind": kind,
-            "stage": stage,
-            "attempt": attempt,
-            "seat": seat,
-            "at": now_ms(),
-            "data": orjson.dumps(data or {}).decode(),
-        },
-    )
-
-
 class RunManager:
     """Starts, drives, aborts and settles runs; the scheduler hands it claims."""
 
@@ -108,6 +80,26 @@ class RunManager:
         self.active = daemon.active_runs
         self._merge_lock = asyncio.Lock()  # merges are serialised across runs
         self.on_settled: list[Any] = []
+        self.credentials = Credentials()
+        self.worker_sockets = WorkerSockets(
+            daemon.layout.worker_socket_dir,
+            lambda run: WorkerDispatcher(run, self.credentials, WorkerVerbs(self).handlers()),
+        )
+
+    def read_log(self, run_id: str) -> list[walk.LogRow]:
+        return read_log(self.store, run_id)
+
+    def append_steps(
+        self,
+        run_id: str,
+        kind: str,
+        stage: str | None = None,
+        attempt: int | None = None,
+        seat: int | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        with self.store.writer.transaction() as tx:
+            append_step(tx, run_id, kind, stage, attempt, seat, data)
 
     @property
     def store(self) -> Store:
@@ -138,7 +130,13 @@ class RunManager:
         run_id = active.run_id
         try:
             facts = self.facts(run_id)
-            await self._prepare(active, facts)
+            try:
+                await self._prepare(active, facts)
+            except gitops.GitError as exc:
+                self._settle(
+                    run_id, "failed", None, f"the run's worktree could not be created: {exc}"
+                )
+                return
             while not await self._step(active, facts):
                 pass
             if self.store.one("run_state", (run_id,)) == ("merged",):
@@ -153,6 +151,8 @@ class RunManager:
                     f"the daemon failed to drive the run: {exc.__class__.__name__}: {exc}",
                 )
         finally:
+            self.credentials.revoke(run_id)
+            await self.worker_sockets.close(run_id)
             self.active.pop(run_id, None)
             self.sink.forget(run_id)
             for callback in self.on_settled:
@@ -165,6 +165,7 @@ class RunManager:
             with self.store.writer.transaction() as tx:
                 tx.run("run_clear_worktree", (old_id,))
         facts.worktree.parent.mkdir(parents=True, exist_ok=True)
+        await self.worker_sockets.open(facts.run_id)
         await gitops.create_worktree(
             repo, facts.worktree, facts.branch, self.daemon.config.repo.main
         )
@@ -282,38 +283,96 @@ class RunManager:
     async def _run_child(
         self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
     ) -> dict[str, Any]:
-        prompt_file = self._write_prompt(facts, stage, attempt)
-        prompt = prompt_file.read_text(encoding="utf-8")
+        if stage.result_check == "panel":
+            return await self._run_panel(active, facts, stage, attempt)
         base = stage.command or (
             self.daemon.config.agent.command if stage.action == "agent" else ()
         )
-        argv = [part.replace("{prompt}", prompt) for part in base]
-        env = self._child_env(facts, stage, attempt, prompt_file)
-
-        def on_line(stream: str, text: str, split: bool) -> None:
-            self.sink.append(facts.run_id, stage.name, attempt, stream, text, split)
-
-        try:
-            child = await self.groups.spawn(
-                argv,
-                cwd=facts.worktree,
-                env=env,
-                owner=f"{facts.run_id}/{stage.name}#{attempt}",
-                on_line=on_line,
-            )
-        except ChildSpawnError as exc:
+        code = await self._spawn_and_wait(active, facts, stage, attempt, None, base)
+        if code is None or isinstance(code, str):
             return {
                 "passed": False,
                 "exit_code": None,
                 "verdict_source": "exit_code",
-                "reason": str(exc),
+                "reason": code or "cancelled",
             }
-        active.child = child
-        if active.cancel_reason is not None:
-            await child.stop()
-        code = await child.wait()
-        await self.groups.reap_leftovers(child)
         return self._judge(facts, stage, attempt, code)
+
+    async def _spawn_and_wait(
+        self,
+        active: ActiveRun,
+        facts: RunFacts,
+        stage: Stage,
+        attempt: int,
+        seat: int | None,
+        base: tuple[str, ...],
+    ) -> int | str | None:
+        """Run one child under a fresh credential; its exit code, or why it never ran."""
+        prompt_file = self._write_prompt(facts, stage, attempt)
+        prompt = prompt_file.read_text(encoding="utf-8")
+        argv = [part.replace("{prompt}", prompt) for part in base]
+        credential = self.credentials.mint(facts.run_id, stage.name, attempt, seat)
+        env = self._child_env(facts, stage, attempt, prompt_file)
+        env.update(
+            SLOOP_SOCKET=str(self.worker_sockets.path(facts.run_id)), SLOOP_TOKEN=credential.token
+        )
+
+        def on_line(stream: str, text: str, split: bool) -> None:
+            self.sink.append(facts.run_id, stage.name, attempt, stream, text, split)
+
+        owner = f"{facts.run_id}/{stage.name}#{attempt}" + (
+            f"/seat{seat}" if seat is not None else ""
+        )
+        try:
+            child = await self.groups.spawn(
+                argv, cwd=facts.worktree, env=env, owner=owner, on_line=on_line
+            )
+        except ChildSpawnError as exc:
+            self.credentials.revoke(facts.run_id, credential)
+            return str(exc)
+        active.child = child
+        try:
+            if active.cancel_reason is not None:
+                await child.stop()
+            code = await child.wait()
+            await self.groups.reap_leftovers(child)
+        finally:
+            self.credentials.revoke(facts.run_id, credential)
+            active.child = None
+        return code
+
+    async def _run_panel(
+        self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
+    ) -> dict[str, Any]:
+        """Seats one after another, each with its own credential; passes ≥ quorum."""
+        for seat, reviewer in enumerate(stage.reviewers):
+            if active.cancel_reason is not None:
+                break
+            self.append_steps(
+                facts.run_id,
+                walk.SEAT_STARTED,
+                stage.name,
+                attempt,
+                seat,
+                {"target": reviewer.target},
+            )
+            code = await self._spawn_and_wait(active, facts, stage, attempt, seat, reviewer.command)
+            result: dict[str, Any] = {"exit_code": code if isinstance(code, int) else None}
+            if isinstance(code, str):
+                result["error"] = code
+            self.append_steps(facts.run_id, walk.SEAT_FINISHED, stage.name, attempt, seat, result)
+        state = walk.replay(facts.flow, self.read_log(facts.run_id))
+        current = state.current
+        seats = current.seats if current is not None else {}
+        passes = sum(1 for s in seats.values() if s["verdict"] == "pass")
+        total = len(stage.reviewers)
+        passed = passes >= stage.quorum and len(seats) == total
+        return {
+            "passed": passed,
+            "exit_code": None,
+            "verdict_source": "panel",
+            "reason": f"{passes} of {total} reviewers passed (quorum {stage.quorum})",
+        }
 
     def _judge(self, facts: RunFacts, stage: Stage, attempt: int, code: int) -> dict[str, Any]:
         """The stage's result check applied to what the child did."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -13,7 +13,10 @@ from sloopd.clock import now_ms
 from sloopd.daemon import Daemon
 from sloopd.explain import agent_exit_code
 from sloopd.flow import Flow
-from sloopd.runner import ActiveRun, read_log
+from sloopd.stagelog import read_log
+
+if TYPE_CHECKING:
+    from sloopd.runner import ActiveRun
 
 
 def run_detail(daemon: Daemon, run_id: str, active: ActiveRun | None) -> dict[str, Any]:

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import orjson
 
-from sloopd import api, config, paths
+from sloopd import api, config, paths, peers
 from sloopd.children import ProcessGroups
 from sloopd.connection import Connection
 from sloopd.daemon import Daemon
-from sloopd.dispatch import Dispatcher
+from sloopd.dispatch import Dispatcher, OperatorDispatcher, RefusingDispatcher
 from sloopd.logsink import LogSink
 from sloopd.notify import Notifier
 from sloopd.runner import RunManager
@@ -30,6 +30,7 @@ from sloopd.scheduler import Scheduler
 from sloopd.store import Store, StoreLock, StoreTooNew
 from sloopd.verbs import operator_handlers, refused_handlers
 
+ORPHAN_REAP_SECONDS = 1.0
 STOPPED_REASON = "the daemon stopped while the run was in flight"
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class Server:
         self._groups: ProcessGroups | None = None
         self._sink: LogSink | None = None
         self._scheduler_task: asyncio.Task[None] | None = None
+        self._reaper_task: asyncio.Task[None] | None = None
 
     def run(self) -> int:
         import uvloop
@@ -111,7 +113,9 @@ class Server:
         if store is not None:
             self.daemon.append_event("daemon_started", data={"pid": os.getpid()})
         if scheduler is not None:
-            self._scheduler_task = asyncio.get_running_loop().create_task(scheduler.loop())
+            loop = asyncio.get_running_loop()
+            self._scheduler_task = loop.create_task(scheduler.loop())
+            self._reaper_task = loop.create_task(self._reap_orphans())
         self._install_signals()
         print(layout.operator_socket, flush=True)
         log.info(
@@ -123,6 +127,7 @@ class Server:
     def _reconcile(self) -> Scheduler:
         """After a crash: kill what the last daemon left, settle its runs in flight."""
         assert self.daemon is not None and self.daemon.store is not None
+        peers.become_subreaper()
         self._groups = ProcessGroups(self.layout.state_dir / "groups")
         killed = self._groups.kill_recorded_leftovers()
         if killed:
@@ -139,6 +144,14 @@ class Server:
         self.daemon.poke = scheduler.poke
         return scheduler
 
+    async def _reap_orphans(self) -> None:
+        """As a subreaper we inherit agents' orphans; collect them when they exit."""
+        groups = self._groups
+        assert groups is not None
+        while True:
+            await asyncio.sleep(ORPHAN_REAP_SECONDS)
+            peers.reap_adopted_orphans(groups.leader_pids)
+
     async def _listen(self) -> None:
         assert self.daemon is not None
         path = self.layout.operator_socket
@@ -150,14 +163,22 @@ class Server:
             if _answers(path):
                 raise StartupError(f"another daemon already answers on {path}")
             path.unlink()  # stale: we hold the store lock, nobody else serves it
+        dispatcher: Dispatcher
         if self.runs is None:
-            dispatcher = Dispatcher(refused_handlers(self.daemon))
+            dispatcher = OperatorDispatcher(refused_handlers(self.daemon))
         else:
-            dispatcher = Dispatcher(operator_handlers(self.daemon, self.runs))
+            dispatcher = OperatorDispatcher(operator_handlers(self.daemon, self.runs))
         loop = asyncio.get_running_loop()
 
+        refusing = RefusingDispatcher()
+
         def factory() -> Connection:
-            conn = Connection(dispatcher.handle_line, self._connections.discard)
+            conn = Connection(
+                dispatcher.handle_line,
+                self._connections.discard,
+                admit=peers.admit_operator_peer,
+                refuse_line=refusing.handle_line,
+            )
             self._connections.add(conn)
             return conn
 
@@ -221,10 +242,11 @@ class Server:
                 self.layout.operator_socket.unlink()
         with contextlib.suppress(FileNotFoundError):
             self.layout.daemon_info.unlink()
-        if self._scheduler_task is not None:
-            self._scheduler_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._scheduler_task
+        for task in (self._scheduler_task, self._reaper_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self.runs is not None:
             await self.runs.stop_all(STOPPED_REASON)
         if self._groups is not None:

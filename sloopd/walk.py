@@ -22,6 +22,7 @@ SEAT_FINISHED = "seat_finished"
 VERDICT = "verdict"
 RETURNED = "returned"
 HALTED = "halted"
+NOTE = "note"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,7 @@ class Walk:
     halt: str | None = None  # fail_action | return_budget_exhausted | corrupt_log
     corrupt: str | None = None
     settled: dict[str, Any] | None = None  # the halted row's data, once written
+    notes: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def current(self) -> Execution | None:
@@ -136,11 +138,43 @@ def _running(walk: Walk, row: LogRow) -> Execution:
     return current
 
 
+def _sitting_seat(current: Execution, row: LogRow) -> dict[str, Any]:
+    seat = current.seats.get(row.seat if row.seat is not None else -1)
+    if seat is None or seat["done"]:
+        raise CorruptLog(f"row {row.seq} ({row.kind}) names seat {row.seat}, which is not sitting")
+    return seat
+
+
 def _on_verdict(walk: Walk, row: LogRow) -> None:
     current = _running(walk, row)
+    if row.seat is not None:
+        seat = _sitting_seat(current, row)
+        if seat["verdict"] is not None:
+            raise CorruptLog(f"row {row.seq} reports twice for seat {row.seat}")
+        seat.update(
+            verdict=row.data.get("verdict"),
+            confidence=row.data.get("confidence"),
+            reason=row.data.get("reason"),
+        )
+        return
     if current.stage.result_check != "reported" or current.verdict is not None:
         raise CorruptLog(f"row {row.seq} reports a verdict '{row.stage}' cannot take")
     current.verdict = dict(row.data)
+
+
+def _on_note(walk: Walk, row: LogRow) -> None:
+    current = _running(walk, row)
+    if row.seat is not None:
+        _sitting_seat(current, row)
+    walk.notes.append(
+        {
+            "stage": row.stage,
+            "attempt": row.attempt,
+            "reviewer": row.seat,
+            "at_ms": row.at_ms,
+            "text": row.data.get("text"),
+        }
+    )
 
 
 def _on_seat_started(walk: Walk, row: LogRow) -> None:
@@ -152,6 +186,7 @@ def _on_seat_started(walk: Walk, row: LogRow) -> None:
         or seat in current.seats
         or seat != len(current.seats)
         or seat >= len(current.stage.reviewers)
+        or any(not s["done"] for s in current.seats.values())
     ):
         raise CorruptLog(f"row {row.seq} starts seat {seat} out of order")
     reviewer = current.stage.reviewers[seat]
@@ -166,20 +201,17 @@ def _on_seat_started(walk: Walk, row: LogRow) -> None:
 
 
 def _on_seat_finished(walk: Walk, row: LogRow) -> None:
-    current = _running(walk, row)
-    seat = current.seats.get(row.seat if row.seat is not None else -1)
-    if seat is None or seat["done"]:
-        raise CorruptLog(f"row {row.seq} finishes seat {row.seat}, which is not sitting")
-    seat.update(
-        verdict=row.data.get("verdict", "fail"),
-        confidence=row.data.get("confidence"),
-        reason=row.data.get("reason"),
-        done=True,
-    )
+    seat = _sitting_seat(_running(walk, row), row)
+    # A seat that never reported is the fail the quorum counts, with no confidence.
+    if seat["verdict"] is None:
+        seat["verdict"] = "fail"
+    seat["done"] = True
 
 
 def _on_finished(walk: Walk, row: LogRow) -> None:
     current = _running(walk, row)
+    if any(not seat["done"] for seat in current.seats.values()):
+        raise CorruptLog(f"row {row.seq} finishes '{row.stage}' while a seat still sits")
     data = row.data
     passed = data.get("passed")
     if not isinstance(passed, bool):
@@ -250,4 +282,5 @@ _HANDLERS = {
     VERDICT: _on_verdict,
     RETURNED: _on_returned,
     HALTED: _on_halted,
+    NOTE: _on_note,
 }

@@ -1,0 +1,123 @@
+"""Who is on the other end of the operator socket, and orphans we adopted.
+
+An agent must not reach operator authority, not even as the same user.  The
+daemon makes itself a child subreaper, so every descendant of a run's child
+(double-forked or not) stays in the daemon's process tree; a peer whose
+ancestry passes through a direct child of the daemon is therefore inside a
+run.  Legitimate clients (sloopctl, CI, dashboards) never descend from the
+daemon.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import socket
+import struct
+from collections.abc import Callable
+
+from sloopd.children import MARKER_VAR
+
+log = logging.getLogger(__name__)
+
+PR_SET_CHILD_SUBREAPER = 36
+_MAX_DEPTH = 256
+
+
+def become_subreaper() -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+    except (OSError, AttributeError) as exc:
+        log.warning(
+            "cannot become a child subreaper (%s); double-forked agent processes "
+            "may escape the operator-socket check",
+            exc,
+        )
+        return False
+    return True
+
+
+def peer_pid(sock: socket.socket) -> int | None:
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    pid, _uid, _gid = struct.unpack("3i", creds)
+    return pid or None
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, ppid, pgrp) of a process, None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: split after the last ')'.
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    return fields[0].decode(), int(fields[1]), int(fields[2])
+
+
+def _carries_marker(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            return (MARKER_VAR.encode() + b"=") in handle.read()
+    except OSError:
+        return False
+
+
+def inside_a_run(pid: int, daemon_pid: int | None = None) -> bool:
+    """True when ``pid`` descends from a child of this daemon or carries a run's marker."""
+    daemon_pid = daemon_pid or os.getpid()
+    current = pid
+    for _ in range(_MAX_DEPTH):
+        if current == daemon_pid:
+            return False
+        if _carries_marker(current):
+            return True
+        stat = _stat(current)
+        if stat is None:
+            return False
+        parent = stat[1]
+        if parent == daemon_pid:
+            return True  # a direct child of the daemon, or an orphan it adopted
+        if parent <= 1:
+            return False
+        current = parent
+    return False
+
+
+def admit_operator_peer(sock: socket.socket) -> bool:
+    pid = peer_pid(sock)
+    return pid is None or not inside_a_run(pid)
+
+
+def reap_adopted_orphans(tracked: Callable[[], set[int]]) -> int:
+    """Collect zombies the subreaper inherited; never a child someone else waits for.
+
+    Our own tools (git) share the daemon's process group and are waited for by
+    the event loop; run children lead their own groups and are waited for by
+    ProcessGroups (``tracked``).  Anything else that is our zombie was adopted.
+    """
+    me = os.getpid()
+    own_group = os.getpgrp()
+    reaped = 0
+    watched = tracked()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        stat = _stat(pid)
+        if stat is None or stat[1] != me or stat[0] != "Z":
+            continue
+        if stat[2] == own_group or pid in watched:
+            continue
+        try:
+            os.waitpid(pid, os.WNOHANG)
+            reaped += 1
+        except ChildProcessError:
+            pass
+    return reaped
