@@ -10,11 +10,15 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import apsw
 import orjson
+
+from sloopd.store import db
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,9 +30,18 @@ def short_tmpdir(prefix: str = "sl") -> Path:
 
 def git(repo: Path, *args: str) -> str:
     done = subprocess.run(
-        ["git", *args], cwd=repo, capture_output=True, text=True, check=True,
-        env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-             "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"},
+        ["git", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={
+            **os.environ,
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+        },
     )
     return done.stdout.strip()
 
@@ -68,11 +81,27 @@ class Client:
         result: dict[str, Any] = orjson.loads(line)
         return result
 
-    def call(self, verb: str, args: dict[str, Any] | None = None,
-             token: str | None = None) -> dict[str, Any]:
+    def read_raw(self) -> bytes:
+        """The next raw line (b"" once the daemon closed the connection)."""
+        line: bytes = self._reader.readline()
+        return line
+
+    def request(self, message: Any) -> dict[str, Any]:
+        """Send any JSON value as one line and return the one response."""
+        self.send_raw(orjson.dumps(message) + b"\n")
+        return self.read()
+
+    def call(
+        self, verb: str, args: dict[str, Any] | None = None, token: str | None = None
+    ) -> dict[str, Any]:
         self._next_id += 1
-        request = {"v": 1, "id": f"t{self._next_id}", "verb": verb, "args": args or {},
-                   "token": token}
+        request = {
+            "v": 1,
+            "id": f"t{self._next_id}",
+            "verb": verb,
+            "args": args or {},
+            "token": token,
+        }
         self.send_raw(orjson.dumps(request) + b"\n")
         response = self.read()
         assert response["id"] == request["id"], response
@@ -83,8 +112,9 @@ class Client:
         assert response["ok"] is True, response
         return response["data"]
 
-    def error(self, verb: str, args: dict[str, Any] | None = None,
-              token: str | None = None) -> dict[str, Any]:
+    def error(
+        self, verb: str, args: dict[str, Any] | None = None, token: str | None = None
+    ) -> dict[str, Any]:
         response = self.call(verb, args, token)
         assert response["ok"] is False, response
         assert set(response) == {"id", "ok", "error"}, response
@@ -99,7 +129,13 @@ class Client:
 
 @dataclass
 class DaemonProcess:
-    """A ``sloopd serve`` subprocess on a repository, with short paths."""
+    """A ``sloopd serve`` subprocess on a repository, with short paths.
+
+    With ``pass_dirs`` false the daemon is started without ``--state-dir`` and
+    ``--socket-dir`` (and without ``--repo`` when ``cwd`` is given), so it picks
+    its defaults; ``state_dir``/``socket_dir`` then say where the test expects
+    them.  ``unset_env`` names variables removed from the daemon's environment.
+    """
 
     repo: Path
     state_dir: Path
@@ -108,16 +144,35 @@ class DaemonProcess:
     proc: subprocess.Popen[bytes] | None = None
     socket: Path | None = None
     clients: list[Client] = field(default_factory=list)
+    pass_dirs: bool = True
+    cwd: Path | None = None
+    unset_env: tuple[str, ...] = ()
+    log_file: Path | None = None
 
-    def start(self, timeout: float = 15.0) -> DaemonProcess:
+    def command(self) -> list[str]:
+        argv = [sys.executable, "-m", "sloopd", "serve"]
+        if self.cwd is None:
+            argv += ["--repo", str(self.repo)]
+        if self.pass_dirs:
+            argv += ["--state-dir", str(self.state_dir), "--socket-dir", str(self.socket_dir)]
+        return argv
+
+    def environment(self) -> dict[str, str]:
         env = {**os.environ, **self.extra_env, "PYTHONUNBUFFERED": "1"}
         if "NOTIFY_SOCKET" not in self.extra_env:
             env.pop("NOTIFY_SOCKET", None)
+        for name in self.unset_env:
+            env.pop(name, None)
+        return env
+
+    def start(self, timeout: float = 15.0) -> DaemonProcess:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "sloopd", "serve", "--repo", str(self.repo),
-                 "--state-dir", str(self.state_dir), "--socket-dir", str(self.socket_dir)],
-                stdout=subprocess.PIPE, stderr=log, env=env, cwd=self.repo,
+                self.command(),
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=self.environment(),
+                cwd=self.cwd or self.repo,
             )
         assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout
@@ -132,9 +187,25 @@ class DaemonProcess:
         assert self.alive(), self.log()
         return self
 
+    def run_to_exit(self, timeout: float = 15.0) -> tuple[int, str, str]:
+        """Start a daemon expected to exit by itself: (exit code, stdout, its log)."""
+        before = len(self.log().encode())
+        with open(self.log_path, "ab") as log:
+            done = subprocess.run(
+                self.command(),
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=self.environment(),
+                cwd=self.cwd or self.repo,
+                timeout=timeout,
+                check=False,
+            )
+        logged = self.log_path.read_bytes()[before:].decode(errors="replace")
+        return done.returncode, done.stdout.decode(errors="replace"), logged
+
     @property
     def log_path(self) -> Path:
-        return self.state_dir.parent / "daemon.log"
+        return self.log_file or self.state_dir.parent / "daemon.log"
 
     def log(self) -> str:
         try:
@@ -181,8 +252,9 @@ class DaemonProcess:
 
 
 def new_daemon(root: Path, repo: Path, **env: str) -> DaemonProcess:
-    return DaemonProcess(repo=repo, state_dir=root / "state", socket_dir=root / "s",
-                         extra_env=dict(env))
+    return DaemonProcess(
+        repo=repo, state_dir=root / "state", socket_dir=root / "s", extra_env=dict(env)
+    )
 
 
 def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02) -> Any:
@@ -200,3 +272,57 @@ def iter_lines(data: bytes) -> Iterator[dict[str, Any]]:
     for line in data.splitlines():
         if line.strip():
             yield orjson.loads(line)
+
+
+# --- the offline side: sloopd's maintenance commands and store fixtures ----------
+
+
+def sloopd(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 60.0
+) -> subprocess.CompletedProcess[str]:
+    """Run ``sloopd ARGS`` to completion (stdout and stderr captured as text)."""
+    environ = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "sloopd", *args],
+        cwd=cwd or REPO_ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@contextmanager
+def store_readonly(state_dir: Path) -> Iterator[apsw.Connection]:
+    """A read-only connection on a stopped daemon's store, through the store package."""
+    conn = db.open_database_readonly(state_dir / db.STORE_FILE)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@contextmanager
+def store_writable(path: Path) -> Iterator[apsw.Connection]:
+    """A test fixture's own read-write connection (never while a daemon runs)."""
+    conn = apsw.Connection(str(path))
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def query(state_dir: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    with store_readonly(state_dir) as conn:
+        return [tuple(row) for row in conn.execute(sql, params)]
+
+
+def count_events(state_dir: Path, kind: str) -> int:
+    rows = query(state_dir, "SELECT count(*) FROM events WHERE kind = ?", (kind,))
+    return int(rows[0][0])
+
+
+def set_user_version(state_dir: Path, version: int) -> None:
+    with store_writable(state_dir / db.STORE_FILE) as conn:
+        conn.execute(f"PRAGMA user_version = {int(version)}")

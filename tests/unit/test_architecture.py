@@ -1,0 +1,235 @@
+"""DESIGN "Architecture rules", checked on the source: who may import what.
+
+1. Only the store package opens database connections: no module outside
+   ``sloopd/store`` imports ``apsw`` or ``sqlite3``.
+3. One schema for every client: ``sloopctl`` imports nothing from the daemon
+   but ``sloopd.api``, and ``sloopd.api`` imports nothing else from ``sloopd``.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DATABASE_MODULES = frozenset({"apsw", "sqlite3"})
+CLIENT_MAY_IMPORT = frozenset({"sloopd", "sloopd.api"})
+
+
+@dataclass(frozen=True, slots=True)
+class Import:
+    module: str  # absolute dotted name
+    line: int
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_module(dotted: str, root: Path) -> bool:
+    base = root.joinpath(*dotted.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def imports_of(source: str, name: str, is_package: bool, root: Path = ROOT) -> Iterator[Import]:
+    """Every module a source file imports, relative imports made absolute.
+
+    ``from pkg import name`` counts as importing ``pkg.name`` when that is a
+    module, else ``pkg``.  ``importlib.import_module("x")`` and
+    ``__import__("x")`` with a literal name count too.
+    """
+    package = name if is_package else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(alias.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            else:
+                base = node.module or ""
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                yield Import(candidate if _is_module(candidate, root) else base, node.lineno)
+        elif isinstance(node, ast.Call) and _dynamic_import(node):
+            first = node.args[0]
+            assert isinstance(first, ast.Constant) and isinstance(first.value, str)
+            yield Import(first.value, node.lineno)
+
+
+def _dynamic_import(node: ast.Call) -> bool:
+    func = node.func
+    named = (isinstance(func, ast.Name) and func.id in {"__import__", "import_module"}) or (
+        isinstance(func, ast.Attribute) and func.attr == "import_module"
+    )
+    return (
+        named
+        and bool(node.args)
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    )
+
+
+def source_files(package: str) -> list[Path]:
+    files = sorted((ROOT / package).rglob("*.py"))
+    assert files, f"no Python files found under {package}/"
+    return files
+
+
+def file_imports(path: Path, root: Path = ROOT) -> list[Import]:
+    source = path.read_text(encoding="utf-8")
+    return list(imports_of(source, module_name(path, root), path.name == "__init__.py", root))
+
+
+def top(module: str) -> str:
+    return module.split(".")[0]
+
+
+def under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+# --- the rules ---------------------------------------------------------------------
+
+
+def database_imports_outside_store(files: list[Path], root: Path = ROOT) -> list[str]:
+    found = []
+    for path in files:
+        if under(module_name(path, root), "sloopd.store"):
+            continue
+        for imp in file_imports(path, root):
+            if top(imp.module) in DATABASE_MODULES:
+                found.append(f"{path.relative_to(root)}:{imp.line} imports {imp.module}")
+    return found
+
+
+def daemon_imports_in_client(files: list[Path], root: Path = ROOT) -> list[str]:
+    found = []
+    for path in files:
+        for imp in file_imports(path, root):
+            if top(imp.module) == "sloopd" and imp.module not in CLIENT_MAY_IMPORT:
+                found.append(f"{path.relative_to(root)}:{imp.line} imports {imp.module}")
+    return found
+
+
+def test_only_the_store_package_imports_a_database_driver() -> None:
+    files = source_files("sloopd") + source_files("sloopctl")
+    assert any(under(module_name(p), "sloopd.store") for p in files)
+    assert database_imports_outside_store(files) == []
+
+
+def test_the_store_package_is_where_the_driver_is_used() -> None:
+    # Guards the rule above against passing vacuously (e.g. a broken walk).
+    store_files = [p for p in source_files("sloopd") if under(module_name(p), "sloopd.store")]
+    modules = {top(imp.module) for path in store_files for imp in file_imports(path)}
+    assert "apsw" in modules
+
+
+def test_sloopctl_imports_nothing_from_the_daemon_but_the_schema_module() -> None:
+    files = source_files("sloopctl")
+    assert daemon_imports_in_client(files) == []
+
+
+def test_the_schema_module_imports_no_other_sloopd_module() -> None:
+    found = [imp.module for imp in file_imports(ROOT / "sloopd" / "api.py")]
+    assert [m for m in found if top(m) == "sloopd"] == []
+    assert not DATABASE_MODULES & {top(m) for m in found}
+
+
+def test_the_sloopd_package_init_only_pulls_in_the_schema_module() -> None:
+    # Every `from sloopd import api` runs sloopd/__init__.py first, so what it
+    # imports is imported by every client too.
+    found = {imp.module for imp in file_imports(ROOT / "sloopd" / "__init__.py")}
+    assert {m for m in found if top(m) == "sloopd"} <= {"sloopd.api"}
+    assert not DATABASE_MODULES & {top(m) for m in found}
+
+
+def test_importing_every_sloopctl_module_loads_no_daemon_module() -> None:
+    """The same rule at run time, transitively, in a fresh interpreter."""
+    modules = sorted(module_name(p) for p in source_files("sloopctl"))
+    script = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(','.join(sorted(m for m in sys.modules"
+        " if m.split('.')[0] in ('sloopd', 'apsw', 'sqlite3', '_sqlite3'))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = set(filter(None, done.stdout.strip().split(",")))
+    assert loaded <= {"sloopd", "sloopd.api"}, loaded
+
+
+# --- the checker itself ----------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_tree(tmp_path: Path) -> Path:
+    for package in ("sloopd", "sloopd/store", "sloopctl"):
+        (tmp_path / package).mkdir(parents=True)
+        (tmp_path / package / "__init__.py").write_text("")
+    for module in ("sloopd/api.py", "sloopd/server.py", "sloopd/store/db.py"):
+        (tmp_path / module).write_text("")
+    return tmp_path
+
+
+def _names(source: str, name: str, root: Path, is_package: bool = False) -> set[str]:
+    return {imp.module for imp in imports_of(source, name, is_package, root)}
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("import apsw", {"apsw"}),
+        ("import sqlite3.dbapi2 as d", {"sqlite3.dbapi2"}),
+        ("from apsw import Connection", {"apsw"}),
+        ("from sqlite3 import connect", {"sqlite3"}),
+        ("def f():\n    import apsw\n", {"apsw"}),
+        ("import importlib\nimportlib.import_module('apsw')", {"importlib", "apsw"}),
+        ("__import__('sqlite3')", {"sqlite3"}),
+        ("from sloopd import api, server", {"sloopd.api", "sloopd.server"}),
+        ("from sloopd import __version__", {"sloopd"}),
+        ("from sloopd.store import db", {"sloopd.store.db"}),
+        ("from . import api", {"sloopd.api"}),
+        ("from .store import db", {"sloopd.store.db"}),
+        ("from .store.db import Store", {"sloopd.store.db"}),
+    ],
+)
+def test_imports_are_resolved(fake_tree: Path, source: str, expected: set[str]) -> None:
+    assert _names(source, "sloopd.server", fake_tree) == expected
+
+
+def test_relative_imports_resolve_from_a_package_init(fake_tree: Path) -> None:
+    assert _names("from . import db", "sloopd.store", fake_tree, is_package=True) == {
+        "sloopd.store.db"
+    }
+    assert _names("from .. import api", "sloopd.store.db", fake_tree) == {"sloopd.api"}
+
+
+def test_the_rules_flag_offending_modules(fake_tree: Path) -> None:
+    (fake_tree / "sloopd" / "server.py").write_text("import apsw\n")
+    (fake_tree / "sloopd" / "store" / "db.py").write_text("import apsw\n")
+    (fake_tree / "sloopctl" / "__init__.py").write_text(
+        "from sloopd import api\nfrom sloopd.store import db\n"
+    )
+    daemon_files = sorted((fake_tree / "sloopd").rglob("*.py"))
+    client_files = sorted((fake_tree / "sloopctl").rglob("*.py"))
+    assert database_imports_outside_store(daemon_files, fake_tree) == [
+        "sloopd/server.py:1 imports apsw"
+    ]
+    assert daemon_imports_in_client(client_files, fake_tree) == [
+        "sloopctl/__init__.py:2 imports sloopd.store.db"
+    ]
