@@ -76,7 +76,7 @@ def ticket_id(store: Store, repo: Path, ref: str) -> str:
     return found
 
 
-def pattern(ref: str) -> re.Pattern[str]:
+def pattern(ref: str, field: str = "ref") -> re.Pattern[str]:
     """The pattern rung: metacharacters make a regex, anything else a substring."""
     if any(ch in api.REGEX_METACHARACTERS for ch in ref):
         try:
@@ -85,7 +85,7 @@ def pattern(ref: str) -> re.Pattern[str]:
             raise ProtocolError(
                 ErrorCode.INVALID_ARGUMENTS,
                 f"'{ref}' is not a valid regular expression: {exc}",
-                {"field": "ref", "ref": ref},
+                {"field": field, field: ref},
             ) from exc
     return re.compile(re.escape(ref), re.IGNORECASE)
 

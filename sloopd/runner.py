@@ -480,10 +480,12 @@ class RunManager:
             if outcome == "aborted" and requeue:
                 if tx.one("trigger_queued_for_ticket", (facts.ticket,)) is None:
                     tx.one("trigger_insert", {"ticket": facts.ticket, "due": now, "now": now})
+        # Tagged with the last execution, so every record belongs to a stage.
+        last = state.executions[-1] if state.executions else None
         self.sink.append(
             run_id,
-            None,
-            None,
+            last.stage.name if last else facts.flow.stages[0].name,
+            last.attempt if last else 1,
             "system",
             f"run settled {outcome}" + (f": {reason}" if reason else ""),
         )

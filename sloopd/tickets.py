@@ -168,8 +168,14 @@ def _split_front_matter(
 
 
 def _line_of_key(lines: list[str], key: str) -> int:
+    """The front matter line that introduces ``key``: ``key = …``, ``key.x = …`` or ``[key]``."""
     for index, line in enumerate(lines, start=1):
-        if line.split("=", 1)[0].strip().strip("\"'") == key:
+        text = line.strip()
+        if text.startswith("["):
+            head = text.strip("[]").split(".", 1)[0].strip().strip("\"'")
+        else:
+            head = text.split("=", 1)[0].split(".", 1)[0].strip().strip("\"'")
+        if head == key:
             return index
     return 1
 

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from sloopd import api, queue, refs, rows, show
+from sloopd import api, feeds, queue, refs, rows, show
 from sloopd.clock import now_ms
 from sloopd.daemon import Daemon
 from sloopd.dispatch import Handler
@@ -34,6 +34,8 @@ class OperatorVerbs:
             "run": self._queue_verb(queue.run),
             "abort": self.abort,
             "gc": self.gc,
+            "logs": feeds.Logs(self.daemon, self.runs.sink).page,
+            "events": feeds.Events(self.daemon).page,
         }
 
     def _queue_verb(self, action: Callable[[Daemon, dict[str, Any]], dict[str, Any]]) -> Handler:

@@ -178,3 +178,78 @@ UPDATE runs SET worktree = '' WHERE id = ?
 
 -- name: run_state
 SELECT state FROM runs WHERE id = ?
+
+-- Logs: one query per selector form, each served by its own index in
+-- position order (see schema.sql), so a page costs what the page costs.
+
+-- name: logs_page
+SELECT position, body FROM log_records WHERE run = ? AND position > ?
+ORDER BY position LIMIT ?
+
+-- name: logs_tail
+SELECT position, body FROM log_records WHERE run = ? AND position > ?
+ORDER BY position DESC LIMIT ?
+
+-- name: logs_max_position
+SELECT max(position) FROM log_records WHERE run = ?
+
+-- name: logs_stage_page
+SELECT position, body FROM log_records WHERE run = ? AND stage = ? AND position > ?
+ORDER BY position LIMIT ?
+
+-- name: logs_stage_tail
+SELECT position, body, stage_position FROM log_records
+WHERE run = ? AND stage = ? AND position > ?
+ORDER BY position DESC LIMIT ?
+
+-- name: logs_stage_ordinal_at
+SELECT stage_position FROM log_records WHERE run = ? AND stage = ? AND position <= ?
+ORDER BY position DESC LIMIT 1
+
+-- name: logs_execution_page
+SELECT position, body FROM log_records
+WHERE run = ? AND stage = ? AND attempt = ? AND position > ?
+ORDER BY position LIMIT ?
+
+-- name: logs_execution_tail
+SELECT position, body, execution_position FROM log_records
+WHERE run = ? AND stage = ? AND attempt = ? AND position > ?
+ORDER BY position DESC LIMIT ?
+
+-- name: logs_execution_ordinal_at
+SELECT execution_position FROM log_records
+WHERE run = ? AND stage = ? AND attempt = ? AND position <= ?
+ORDER BY position DESC LIMIT 1
+
+-- name: logs_has_unstaged
+SELECT 1 FROM log_records WHERE run = ? AND stage IS NULL LIMIT 1
+
+-- name: events_page
+SELECT position, kind, at_ms, ticket, run, data FROM events WHERE position > ?
+ORDER BY position LIMIT ?
+
+-- name: events_tail
+SELECT position, kind, at_ms, ticket, run, data FROM events
+ORDER BY position DESC LIMIT ?
+
+-- name: events_max_position
+SELECT max(position) FROM events
+
+-- name: events_ticket_page
+SELECT position, kind, at_ms, ticket, run, data FROM events WHERE ticket = ? AND position > ?
+ORDER BY position LIMIT ?
+
+-- name: events_ticket_tail
+SELECT position, kind, at_ms, ticket, run, data FROM events WHERE ticket = ?
+ORDER BY position DESC LIMIT ?
+
+-- name: events_run_page
+SELECT position, kind, at_ms, ticket, run, data FROM events WHERE run = ? AND position > ?
+ORDER BY position LIMIT ?
+
+-- name: events_run_tail
+SELECT position, kind, at_ms, ticket, run, data FROM events WHERE run = ?
+ORDER BY position DESC LIMIT ?
+
+-- name: ticket_ids_all
+SELECT id, name FROM tickets

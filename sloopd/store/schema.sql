@@ -70,6 +70,8 @@ CREATE TABLE events (
     run      TEXT,
     data     TEXT NOT NULL DEFAULT '{}'
 );
+CREATE INDEX events_ticket ON events (ticket, position);
+CREATE INDEX events_run ON events (run, position);
 
 -- The walk's source of truth: a run's steps, appended, never updated.
 -- kind: stage_started | stage_finished | seat_started | seat_finished |
@@ -103,5 +105,8 @@ CREATE TABLE log_records (
     body               BLOB NOT NULL,
     PRIMARY KEY (run, position)
 ) WITHOUT ROWID;
-CREATE INDEX log_records_stage ON log_records (run, stage, stage_position);
-CREATE INDEX log_records_execution ON log_records (run, stage, attempt, execution_position);
+-- One index per selector form, each in position order, carrying the ordinal
+-- that turns an elided count into a subtraction.
+CREATE INDEX log_records_stage ON log_records (run, stage, position, stage_position);
+CREATE INDEX log_records_execution
+    ON log_records (run, stage, attempt, position, execution_position);

@@ -91,5 +91,12 @@ CREATE TABLE log_records (
     body               BLOB NOT NULL,
     PRIMARY KEY (run, position)
 ) WITHOUT ROWID;
-CREATE INDEX log_records_stage ON log_records (run, stage, stage_position);
-CREATE INDEX log_records_execution ON log_records (run, stage, attempt, execution_position);
+-- One index per selector form, each in position order, carrying the ordinal
+-- that turns an elided count into a subtraction.
+CREATE INDEX log_records_stage ON log_records (run, stage, position, stage_position);
+CREATE INDEX log_records_execution
+    ON log_records (run, stage, attempt, position, execution_position);
+
+-- Scoped event pages read per-ticket and per-run ranges.
+CREATE INDEX events_ticket ON events (ticket, position);
+CREATE INDEX events_run ON events (run, position);
