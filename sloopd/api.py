@@ -254,6 +254,8 @@ VERBS: Final[Mapping[str, Verb]] = {
         ),
         # Additive in 0.4.0 (documented in docs/protocol-notes.md).
         _verb("gc"),
+        _verb("pause", reason=Field(_nonempty_string)),
+        _verb("resume"),
     )
 }
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from sloopd.flow import AgentSettings, Flow, FlowError, default_flow
 from sloopd.flow import parse as parse_flows
+from sloopd.vendor import Pattern, VendorConfigError, patterns_from_config
 
 CONFIG_FILE = "sloop.toml"
 
@@ -36,9 +37,11 @@ class Config:
     agent: AgentSettings = field(default_factory=AgentSettings)
     flows: dict[str, Flow] = field(default_factory=lambda: {"default": default_flow()})
     source: Path | None = None
+    # [[vendor.patterns]]: tried before the built-in table (sloopd.vendor).
+    vendor_patterns: tuple[Pattern, ...] = ()
 
 
-_TOP_LEVEL = {"repo", "agent", "flows"}
+_TOP_LEVEL = {"repo", "agent", "flows", "vendor"}
 
 
 def load(repo: Path) -> Config:
@@ -61,7 +64,7 @@ def parse(document: dict[str, Any], path: Path | None = None) -> Config:
     where = f"{path}: " if path else ""
     unknown = sorted(set(document) - _TOP_LEVEL)
     if unknown:
-        raise ConfigError(f"{where}unknown key '{unknown[0]}' (known: repo, agent, flows)")
+        raise ConfigError(f"{where}unknown key '{unknown[0]}' (known: repo, agent, flows, vendor)")
     repo = _repo_section(document.get("repo", {}), where)
     agent = document.get("agent", {})
     flows = document.get("flows", {})
@@ -72,7 +75,25 @@ def parse(document: dict[str, Any], path: Path | None = None) -> Config:
         parsed = parse_flows(agent, flows)
     except FlowError as exc:
         raise ConfigError(f"{where}{exc}") from exc
-    return Config(repo=repo, agent=parsed.agent, flows=parsed.flows, source=path)
+    return Config(
+        repo=repo,
+        agent=parsed.agent,
+        flows=parsed.flows,
+        source=path,
+        vendor_patterns=_vendor_section(document.get("vendor", {}), where),
+    )
+
+
+def _vendor_section(section: Any, where: str) -> tuple[Pattern, ...]:
+    if not isinstance(section, dict):
+        raise ConfigError(f"{where}'vendor' must be a table")
+    unknown = sorted(set(section) - {"patterns"})
+    if unknown:
+        raise ConfigError(f"{where}unknown key 'vendor.{unknown[0]}'")
+    try:
+        return patterns_from_config(section.get("patterns", []))
+    except VendorConfigError as exc:
+        raise ConfigError(f"{where}{exc}") from exc
 
 
 def _repo_section(section: Any, where: str) -> RepoConfig:

@@ -17,6 +17,7 @@ from sloopd.rows import Gate, QueueFacts
 from sloopd.store import Store
 
 if TYPE_CHECKING:
+    from sloopd.metrics import Metrics
     from sloopd.runner import ActiveRun
 
 
@@ -37,6 +38,10 @@ class Daemon:
     active_runs: dict[str, ActiveRun] = field(default_factory=dict)
     # Tells the scheduler that work may have become claimable.
     poke: Callable[[], None] = _nothing
+    metrics: Metrics | None = None
+
+    def stalled_runs(self) -> int:
+        return sum(1 for run in self.active_runs.values() if run.stall() is not None)
 
     def require_store(self) -> Store:
         """The store, or the refusal every verb but ``show`` answers with."""
@@ -99,3 +104,5 @@ class Daemon:
                     "data": orjson.dumps(data or {}).decode(),
                 },
             )
+        if self.metrics is not None:
+            self.metrics.events.inc()

@@ -7,6 +7,7 @@ can raise out of here, so a bad line never costs the connection or the daemon.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from enum import Enum
 from typing import Any
@@ -50,38 +51,60 @@ class Dispatcher:
     envelope and returns the verb's data, or an awaitable of it.
     """
 
+    # Told (verb, code, seconds) for every answered request; set by the server
+    # for metrics.  Lines that never name a known verb count as verb "-".
+    observer: Callable[[str, str, float], None] | None = None
+
     def handle_line(self, line: bytes) -> Reply:
+        started = time.perf_counter()
+        verb = "-"
         try:
             message = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            return error_line(
-                None,
-                ProtocolError(ErrorCode.INVALID_REQUEST, f"malformed JSON: {exc}"),
-            )
+            err = ProtocolError(ErrorCode.INVALID_REQUEST, f"malformed JSON: {exc}")
+            return self._error(None, err, verb, started)
         request_id = api.readable_id(message)
         try:
-            result = self._call(api.parse_envelope(message))
+            request = api.parse_envelope(message)
+            verb = request.verb.name
+            result = self._call(request)
         except ProtocolError as err:
-            return error_line(request_id, err)
+            return self._error(request_id, err, verb, started)
         except Exception:
             log.exception("internal error handling request %r", request_id)
-            return error_line(request_id, _internal())
+            return self._error(request_id, _internal(), verb, started)
         if isinstance(result, Awaitable):
-            return self._finish(request_id, result)
-        return _encode_ok(request_id, result)
+            return self._finish(request_id, result, verb, started)
+        reply = _encode_ok(request_id, result)
+        self._observe(verb, "ok", started)
+        return reply
 
     def _call(self, request: api.Request) -> Result:
         raise NotImplementedError
 
-    async def _finish(self, request_id: api.RequestId, pending: Awaitable[Any]) -> bytes:
+    def _error(
+        self, request_id: api.RequestId, err: ProtocolError, verb: str, started: float
+    ) -> bytes:
+        self._observe(verb, str(err.code), started)
+        return error_line(request_id, err)
+
+    def _observe(self, verb: str, code: str, started: float) -> None:
+        if self.observer is not None:
+            self.observer(verb, code, time.perf_counter() - started)
+
+    async def _finish(
+        self, request_id: api.RequestId, pending: Awaitable[Any], verb: str, started: float
+    ) -> bytes:
         try:
             data = await pending
+            reply = _encode_ok(request_id, data)
         except ProtocolError as err:
-            return error_line(request_id, err)
+            return self._error(request_id, err, verb, started)
         except Exception:
             log.exception("internal error handling request %r", request_id)
-            return error_line(request_id, _internal())
-        return _encode_ok(request_id, data)
+            return self._error(request_id, _internal(), verb, started)
+        self._observe(verb, "ok", started)
+        return reply
 
 
 class OperatorDispatcher(Dispatcher):

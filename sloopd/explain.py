@@ -7,12 +7,31 @@ failure is never the cause: the walk provably continued past it).
 
 from __future__ import annotations
 
+from typing import Any
+
 from sloopd.walk import Execution, Walk
+
+
+def run_diagnosis(state: Walk) -> dict[str, Any] | None:
+    """The classified output of the failure that ended the run, if an agent's."""
+    failure = _last_halting_failure(state)
+    if failure is None or failure.diagnosis is None:
+        return None
+    return failure.diagnosis
 
 
 def run_reason(state: Walk, outcome: str, halt: str | None, branch: str) -> str | None:
     if outcome == "merged":
         return None
+    diagnosis = run_diagnosis(state)
+    if diagnosis is not None and diagnosis.get("classification") not in (None, "unknown"):
+        failure = _last_halting_failure(state)
+        assert failure is not None
+        detail = diagnosis.get("evidence") or diagnosis.get("detail") or ""
+        return (
+            f"stage '{failure.stage.name}' failed on execution {failure.attempt}: "
+            f"{diagnosis['classification']}" + (f" ({detail})" if detail else "")
+        )
     if halt == "corrupt_log":
         return f"the stage log does not replay against the run's flow: {state.corrupt}"
     failure = _last_halting_failure(state)

@@ -34,7 +34,7 @@ _STAGE_KEYS = {
     "reviewers",
     "mode",
 }
-_AGENT_KEYS = {"command", "stall_after", "stall_kill_after"}
+_AGENT_KEYS = {"command", "stall_after", "stall_kill_after", "cooldown"}
 
 
 class FlowError(Exception):
@@ -99,6 +99,8 @@ class AgentSettings:
     command: tuple[str, ...] = DEFAULT_AGENT_COMMAND
     stall_after_ms: int = 20 * 60_000
     stall_kill_after_ms: int = 2 * 3_600_000
+    # How long the gate stays closed after a vendor limit that names no reset time.
+    cooldown_ms: int = 30 * 60_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +139,7 @@ def _agent(section: dict[str, Any]) -> AgentSettings:
     for key, default in (
         ("stall_after", defaults.stall_after_ms),
         ("stall_kill_after", defaults.stall_kill_after_ms),
+        ("cooldown", defaults.cooldown_ms),
     ):
         value = section.get(key)
         if value is None:
@@ -150,7 +153,9 @@ def _agent(section: dict[str, Any]) -> AgentSettings:
             raise FlowError(f"'agent.{key}': {exc}") from exc
     if durations["stall_kill_after"] < durations["stall_after"]:
         raise FlowError("'agent.stall_kill_after' must not be shorter than 'agent.stall_after'")
-    return AgentSettings(command, durations["stall_after"], durations["stall_kill_after"])
+    return AgentSettings(
+        command, durations["stall_after"], durations["stall_kill_after"], durations["cooldown"]
+    )
 
 
 def _argv(value: Any, key: str) -> tuple[str, ...]:

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from sloopd.api import TERMINAL_RUN_STATES, TERMINAL_TICKET_STATES
 from sloopd.store import Store
 from sloopd.store.db import Row
@@ -117,6 +119,7 @@ def run_row(store: Store, run_id: str) -> dict[str, Any] | None:
         reason,
         classification,
     ) = record
+    diagnosis = orjson.loads(classification) if classification else None
     return {
         "id": rid,
         "alias": alias,
@@ -134,6 +137,7 @@ def run_row(store: Store, run_id: str) -> dict[str, Any] | None:
         "agent_exit_code": agent_exit_code,
         "halt": halt,
         "reason": reason,
-        "classification": classification,
+        "classification": diagnosis.get("classification") if diagnosis else None,
+        "diagnosis": diagnosis,
         "stall": None,
     }

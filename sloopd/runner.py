@@ -11,17 +11,19 @@ import asyncio
 import contextlib
 import logging
 import os
-from dataclasses import dataclass
+import time
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
 
-from sloopd import gitops, walk
+from sloopd import gate, gitops, vendor, walk
 from sloopd.children import Child, ChildSpawnError, ProcessGroups
 from sloopd.clock import now_ms
 from sloopd.daemon import Daemon
-from sloopd.explain import agent_exit_code, run_reason
+from sloopd.explain import agent_exit_code, run_diagnosis, run_reason
 from sloopd.flow import Flow, Stage
 from sloopd.logsink import LogSink
 from sloopd.stagelog import append_step, read_log
@@ -31,6 +33,8 @@ from sloopd.worker import Credentials, WorkerDispatcher, WorkerSockets, WorkerVe
 log = logging.getLogger(__name__)
 
 # Never handed to a child: systemd's channels and the operator's own socket.
+RECENT_LINES = 2000
+STALL_CHECK_SECONDS = 1.0
 _SCRUBBED_ENV = (
     "NOTIFY_SOCKET",
     "WATCHDOG_USEC",
@@ -57,6 +61,30 @@ class ActiveRun:
     # Set when the run must stop early: why, and whether its ticket is queued again.
     cancel_reason: str | None = None
     requeue: bool = False
+    stall_after_ms: int = 0
+    # A vendor limit settles the run failed and queues its ticket again then.
+    requeue_at_ms: int | None = None
+    # Set when the stall watchdog stopped the stage's group.
+    stall_killed_after_ms: int | None = None
+    # The stage's recent output, for classifying a failure.
+    recent_output: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_LINES))
+
+    def silent_for_ms(self) -> int | None:
+        """Time since the executing child's last output (or its start)."""
+        if self.child is None:
+            return None
+        return int((time.monotonic() - self.child.last_output_monotonic) * 1000)
+
+    def stall(self) -> dict[str, Any] | None:
+        silent = self.silent_for_ms()
+        if silent is None or silent < self.stall_after_ms:
+            return None
+        return {
+            "stage": self.stage,
+            "attempt": self.attempt,
+            "silent_for_ms": silent,
+            "stall_after_ms": self.stall_after_ms,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +150,7 @@ class RunManager:
         )
 
     def start(self, run_id: str) -> None:
-        active = ActiveRun(run_id)
+        active = ActiveRun(run_id, stall_after_ms=self.daemon.config.agent.stall_after_ms)
         self.active[run_id] = active
         active.task = asyncio.get_running_loop().create_task(self._drive(active))
 
@@ -183,6 +211,11 @@ class RunManager:
         """Take the walk's next step; True once the run is settled."""
         state = walk.replay(facts.flow, read_log(self.store, facts.run_id))
         merged = state.next == "done" and state.outcome == "merged"
+        if active.requeue_at_ms is not None and state.next != "running" and not merged:
+            self._settle(
+                facts.run_id, "failed", None, None, state=state, requeue_at_ms=active.requeue_at_ms
+            )
+            return True
         if active.cancel_reason is not None and state.next != "running" and not merged:
             self._settle(
                 facts.run_id,
@@ -250,8 +283,14 @@ class RunManager:
             result = await self._run_git(facts, stage)
         if active.cancel_reason is not None:
             result = {**result, "passed": False, "reason": active.cancel_reason}
+        elif not result["passed"] and stage.action == "agent":
+            result["diagnosis"] = self._diagnose(active)
         active.child = None
+        active.stall_killed_after_ms = None
         self._finish(facts.run_id, stage, attempt, result)
+        diagnosis = result.get("diagnosis") or {}
+        if diagnosis.get("classification") in vendor.LIMIT_CLASSES:
+            self._vendor_limit(facts, diagnosis)
 
     async def _run_git(self, facts: RunFacts, stage: Stage) -> dict[str, Any]:
         main = self.daemon.config.repo.main
@@ -267,9 +306,51 @@ class RunManager:
             # git refused for a reason that is not a conflict; the stage fails with it.
             return {"passed": False, "exit_code": None, "verdict_source": "git", "reason": str(exc)}
 
+    def _diagnose(self, active: ActiveRun) -> dict[str, Any]:
+        """Why an agent failed, in vendor terms, from its own recent output."""
+        if active.stall_killed_after_ms is not None:
+            minutes = active.stall_killed_after_ms // 60_000
+            return {
+                "classification": "stalled",
+                "evidence": None,
+                "vendor": None,
+                "reset_at_ms": None,
+                "detail": f"no output for {minutes} min (stall_kill_after); stopped",
+            }
+        settings = self.daemon.config
+        diagnosis = vendor.classify(
+            active.recent_output, now_ms(), settings.vendor_patterns + vendor.DEFAULT_PATTERNS
+        )
+        return diagnosis.as_json()
+
+    def _vendor_limit(self, facts: RunFacts, diagnosis: dict[str, Any]) -> None:
+        """A rate or usage limit: close the gate, settle failed, queue the ticket again.
+
+        No return_to budget is spent and no agent is respawned before the
+        deadline: the ticket's next trigger is due when the cooldown ends.
+        """
+        now = now_ms()
+        until = diagnosis.get("reset_at_ms") or 0
+        if until <= now:
+            until = now + self.daemon.config.agent.cooldown_ms
+        kind = diagnosis["classification"].replace("_", " ")
+        gate.cool_down(self.daemon, until, f"{kind} reported by the agent of {facts.run_id}")
+        active = self.active.get(facts.run_id)
+        if active is not None:
+            active.requeue_at_ms = until
+
     def _finish(self, run_id: str, stage: Stage, attempt: int, result: dict[str, Any]) -> None:
         with self.store.writer.transaction() as tx:
             append_step(tx, run_id, walk.STAGE_FINISHED, stage.name, attempt, data=result)
+        metrics = self.daemon.metrics
+        if metrics is not None and "started_at_ms" not in result:
+            facts_flow = self.store.one("run_by_id", (run_id,))
+            flow_name = str(facts_flow[6]) if facts_flow else "?"
+            active = self.active.get(run_id)
+            started = active.stage_started_ms if active and active.stage_started_ms else now_ms()
+            metrics.stage_duration.labels(
+                flow_name, stage.name, "passed" if result["passed"] else "failed"
+            ).observe(max(0, now_ms() - started) / 1000)
         verdict = "passed" if result["passed"] else "failed"
         detail = f": {result['reason']}" if result.get("reason") else ""
         self.sink.append(
@@ -317,7 +398,11 @@ class RunManager:
             SLOOP_SOCKET=str(self.worker_sockets.path(facts.run_id)), SLOOP_TOKEN=credential.token
         )
 
+        recent = active.recent_output
+        recent.clear()
+
         def on_line(stream: str, text: str, split: bool) -> None:
+            recent.append(text)
             self.sink.append(facts.run_id, stage.name, attempt, stream, text, split)
 
         owner = f"{facts.run_id}/{stage.name}#{attempt}" + (
@@ -449,6 +534,7 @@ class RunManager:
         *,
         requeue: bool = False,
         state: walk.Walk | None = None,
+        requeue_at_ms: int | None = None,
     ) -> None:
         """End the run: its halted row, its row, its ticket and its event, atomically."""
         facts = self.facts(run_id)
@@ -456,6 +542,7 @@ class RunManager:
             state = walk.replay(facts.flow, read_log(self.store, run_id))
         if outcome != "merged" and reason is None:
             reason = run_reason(state, outcome, halt, facts.branch)
+        diagnosis = run_diagnosis(state) if outcome != "merged" else None
         now = now_ms()
         with self.store.writer.transaction() as tx:
             append_step(
@@ -470,12 +557,19 @@ class RunManager:
                     "halt": halt,
                     "reason": reason,
                     "agent_exit_code": agent_exit_code(state),
-                    "classification": None,
+                    "classification": orjson.dumps(diagnosis).decode() if diagnosis else None,
                 },
             )
             ticket_state = outcome
             if outcome == "aborted":
                 ticket_state = "ready" if requeue else "held"
+            if requeue_at_ms is not None:
+                ticket_state = "ready"
+                if tx.one("trigger_queued_for_ticket", (facts.ticket,)) is None:
+                    tx.run(
+                        "trigger_requeue_at",
+                        {"ticket": facts.ticket, "due": requeue_at_ms, "now": now},
+                    )
             tx.run("ticket_set_state", {"id": facts.ticket, "state": ticket_state, "now": now})
             if outcome == "aborted" and requeue:
                 if tx.one("trigger_queued_for_ticket", (facts.ticket,)) is None:
@@ -489,6 +583,8 @@ class RunManager:
             "system",
             f"run settled {outcome}" + (f": {reason}" if reason else ""),
         )
+        if self.daemon.metrics is not None:
+            self.daemon.metrics.runs_finished.labels(outcome).inc()
         kind = "run_aborted" if outcome == "aborted" else "run_finished"
         self.daemon.append_event(
             kind,
@@ -502,6 +598,29 @@ class RunManager:
         await gitops.remove_worktree(self.daemon.layout.repo, facts.worktree)
         with self.store.writer.transaction() as tx:
             tx.run("run_clear_worktree", (run_id,))
+
+    async def watch_stalls(self) -> None:
+        """Stop a stage whose child has been silent past stall_kill_after."""
+        while True:
+            await asyncio.sleep(STALL_CHECK_SECONDS)
+            kill_after = self.daemon.config.agent.stall_kill_after_ms
+            for active in list(self.active.values()):
+                silent = active.silent_for_ms()
+                child = active.child
+                if (
+                    child is not None
+                    and silent is not None
+                    and silent >= kill_after
+                    and active.stall_killed_after_ms is None
+                ):
+                    active.stall_killed_after_ms = kill_after
+                    log.warning(
+                        "%s: stage %s silent for %d ms; stopping it",
+                        active.run_id,
+                        active.stage,
+                        silent,
+                    )
+                    asyncio.get_running_loop().create_task(child.stop())
 
     async def collect_worktrees(self) -> list[str]:
         """``gc``: remove the worktrees that settled runs kept for inspection."""

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from sloopd import rows, walk
 from sloopd.api import ErrorCode, ProtocolError
-from sloopd.clock import now_ms
 from sloopd.daemon import Daemon
 from sloopd.explain import agent_exit_code
 from sloopd.flow import Flow
@@ -29,6 +27,8 @@ def run_detail(daemon: Daemon, run_id: str, active: ActiveRun | None) -> dict[st
     state = walk.replay(flow, read_log(store, run_id))
     silent_for_ms = _silent_for_ms(active)
     row["stages"] = stage_rows(state, silent_for_ms)
+    row["stall"] = active.stall() if active is not None else None
+    row["notes"] = state.notes
     # exit_code has always been the agent stage's exit; agent_exit_code says so.
     row["exit_code"] = row["agent_exit_code"]
     if not row["terminal"]:
@@ -37,12 +37,7 @@ def run_detail(daemon: Daemon, run_id: str, active: ActiveRun | None) -> dict[st
 
 
 def _silent_for_ms(active: ActiveRun | None) -> int | None:
-    if active is None or active.child is None:
-        if active is not None and active.stage_started_ms is not None:
-            return now_ms() - active.stage_started_ms
-        return None
-    last = active.child.last_output_monotonic
-    return int((time.monotonic() - last) * 1000)
+    return active.silent_for_ms() if active is not None else None
 
 
 def stage_rows(state: walk.Walk, silent_for_ms: int | None) -> list[dict[str, Any]]:

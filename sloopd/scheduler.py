@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import orjson
 
+from sloopd import gate
 from sloopd.clock import now_ms
 from sloopd.daemon import Daemon
 from sloopd.show import next_wake
@@ -57,6 +58,7 @@ class Scheduler:
     def claim_due(self) -> list[str]:
         daemon = self.daemon
         store = daemon.require_store()
+        gate.reopen_if_due(daemon)
         if daemon.gate.state != "open":
             return []
         settings = daemon.config
@@ -67,7 +69,7 @@ class Scheduler:
             slots = settings.repo.parallel - (int(in_flight[0]) if in_flight else 0)
             if slots <= 0:
                 return []
-            for trigger_id, ticket_id in tx.all("claimable_triggers", (now, slots)):
+            for trigger_id, ticket_id, due_at_ms in tx.all("claimable_triggers", (now, slots)):
                 facts = tx.one("ticket_claim_facts", (ticket_id,))
                 assert facts is not None
                 name, flow_name, last_attempt = facts
@@ -99,6 +101,8 @@ class Scheduler:
                 tx.run("trigger_claim", {"id": trigger_id, "run": run_id})
                 tx.run("ticket_set_state", {"id": ticket_id, "state": "running", "now": now})
                 claimed.append((run_id, ticket_id))
+                if daemon.metrics is not None:
+                    daemon.metrics.queue_wait.observe(max(0, now - int(due_at_ms)) / 1000)
         for run_id, ticket_id in claimed:
             daemon.append_event("run_claimed", ticket=ticket_id, run=run_id)
         return [run_id for run_id, _ in claimed]

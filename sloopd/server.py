@@ -18,12 +18,13 @@ from pathlib import Path
 
 import orjson
 
-from sloopd import api, config, paths, peers
+from sloopd import api, config, gate, paths, peers
 from sloopd.children import ProcessGroups
 from sloopd.connection import Connection
 from sloopd.daemon import Daemon
 from sloopd.dispatch import Dispatcher, OperatorDispatcher, RefusingDispatcher
 from sloopd.logsink import LogSink
+from sloopd.metrics import Metrics, parse_address, serve_metrics
 from sloopd.notify import Notifier
 from sloopd.runner import RunManager
 from sloopd.scheduler import Scheduler
@@ -31,6 +32,7 @@ from sloopd.store import Store, StoreLock, StoreTooNew
 from sloopd.verbs import operator_handlers, refused_handlers
 
 ORPHAN_REAP_SECONDS = 1.0
+STATUS_SECONDS = 5.0
 STOPPED_REASON = "the daemon stopped while the run was in flight"
 
 log = logging.getLogger(__name__)
@@ -63,8 +65,9 @@ class Server:
         self.runs: RunManager | None = None
         self._groups: ProcessGroups | None = None
         self._sink: LogSink | None = None
-        self._scheduler_task: asyncio.Task[None] | None = None
-        self._reaper_task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.metrics = Metrics()
+        self._metrics_server: asyncio.AbstractServer | None = None
 
     def run(self) -> int:
         import uvloop
@@ -106,16 +109,24 @@ class Server:
         except StoreTooNew as exc:
             refused = str(exc)
             log.error("%s; serving only 'show' until that changes", refused)
-        self.daemon = Daemon(layout=layout, config=settings, store=store, refused=refused)
+        self.daemon = Daemon(
+            layout=layout, config=settings, store=store, refused=refused, metrics=self.metrics
+        )
         scheduler = self._reconcile() if store is not None else None
         await self._listen()
+        await self._serve_metrics()
         self._write_info()
+        loop = asyncio.get_running_loop()
         if store is not None:
             self.daemon.append_event("daemon_started", data={"pid": os.getpid()})
-        if scheduler is not None:
-            loop = asyncio.get_running_loop()
-            self._scheduler_task = loop.create_task(scheduler.loop())
-            self._reaper_task = loop.create_task(self._reap_orphans())
+            self.metrics.watch(self.daemon)
+        if scheduler is not None and self.runs is not None:
+            self._tasks += [
+                loop.create_task(scheduler.loop()),
+                loop.create_task(self._reap_orphans()),
+                loop.create_task(self.runs.watch_stalls()),
+            ]
+        self._tasks.append(loop.create_task(self._keep_systemd_informed()))
         self._install_signals()
         print(layout.operator_socket, flush=True)
         log.info(
@@ -132,7 +143,8 @@ class Server:
         killed = self._groups.kill_recorded_leftovers()
         if killed:
             log.warning("killed %d leftover processes of a previous daemon", len(killed))
-        self._sink = LogSink(self.daemon.store)
+        gate.load(self.daemon)
+        self._sink = LogSink(self.daemon.store, on_flush=self.metrics.log_records.inc)
         self.runs = RunManager(self.daemon, self._groups, self._sink)
         recovered = self.runs.recover()
         if recovered:
@@ -143,6 +155,42 @@ class Server:
         self.runs.on_settled.append(scheduler.poke)
         self.daemon.poke = scheduler.poke
         return scheduler
+
+    async def _serve_metrics(self) -> None:
+        if not self.options.metrics:
+            return
+        try:
+            host, port = parse_address(self.options.metrics)
+            self._metrics_server = await serve_metrics(self.metrics, host, port)
+        except (ValueError, OSError) as exc:
+            raise StartupError(f"cannot serve metrics on {self.options.metrics}: {exc}") from exc
+        log.info("metrics on http://%s/metrics", self.options.metrics)
+
+    async def _keep_systemd_informed(self) -> None:
+        """WATCHDOG=1 at half WatchdogSec from the loop itself (a stuck loop trips
+        it), and a STATUS= line kept current."""
+        usec = int(os.environ.get("WATCHDOG_USEC", "0") or 0)
+        interval = usec / 2_000_000 if usec > 0 else STATUS_SECONDS
+        last_status = ""
+        while True:
+            if usec > 0:
+                self.notifier.send("WATCHDOG=1")
+            status = self._status_line()
+            if status != last_status:
+                self.notifier.status(status)
+                last_status = status
+            await asyncio.sleep(min(interval, STATUS_SECONDS))
+
+    def _status_line(self) -> str:
+        daemon = self.daemon
+        if daemon is None or daemon.store is None:
+            return f"store refused: {daemon.refused if daemon else 'starting'}"
+        queued = daemon.store.one("triggers_queued_count")
+        gate_state = daemon.gate.state
+        return (
+            f"{len(daemon.active_runs)} runs in flight, {queued[0] if queued else 0} "
+            f"triggers queued, gate {gate_state}"
+        )
 
     async def _reap_orphans(self) -> None:
         """As a subreaper we inherit agents' orphans; collect them when they exit."""
@@ -170,6 +218,7 @@ class Server:
             dispatcher = OperatorDispatcher(operator_handlers(self.daemon, self.runs))
         loop = asyncio.get_running_loop()
 
+        dispatcher.observer = self.metrics.observe_request
         refusing = RefusingDispatcher()
 
         def factory() -> Connection:
@@ -242,11 +291,12 @@ class Server:
                 self.layout.operator_socket.unlink()
         with contextlib.suppress(FileNotFoundError):
             self.layout.daemon_info.unlink()
-        for task in (self._scheduler_task, self._reaper_task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._metrics_server is not None:
+            self._metrics_server.close()
         if self.runs is not None:
             await self.runs.stop_all(STOPPED_REASON)
         if self._groups is not None:

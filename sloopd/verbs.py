@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from sloopd import api, feeds, queue, refs, rows, show
+from sloopd import api, feeds, gate, queue, refs, rows, show
 from sloopd.clock import now_ms
 from sloopd.daemon import Daemon
 from sloopd.dispatch import Handler
@@ -34,6 +34,8 @@ class OperatorVerbs:
             "run": self._queue_verb(queue.run),
             "abort": self.abort,
             "gc": self.gc,
+            "pause": self.pause,
+            "resume": self.resume,
             "logs": feeds.Logs(self.daemon, self.runs.sink).page,
             "events": feeds.Events(self.daemon).page,
         }
@@ -87,6 +89,19 @@ class OperatorVerbs:
     async def gc(self, args: dict[str, Any]) -> dict[str, Any]:
         self.daemon.require_store()
         return {"removed": await self.runs.collect_worktrees()}
+
+    def pause(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Close the gate by hand: nothing is claimed until 'resume'."""
+        self.daemon.require_store()
+        reason = args.get("reason", "paused by the operator")
+        return {"gate": gate.change(self.daemon, "paused", None, reason).row()}
+
+    def resume(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Reopen the gate, ending a pause or a cooldown early."""
+        self.daemon.require_store()
+        if self.daemon.gate.state == "open":
+            return {"gate": self.daemon.gate.row()}
+        return {"gate": gate.change(self.daemon, "open", None, None).row()}
 
     def _run_id(self, ref: str) -> str:
         """A run reference (id or alias) or not_found."""

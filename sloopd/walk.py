@@ -50,6 +50,7 @@ class Execution:
     reason: str | None = None
     confidence: str | None = None
     verdict: dict[str, Any] | None = None  # a reported stage's first verdict
+    diagnosis: dict[str, Any] | None = None  # a failed agent's classified output
     seats: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     @property
@@ -222,6 +223,7 @@ def _on_finished(walk: Walk, row: LogRow) -> None:
     current.verdict_source = data.get("verdict_source")
     current.reason = data.get("reason")
     current.confidence = data.get("confidence")
+    current.diagnosis = data.get("diagnosis")
     _decide_after(walk, current)
 
 

@@ -131,7 +131,7 @@ VALUES (:run, (SELECT coalesce(max(seq), 0) + 1 FROM stage_log WHERE run = :run)
 SELECT seq, kind, stage, attempt, seat, at_ms, data FROM stage_log WHERE run = ? ORDER BY seq
 
 -- name: claimable_triggers
-SELECT tr.id, tr.ticket
+SELECT tr.id, tr.ticket, tr.due_at_ms
 FROM triggers tr JOIN tickets t ON t.id = tr.ticket
 WHERE tr.state = 'queued' AND tr.due_at_ms <= ? AND t.state = 'ready'
 ORDER BY t.priority DESC, tr.due_at_ms, tr.ordinal
@@ -253,3 +253,17 @@ ORDER BY position DESC LIMIT ?
 
 -- name: ticket_ids_all
 SELECT id, name FROM tickets
+
+-- name: gate_read
+SELECT state, until_ms, reason FROM gate WHERE id = 1
+
+-- name: gate_write
+INSERT INTO gate (id, state, until_ms, reason, changed_at_ms)
+VALUES (1, :state, :until, :reason, :now)
+ON CONFLICT (id) DO UPDATE SET state = excluded.state, until_ms = excluded.until_ms,
+                               reason = excluded.reason, changed_at_ms = excluded.changed_at_ms
+
+-- name: trigger_requeue_at
+INSERT INTO triggers (id, ticket, due_at_ms, created_at_ms, state)
+VALUES ('TR' || (SELECT coalesce(max(seq), 0) + 1 FROM sqlite_sequence WHERE name = 'triggers'),
+        :ticket, :due, :now, 'queued')

@@ -110,3 +110,13 @@ CREATE TABLE log_records (
 CREATE INDEX log_records_stage ON log_records (run, stage, position, stage_position);
 CREATE INDEX log_records_execution
     ON log_records (run, stage, attempt, position, execution_position);
+
+-- The gate (one row): open, cooldown (a vendor limit, until until_ms) or paused
+-- by an operator.  Kept in the store so a restart keeps it and its deadline.
+CREATE TABLE gate (
+    id            INTEGER PRIMARY KEY CHECK (id = 1),
+    state         TEXT NOT NULL,
+    until_ms      INTEGER,
+    reason        TEXT,
+    changed_at_ms INTEGER NOT NULL
+);

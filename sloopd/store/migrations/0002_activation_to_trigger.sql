@@ -100,3 +100,13 @@ CREATE INDEX log_records_execution
 -- Scoped event pages read per-ticket and per-run ranges.
 CREATE INDEX events_ticket ON events (ticket, position);
 CREATE INDEX events_run ON events (run, position);
+
+-- The gate (one row): open, cooldown (a vendor limit, until until_ms) or paused
+-- by an operator.  Kept in the store so a restart keeps it and its deadline.
+CREATE TABLE gate (
+    id            INTEGER PRIMARY KEY CHECK (id = 1),
+    state         TEXT NOT NULL,
+    until_ms      INTEGER,
+    reason        TEXT,
+    changed_at_ms INTEGER NOT NULL
+);

@@ -1,0 +1,52 @@
+"""The gate: whether the scheduler may claim work.
+
+``cooldown`` is closed by a vendor rate or usage limit until a deadline and
+reopens by itself; ``paused`` is closed by an operator until they reopen it.
+The gate lives in the store, so a restart keeps it and its deadline, and
+every change is a repository-wide ``gate_changed`` event.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sloopd.clock import now_ms
+from sloopd.daemon import Daemon
+from sloopd.rows import Gate
+
+log = logging.getLogger(__name__)
+
+
+def load(daemon: Daemon) -> None:
+    row = daemon.require_store().one("gate_read")
+    if row is not None:
+        daemon.gate = Gate(state=row[0], until_ms=row[1], reason=row[2])
+
+
+def change(daemon: Daemon, state: str, until_ms: int | None, reason: str | None) -> Gate:
+    previous = daemon.gate
+    gate = Gate(state=state, until_ms=until_ms, reason=reason)
+    store = daemon.require_store()
+    with store.writer.transaction() as tx:
+        tx.run("gate_write", {"state": state, "until": until_ms, "reason": reason, "now": now_ms()})
+    daemon.gate = gate
+    daemon.append_event("gate_changed", data={"from": previous.state, **gate.row()})
+    log.info("gate %s -> %s%s", previous.state, state, f" ({reason})" if reason else "")
+    daemon.poke()
+    return gate
+
+
+def cool_down(daemon: Daemon, until_ms: int, reason: str) -> Gate:
+    """A vendor limit: close until ``until_ms``; a later deadline wins, a pause stays."""
+    current = daemon.gate
+    if current.state == "paused":
+        return current
+    if current.state == "cooldown" and (current.until_ms or 0) >= until_ms:
+        return current
+    return change(daemon, "cooldown", until_ms, reason)
+
+
+def reopen_if_due(daemon: Daemon) -> None:
+    gate = daemon.gate
+    if gate.state == "cooldown" and gate.until_ms is not None and gate.until_ms <= now_ms():
+        change(daemon, "open", None, None)

@@ -1,0 +1,577 @@
+"""Vendor diagnostics: why did the agent fail, and when may we try again?
+
+When an agent exits non-zero, the run driver hands its last output lines to
+:func:`classify`.  The answer decides what Sloop does next: a rate or usage
+limit closes the gate until the vendor's reset time (DESIGN "Vendor
+diagnostics") instead of burning the ticket's retry budget on an agent that
+cannot work; everything else is an ordinary failure with a readable reason.
+
+Choices that follow from that:
+
+* **The last matching line wins.**  Agents print transient errors, retry, and
+  recover; only the error nearest the end explains the exit.  Lines are
+  scanned backwards, so the common case stops early.
+* **One ordered table** (:data:`DEFAULT_PATTERNS`).  On a single line the
+  earliest pattern wins, so the table runs from the most specific diagnosis to
+  the least: context length, then usage limits (a quota 429 is a plan limit,
+  not throttling), rate limits, overload, authentication, network.  Within a
+  class, a CLI's own phrasing comes before the generic wording so ``vendor``
+  names the tool when it can.
+* **Patterns need error context.**  Agent output also carries the agent's own
+  work: code about rate limiters, C++ "overloaded" operators, test failures at
+  ``line 401``.  A false ``usage_limit`` would pause the whole repository, so
+  the generic patterns insist on error wording ("rate limit exceeded", "status
+  429"), never a bare keyword.  Retry chatter ("Retrying in 0.5 seconds...")
+  matches nothing: it is not the failure, and its delay is the CLI's own
+  back-off, not the vendor's reset.
+* **Never raise.**  This runs on the failure path of a run; a surprise in the
+  text must degrade to ``unknown`` or "no reset time", not crash the driver.
+
+Standard library only: the daemon wires it into the run driver and the gate.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta, tzinfo
+from typing import Any, Final
+from zoneinfo import ZoneInfo
+
+CLASSES: Final = (
+    "rate_limited",
+    "usage_limit",
+    "overloaded",
+    "auth_failed",
+    "network",
+    "context_length",
+    "unknown",
+)
+VENDORS: Final = ("claude", "codex", "gemini", "aider")
+LIMIT_CLASSES: Final = frozenset({"rate_limited", "usage_limit"})
+"""Classes that close the gate, and so the only ones whose reset time is read."""
+
+EVIDENCE_MAX: Final = 500
+RESET_LOOKAHEAD_LINES: Final = 5
+"""Lines after the evidence searched for a reset time when the evidence names none.
+
+Multi-line errors (Gemini's pretty-printed JSON with ``"retryDelay"``, a limit
+notice followed by "Please retry in 57s.") put the time on a later line.
+"""
+
+_SECOND_MS: Final = 1000
+_MINUTE_MS: Final = 60 * _SECOND_MS
+_HOUR_MS: Final = 60 * _MINUTE_MS
+_DAY_MS: Final = 24 * _HOUR_MS
+_PAST_SLACK_MS: Final = _DAY_MS
+"""A reset at most this far in the past is still reported (it has simply passed)."""
+_MAX_AHEAD_MS: Final = 32 * _DAY_MS
+"""A reset further ahead than any vendor's monthly window is a misreading.
+
+A wrong number must not close the gate for years; the caller falls back to its
+configured default instead.
+"""
+_CLOCK_GRACE: Final = timedelta(hours=1)
+"""A clock time this recently passed means "now", not "tomorrow".
+
+CLIs print the reset rounded ("resets 3pm") in a clock that may differ from
+ours by a little; reading 3pm at 3:05pm as tomorrow would pause the repository
+for a day when the limit has already lifted.
+"""
+
+
+class VendorConfigError(Exception):
+    """A ``[[vendor.patterns]]`` entry that does not validate; names key and reason."""
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One row of the table: output matching ``regex`` means ``classification``."""
+
+    classification: str
+    regex: re.Pattern[str]
+    vendor: str | None
+
+    def __post_init__(self) -> None:
+        # Fail at import (defaults) or load (config), never mid-diagnosis.
+        if self.classification not in CLASSES or self.classification == "unknown":
+            raise ValueError(f"pattern classification {self.classification!r} is not usable")
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What :func:`classify` concluded, with the line that shows why."""
+
+    classification: str
+    evidence: str | None
+    vendor: str | None
+    reset_at_ms: int | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "classification": self.classification,
+            "evidence": self.evidence,
+            "vendor": self.vendor,
+            "reset_at_ms": self.reset_at_ms,
+        }
+
+
+UNKNOWN: Final = Diagnosis("unknown", None, None, None)
+
+
+def _p(classification: str, vendor: str | None, regex: str) -> Pattern:
+    return Pattern(classification, re.compile(regex, re.IGNORECASE), vendor)
+
+
+_APOS = "['\u2019]"  # "You've" is printed with a straight or a typographic apostrophe
+_STATUS = r"(?:status|code|error|http(?:/\d(?:\.\d)?)?)\W{0,5}(?:code\W{0,3})?"
+_AUTH_WORDS = r"(?:auth\w*|api[ _-]?key|token|credential|forbidden|unauthori[sz]ed|permission)"
+
+DEFAULT_PATTERNS: Final[tuple[Pattern, ...]] = (
+    # --- context_length: the most specific wording; a 400 naming it is about it.
+    _p("context_length", "aider", r"ContextWindowExceededError"),
+    _p("context_length", "aider", r"exceeds the \S+ token limit for"),
+    _p("context_length", "aider", r"has hit a token limit|exhausted context window"),
+    _p("context_length", "claude", r"prompt is too long"),
+    _p("context_length", "claude", r"exceed context limit"),
+    _p("context_length", "codex", r"context_length_exceeded"),
+    _p("context_length", "codex", r"ran out of room in the model's context window"),
+    _p("context_length", "codex", r"your input exceeds the context window"),
+    _p("context_length", "gemini", r"input token count.{0,40}exceeds the maximum number of tokens"),
+    _p("context_length", None, r"exceed(?:s|ed)? (?:the )?(?:model'?s? |maximum )?context"),
+    _p("context_length", None, r"maximum context length"),
+    _p("context_length", None, r"context[ _-]?(?:length|window)[ _-]?exceed"),
+    # --- rate_limited, first the quotas that are per minute: throttling, not a plan limit.
+    _p("rate_limited", "gemini", r"RetryableQuotaError|PerMinute"),
+    _p("rate_limited", "gemini", r"quota exceeded for (?:quota )?metric.{0,160}\bper[ _]?minute\b"),
+    _p("rate_limited", None, r"quota\b.{0,160}\bper[ _]?min(?:ute)?\b"),
+    # --- usage_limit: plan and quota limits (checked before the 429 they arrive with).
+    _p("usage_limit", "aider", r"BudgetExceededError"),
+    _p("usage_limit", "claude", r"claude(?: ai)? usage limit reached"),
+    _p(
+        "usage_limit",
+        "claude",
+        r"\b(?:5-hour|five[- ]hour|session|weekly|daily|opus|sonnet)(?: usage)? limit reached",
+    ),
+    _p("usage_limit", "claude", r"your limit will reset"),
+    _p("usage_limit", "claude", r"rate_limit_event.{0,200}\"status\"\s*:\s*\"rejected\""),
+    _p("usage_limit", "claude", r"credit balance is too low"),
+    _p("usage_limit", "codex", rf"you{_APOS}?ve hit your usage limit|usage_limit_reached"),
+    _p(
+        "usage_limit",
+        "claude",
+        rf"you(?:{_APOS}?ve| have) (?:hit|reached) your (?:(?!rate\b)[\w-]+ )?limit",
+    ),
+    _p("usage_limit", "codex", r"quota exceeded\. check your plan"),
+    _p("usage_limit", "gemini", r"TerminalQuotaError|QUOTA_EXHAUSTED|INSUFFICIENT_G1_CREDITS"),
+    _p("usage_limit", "gemini", r"exhausted your (?:daily |monthly )?(?:quota|capacity)"),
+    _p("usage_limit", "gemini", r"reached your daily .{0,40}quota"),
+    _p("usage_limit", "gemini", r"quota exceeded for (?:quota )?metric"),
+    _p("usage_limit", None, r"insufficient_quota|exceeded your current quota"),
+    _p("usage_limit", None, r"usage limit (?:reached|exceeded|hit)"),
+    _p("usage_limit", None, r"(?:reached|hit|exceeded) (?:your |the )?(?:usage|spend) limit"),
+    _p("usage_limit", None, r"quota (?:exceeded|exhausted|reached)|out of (?:credits|quota)"),
+    _p("usage_limit", None, r"(?:exceeded|exhausted) (?:your |the )?(?:\w+ )?quota"),
+    # --- rate_limited: short-term throttling.
+    _p("rate_limited", "aider", r"litellm\.RateLimitError|rate limited you"),
+    _p("rate_limited", "claude", r"rate_limit_error|API Error:? \(?429\b"),
+    _p("rate_limited", "codex", r"last status:? 429\b|rate limit reached for"),
+    _p("rate_limited", "gemini", r"RESOURCE_EXHAUSTED|resource has been exhausted"),
+    _p("rate_limited", "gemini", r"failed with status 429\b"),
+    _p("rate_limited", None, r"too many requests|ThrottlingException|RateLimitError"),
+    _p("rate_limited", None, _STATUS + r"429\b"),
+    _p("rate_limited", None, r"rate[ _-]?limit(?:ed|s)?[ _-]?(?:reached|exceeded|hit)"),
+    _p("rate_limited", None, r"(?:hit|reached|exceeds?|exceeded) (?:the |your )?rate[ _-]?limit"),
+    _p("rate_limited", None, r"\brate[ _-]?limited\b"),
+    # --- overloaded: the vendor's side is busy or broken (5xx); it is not our fault.
+    _p("overloaded", "aider", r"litellm\.(?:ServiceUnavailableError|InternalServerError)"),
+    _p("overloaded", "aider", r"servers are down or overloaded"),
+    _p("overloaded", "claude", r"overloaded_error|API Error:? \(?5\d\d\b"),
+    _p("overloaded", "codex", r"currently experiencing high demand|server_is_overloaded"),
+    _p("overloaded", "codex", r"(?:last|unexpected) status:? 5\d\d\b"),
+    _p("overloaded", "gemini", r"model is overloaded|MODEL_CAPACITY_EXHAUSTED"),
+    _p("overloaded", "gemini", r"no capacity available for model"),
+    _p("overloaded", "gemini", r"\b503\W{1,3}UNAVAILABLE\b|\"status\"\s*:\s*\"UNAVAILABLE\""),
+    _p(
+        "overloaded",
+        None,
+        r"\b(?:model|server|service|api|engine|system|backend|upstream|provider)s?\b(?:'s)?"
+        r"\s+(?:is|are|was|were|seems|appears|currently|temporarily)\b[^.\n]{0,20}\boverloaded\b",
+    ),
+    _p("overloaded", None, r"(?:error|exception)\W{1,5}overloaded\W*$|[\"']overloaded[\"']"),
+    _p("overloaded", None, r"^\W*overloaded\W*$"),
+    _p("overloaded", None, r"\b503\b\W{0,3}service (?:temporarily )?unavailable"),
+    _p("overloaded", None, r"\b502\b\W{0,3}bad gateway|\b504\b\W{0,3}gateway time-?out"),
+    # --- auth_failed: a person must log in again or fix a key; retrying will not help.
+    _p("auth_failed", "aider", r"litellm\.AuthenticationError|not able to authenticate you"),
+    _p("auth_failed", "claude", r"please run /login|invalid x-api-key|authentication_error"),
+    _p("auth_failed", "claude", r"oauth token (?:has )?(?:expired|been revoked|revoked)"),
+    _p("auth_failed", "claude", r"organization has been disabled"),
+    _p("auth_failed", "codex", r"refresh token (?:has )?(?:expired|was already used|revoked)"),
+    _p("auth_failed", "codex", r"access token could not be refreshed|log out and sign in again"),
+    _p("auth_failed", "codex", r"(?:last|unexpected) status:? 40[13]\b"),
+    _p("auth_failed", "gemini", r"api key not valid|API_KEY_INVALID|UNAUTHENTICATED"),
+    _p("auth_failed", "gemini", r"invalid authentication credentials|PERMISSION_DENIED"),
+    _p("auth_failed", None, r"incorrect api key|invalid[_ -]?api[_ -]?key|invalid credentials"),
+    _p("auth_failed", None, r"AuthenticationError|PermissionDeniedError"),
+    _p("auth_failed", None, r"\b401\b\W{0,3}unauthori[sz]ed|\b403\b\W{0,3}forbidden"),
+    _p("auth_failed", None, _STATUS + r"40[13]\b.{0,60}" + _AUTH_WORDS),
+    _p("auth_failed", None, r"authentication (?:failed|error|required)"),
+    _p(
+        "auth_failed",
+        None,
+        r"\b(?:api[ _-]?key|auth token|access token|credentials)\b (?:is |are |has )?"
+        r"(?:invalid|expired|revoked|not valid)",
+    ),
+    # --- network: we never reached the vendor, or lost it half-way.
+    _p("network", "aider", r"litellm\.(?:APIConnectionError|Timeout|APITimeoutError)"),
+    _p("network", "aider", r"timed out without returning a response"),
+    _p("network", "claude", r"API Error:? \(?(?:Connection error|Request timed out)"),
+    _p("network", "claude", r"unable to connect to API"),
+    _p("network", "codex", r"stream disconnected before completion|error sending request for url"),
+    _p("network", "codex", r"connection failed:|error while reading the server response"),
+    _p(
+        "network",
+        None,
+        r"\bE(?:CONNRESET|CONNREFUSED|CONNABORTED|TIMEDOUT|NOTFOUND|AI_AGAIN|NETUNREACH"
+        r"|HOSTUNREACH)\b|\bUND_ERR_\w+",
+    ),
+    _p("network", None, r"getaddrinfo|socket hang up|fetch failed"),
+    _p("network", None, r"connection (?:refused|reset|timed out|aborted|closed|error)"),
+    _p("network", None, r"network (?:error|is unreachable)|could not resolve host"),
+    _p("network", None, r"temporary failure in name resolution|name or service not known"),
+    _p("network", None, r"APIConnectionError|APITimeoutError"),
+    _p("network", None, r"\b(?:Connect|Read)Timeout(?:Error)?\b"),
+)
+
+
+# --------------------------------------------------------------------------- config
+
+_CONFIG_KEYS: Final = ("classification", "regex", "vendor")
+_USABLE: Final = tuple(c for c in CLASSES if c != "unknown")
+
+
+def patterns_from_config(section: Any) -> tuple[Pattern, ...]:
+    """The table to classify with: ``[[vendor.patterns]]`` from sloop.toml, then the defaults.
+
+    User patterns come first so a site can override how a line is read (a proxy
+    that words its 429 differently, a vendor we do not know).  ``section`` is
+    the ``[vendor]`` table (or its ``patterns`` array, or None); keys of
+    ``[vendor]`` other than ``patterns`` belong to the caller.
+    """
+    if section is None:
+        return DEFAULT_PATTERNS
+    if isinstance(section, dict):
+        entries = section.get("patterns", [])
+    elif isinstance(section, list):
+        entries = section
+    else:
+        raise VendorConfigError("vendor: must be a table")
+    if not isinstance(entries, list):
+        raise VendorConfigError("vendor.patterns: must be an array of tables")
+    user = tuple(_config_pattern(entry, f"vendor.patterns[{i}]") for i, entry in enumerate(entries))
+    return user + DEFAULT_PATTERNS
+
+
+def _config_pattern(entry: Any, where: str) -> Pattern:
+    if not isinstance(entry, dict):
+        raise VendorConfigError(f"{where}: must be a table")
+    for key in entry:
+        if key not in _CONFIG_KEYS:
+            known = ", ".join(_CONFIG_KEYS)
+            raise VendorConfigError(f"{where}.{key}: unknown key (known: {known})")
+    classification = entry.get("classification")
+    if classification is None:
+        raise VendorConfigError(f"{where}.classification: required")
+    if not isinstance(classification, str) or classification not in _USABLE:
+        raise VendorConfigError(
+            f"{where}.classification: {classification!r} is not one of {', '.join(_USABLE)}"
+        )
+    regex = _config_regex(entry.get("regex"), f"{where}.regex")
+    vendor = entry.get("vendor")
+    if vendor is not None and (not isinstance(vendor, str) or not vendor.strip()):
+        raise VendorConfigError(f"{where}.vendor: must be a non-empty string")
+    return Pattern(classification, regex, vendor)
+
+
+def _config_regex(source: Any, where: str) -> re.Pattern[str]:
+    if source is None:
+        raise VendorConfigError(f"{where}: required")
+    if not isinstance(source, str) or not source:
+        raise VendorConfigError(f"{where}: must be a non-empty string")
+    try:
+        compiled = re.compile(source, re.IGNORECASE)
+    except (re.error, OverflowError, RecursionError, ValueError) as exc:
+        raise VendorConfigError(f"{where}: not a valid regular expression: {exc}") from exc
+    if compiled.search("") is not None:
+        # It would match every line, so the last line of any output would win.
+        raise VendorConfigError(f"{where}: matches the empty string, so it would match every line")
+    return compiled
+
+
+# --------------------------------------------------------------------------- classify
+
+_ANSI: Final = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+_CONTROL: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def _clean(line: str) -> str:
+    """The line as a person would read it: no colour codes or control characters."""
+    return _CONTROL.sub("", _ANSI.sub("", line)).strip()
+
+
+def classify(
+    lines: Iterable[str],
+    now_ms: int,
+    patterns: Sequence[Pattern] = DEFAULT_PATTERNS,
+    tz: tzinfo | None = None,
+) -> Diagnosis:
+    """Classify a failed agent's output (stdout and stderr lines, in order).
+
+    The last line matching any pattern is the cause; on that line the earliest
+    pattern in ``patterns`` decides.  Chunks holding several lines (or ``\\r``
+    redraws of a terminal UI) are split first.  For a rate or usage limit,
+    ``reset_at_ms`` is read from the evidence line, else from the few lines
+    after it; ``tz`` is the zone of clock times that name none (default UTC).
+    """
+    flat = [part for line in lines for part in line.splitlines()]
+    for index in range(len(flat) - 1, -1, -1):
+        line = _clean(flat[index])
+        if not line:
+            continue
+        for pattern in patterns:
+            match = pattern.regex.search(line)
+            if match is None:
+                continue
+            reset = None
+            if pattern.classification in LIMIT_CLASSES:
+                following = flat[index + 1 : index + 1 + RESET_LOOKAHEAD_LINES]
+                reset = _reset_near(line, following, now_ms, tz)
+            return Diagnosis(pattern.classification, _evidence(line, match), pattern.vendor, reset)
+    return UNKNOWN
+
+
+def _reset_near(line: str, following: list[str], now_ms: int, tz: tzinfo | None) -> int | None:
+    for candidate in (line, *following):
+        reset = parse_reset(candidate, now_ms, tz)
+        if reset is not None:
+            return reset
+    return None
+
+
+def _evidence(line: str, match: re.Match[str]) -> str:
+    """The line, or the 500-character window of it that shows the match.
+
+    Stream-JSON lines run to kilobytes and the error may sit deep inside; the
+    first 500 characters would show the envelope and hide the reason.
+    """
+    if len(line) <= EVIDENCE_MAX:
+        return line
+    start = max(0, min(match.start() - 80, len(line) - EVIDENCE_MAX))
+    head = "\u2026" if start > 0 else ""
+    end = start + EVIDENCE_MAX - len(head)
+    tail = ""
+    if end < len(line):
+        tail = "\u2026"
+        end -= 1
+    return head + line[start:end] + tail
+
+
+# --------------------------------------------------------------------------- reset time
+
+_PIPE_EPOCH: Final = re.compile(r"\|\s*(\d{13}|\d{10})(?!\d)")
+_RESET_EPOCH: Final = re.compile(
+    r"reset\w*[\"']?\s*[:=]?\s*(?:(?:at|on)\s+)?(\d{13}|\d{10})(?!\d)", re.IGNORECASE
+)
+_ISO: Final = re.compile(
+    r"\b(?:reset\w*|until|at|after)[\"']?\W{0,4}"
+    r"(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2})?)(?![\d:])",
+    re.IGNORECASE,
+)
+_MONTHS: Final = tuple("jan feb mar apr may jun jul aug sep oct nov dec".split())
+_WEEKDAYS: Final = tuple("mon tue wed thu fri sat sun".split())
+_CLOCK: Final = re.compile(
+    r"""
+    \b(?:resets?|at|until)\s+
+    (?:(?P<wday>mon|tue|wed|thu|fri|sat|sun)[a-z]*\.?,?\s+)?
+    (?:(?P<mon>jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?\s+
+       (?P<day>\d{1,2})(?:st|nd|rd|th)?,?\s+(?:(?P<year>\d{4}),?\s+)?(?:at\s+)?)?
+    (?<!\d)(?P<hour>\d{1,2})(?::(?P<minute>\d{2}))?(?::(?P<second>\d{2}))?
+    (?:\s*(?P<ampm>[ap])\.?m\b\.?)?(?![\d:])
+    (?:\s*\((?P<zone>[^()]{1,64})\)|\s+(?P<bare>UTC|GMT)\b)?
+    """,
+    re.IGNORECASE | re.VERBOSE,
+)
+_UNIT: Final = (
+    r"(?:milliseconds?|msecs?|ms|days?|d|hours?|hrs?|h|minutes?|mins?|m"
+    r"|seconds?|secs?|s|weeks?|w)(?![a-z])"
+)
+_AMOUNT: Final = r"\d{1,9}(?:\.\d{1,12})?"
+_RELATIVE: Final = re.compile(
+    rf"(?<!retrying )(?<![\w-])(?:(?:in|after|resets?)\s+|retry_?delay[\"':=\s]{{1,5}})"
+    rf"(?P<span>(?:{_AMOUNT}\s*{_UNIT}[\s,]*(?:and\s+)?)+)",
+    re.IGNORECASE,
+)
+_PART: Final = re.compile(rf"({_AMOUNT})\s*({_UNIT})", re.IGNORECASE)
+_RETRY_AFTER: Final = re.compile(r"retry[-_ ]after\W{1,3}(\d{1,9})(?![\d.]|\s*[a-z])", re.I)
+_UNIT_MS: Final = {"ms": 1, "d": _DAY_MS, "h": _HOUR_MS, "m": _MINUTE_MS, "s": _SECOND_MS}
+_ZONE_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_+-]*(?:/[A-Za-z0-9_+-]+)*")
+
+_Reader = Callable[[str, int, tzinfo], int | None]
+
+
+def parse_reset(line: str, now_ms: int, tz: tzinfo | None = None) -> int | None:
+    """When the line says the limit lifts, in epoch milliseconds; None if it does not say.
+
+    Understands, in this order: epoch seconds or milliseconds after a pipe
+    (``limit reached|1767225600``) or after "reset" (``"resetsAt":1767225600``),
+    an ISO timestamp after "reset/until/at", a clock time ("resets 3pm",
+    "at 17:30", "try again at Dec 29th, 2025 10:15 PM", optionally followed by a
+    zone in parentheses) taken as its next occurrence, and a relative delay
+    ("in 20s", "try again in 2 days 3 hours", "after 1h30m", "Retry-After: 30").
+    ``tz`` is the zone for clock times that name none or name an unknown one
+    (UTC when None).  A clock time passed less than an hour ago is returned as
+    is: the limit has lifted already.  Answers more than a day in the past or
+    more than 32 days ahead are treated as misreadings.  Never raises.
+    """
+    zone = tz if tz is not None else UTC
+    text = _clean(line)
+    readers: tuple[_Reader, ...] = (
+        _read_pipe_epoch,
+        _read_reset_epoch,
+        _read_iso,
+        _read_clock,
+        _read_relative,
+        _read_retry_after,
+    )
+    for reader in readers:
+        try:
+            value = reader(text, now_ms, zone)
+        except (ValueError, OverflowError, OSError, KeyError):
+            value = None
+        if value is not None and now_ms - _PAST_SLACK_MS <= value <= now_ms + _MAX_AHEAD_MS:
+            return value
+    return None
+
+
+def _epoch_ms(digits: str) -> int:
+    value = int(digits)
+    return value if len(digits) == 13 else value * 1000
+
+
+def _first_plausible(values: Iterable[int], now_ms: int) -> int | None:
+    for value in values:
+        if now_ms - _PAST_SLACK_MS <= value <= now_ms + _MAX_AHEAD_MS:
+            return value
+    return None
+
+
+def _read_pipe_epoch(text: str, now_ms: int, zone: tzinfo) -> int | None:
+    return _first_plausible((_epoch_ms(m[1]) for m in _PIPE_EPOCH.finditer(text)), now_ms)
+
+
+def _read_reset_epoch(text: str, now_ms: int, zone: tzinfo) -> int | None:
+    return _first_plausible((_epoch_ms(m[1]) for m in _RESET_EPOCH.finditer(text)), now_ms)
+
+
+def _read_iso(text: str, now_ms: int, zone: tzinfo) -> int | None:
+    for match in _ISO.finditer(text):
+        try:
+            moment = datetime.fromisoformat(match[1])
+        except ValueError:
+            continue
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=zone)
+        return round(moment.timestamp() * 1000)
+    return None
+
+
+def _read_clock(text: str, now_ms: int, zone: tzinfo) -> int | None:
+    for match in _CLOCK.finditer(text):
+        moment = _clock_time(match)
+        if moment is None:
+            continue
+        where = _zone(match["zone"] or match["bare"], zone)
+        now = datetime.fromtimestamp(now_ms / 1000, where)
+        return round(_next_at(match, moment, now).timestamp() * 1000)
+    return None
+
+
+def _clock_time(match: re.Match[str]) -> time | None:
+    """The time of day a clock match names; None when it is not one ("at 5 places")."""
+    hour = int(match["hour"])
+    minute = int(match["minute"] or 0)
+    second = int(match["second"] or 0)
+    ampm = (match["ampm"] or "").lower()
+    if not ampm and match["minute"] is None:
+        return None
+    if ampm:
+        if not 1 <= hour <= 12:
+            return None
+        hour = hour % 12 + (12 if ampm == "p" else 0)
+    if hour > 23 or minute > 59 or second > 59:
+        return None
+    return time(hour, minute, second)
+
+
+def _next_at(match: re.Match[str], moment: time, now: datetime) -> datetime:
+    """The first date-and-time the match names that is not (much) in the past."""
+    earliest = now - _CLOCK_GRACE
+    zone = now.tzinfo
+    if match["mon"]:
+        month = _MONTHS.index(match["mon"].lower()[:3]) + 1
+        day = int(match["day"])
+        if match["year"]:
+            return datetime.combine(date(int(match["year"]), month, day), moment, zone)
+        candidate = datetime.combine(date(now.year, month, day), moment, zone)
+        if candidate < earliest:
+            candidate = datetime.combine(date(now.year + 1, month, day), moment, zone)
+        return candidate
+    step = timedelta(days=1)
+    first = now.date()
+    if match["wday"]:
+        step = timedelta(days=7)
+        first += timedelta(days=(_WEEKDAYS.index(match["wday"].lower()) - now.weekday()) % 7)
+    candidate = datetime.combine(first, moment, zone)
+    if candidate < earliest:
+        candidate = datetime.combine(first + step, moment, zone)
+    return candidate
+
+
+def _zone(name: str | None, fallback: tzinfo) -> tzinfo:
+    """The named IANA zone; the fallback when there is none or we do not know it."""
+    if not name:
+        return fallback
+    name = name.strip()
+    if name.upper() in ("UTC", "GMT", "Z"):
+        return UTC
+    if not _ZONE_NAME.fullmatch(name):
+        return fallback
+    try:
+        return ZoneInfo(name)
+    except (KeyError, ValueError, OSError):
+        return fallback
+
+
+def _read_relative(text: str, now_ms: int, zone: tzinfo) -> int | None:
+    for match in _RELATIVE.finditer(text):
+        total = 0.0
+        for amount, unit in _PART.findall(match["span"]):
+            total += float(amount) * _unit_ms(unit)
+        return now_ms + round(total)
+    return None
+
+
+def _unit_ms(unit: str) -> int:
+    unit = unit.lower()
+    if unit.startswith(("ms", "msec", "milli")):
+        return 1
+    if unit.startswith("w"):
+        return 7 * _DAY_MS
+    return _UNIT_MS[unit[0]]
+
+
+def _read_retry_after(text: str, now_ms: int, zone: tzinfo) -> int | None:
+    match = _RETRY_AFTER.search(text)
+    return None if match is None else now_ms + int(match[1]) * _SECOND_MS
