@@ -32,7 +32,7 @@ from sloopd.daemon import Daemon
 log = logging.getLogger(__name__)
 
 # The *_created series double every counter's cardinality for no operator value.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 STAGE_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400)
 REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30)
