@@ -32,7 +32,7 @@ PROTOCOL_VERBS = {
     "wait",
 }
 # Additive operator verbs beyond the protocol text (docs/protocol-notes.md).
-ADDITIVE_VERBS = {"gc"}
+ADDITIVE_VERBS = {"gc", "pause", "resume"}
 ALL_VERBS = PROTOCOL_VERBS | ADDITIVE_VERBS
 WORKER_ONLY_VERBS = {"brief", "note", "verdict"}
 PROTOCOL_ERROR_CODES = {
@@ -275,6 +275,8 @@ FULL_ARGS: dict[str, dict[str, Any]] = {
     "list": {"ref": "a", "limit": 1},
     "wait": {"run": "R1", "timeout_ms": 0},
     "gc": {},
+    "pause": {"reason": "maintenance"},
+    "resume": {},
 }
 REQUIRED: dict[str, set[str]] = {
     "show": set(),
@@ -292,6 +294,8 @@ REQUIRED: dict[str, set[str]] = {
     "list": set(),
     "wait": {"run"},
     "gc": set(),
+    "pause": set(),
+    "resume": set(),
 }
 
 
