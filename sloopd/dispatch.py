@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from enum import Enum
 from typing import Any
 
 import orjson
@@ -22,11 +21,6 @@ log = logging.getLogger(__name__)
 Result = Any | Awaitable[Any]
 Handler = Callable[[dict[str, Any]], Result]
 Reply = bytes | Awaitable[bytes]
-
-
-class Socket(Enum):
-    OPERATOR = "operator"
-    WORKER = "worker"
 
 
 def encode(envelope: dict[str, Any]) -> bytes:

@@ -29,7 +29,7 @@ FRONT_MATTER_FENCE = "+++"
 DEFAULT_FLOW = "default"
 DEFAULT_PROJECT = "default"
 _FRONT_MATTER_KEYS = {"flow": str, "project": str, "priority": int}
-_TOML_POSITION = re.compile(r"at line (\d+), column (\d+)")
+_TOML_POSITION = re.compile(r"\s*\((?:at line (\d+), column (\d+)|at end of document)\)")
 _NAME_SHAPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -139,8 +139,11 @@ def _split_front_matter(
         meta = tomllib.loads(source)
     except tomllib.TOMLDecodeError as exc:
         found = _TOML_POSITION.search(str(exc))
-        line = int(found.group(1)) + 1 if found else 1
-        reason = _TOML_POSITION.sub("", str(exc)).strip(" ()")
+        if found is not None and found.group(1):
+            line = int(found.group(1)) + 1
+        else:
+            line = end  # "at end of document": the front matter's last line
+        reason = _TOML_POSITION.sub("", str(exc)).strip()
         raise invalid_arguments(
             f"{relative}:{line}: front matter is not valid TOML: {reason}", path=relative, line=line
         ) from exc
