@@ -26,6 +26,10 @@ SOFTWARE_VERSION: Final = "0.4.0"
 # paths, not text, so no legitimate request comes near it.
 MAX_REQUEST_BYTES: Final = 1024 * 1024
 
+# Integers on the wire stay exactly representable in every JSON client (and
+# in SQLite's 64-bit integers): 2**53 - 1.
+MAX_INTEGER: Final = 2**53 - 1
+
 OPERATOR_SOCKET_NAME: Final = "operator.sock"
 WORKER_SOCKET_DIR_NAME: Final = "w"
 DAEMON_INFO_NAME: Final = "daemon.json"
@@ -119,6 +123,8 @@ def _integer(name: str, value: Any, minimum: int | None) -> int:
         raise invalid_arguments(f"'{name}' must be an integer", field=name)
     if minimum is not None and value < minimum:
         raise invalid_arguments(f"'{name}' must be at least {minimum}", field=name)
+    if value > MAX_INTEGER:
+        raise invalid_arguments(f"'{name}' must be at most {MAX_INTEGER}", field=name)
     return value
 
 

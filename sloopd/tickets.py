@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from sloopd.api import invalid_arguments
+from sloopd.api import MAX_INTEGER, invalid_arguments
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
 FRONT_MATTER_FENCE = "+++"
@@ -70,7 +70,8 @@ def locate(repo: Path, given: str) -> tuple[Path, str]:
 def read(repo: Path, tickets_folder: str, given: str, known_flows: set[str]) -> TicketFile:
     real, relative = locate(repo, given)
     try:
-        text = real.read_bytes().decode("utf-8")
+        # utf-8-sig: an editor's byte order mark must not hide the front matter.
+        text = real.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = real.read_bytes()[: exc.start].count(b"\n") + 1
         raise invalid_arguments(
@@ -162,6 +163,12 @@ def _split_front_matter(
             kind = "an integer" if expected is int else "a string"
             raise invalid_arguments(
                 f"{relative}:{line}: '{key}' must be {kind}", path=relative, line=line
+            )
+        if expected is int and abs(value) > MAX_INTEGER:
+            raise invalid_arguments(
+                f"{relative}:{line}: '{key}' must be between -{MAX_INTEGER} and {MAX_INTEGER}",
+                path=relative,
+                line=line,
             )
         if isinstance(value, str) and not value.strip():
             raise invalid_arguments(

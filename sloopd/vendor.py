@@ -32,6 +32,7 @@ Standard library only: the daemon wires it into the run driver and the gate.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -127,6 +128,16 @@ def _p(classification: str, vendor: str | None, regex: str) -> Pattern:
 _APOS = "['\u2019]"  # "You've" is printed with a straight or a typographic apostrophe
 _STATUS = r"(?:status|code|error|http(?:/\d(?:\.\d)?)?)\W{0,5}(?:code\W{0,3})?"
 _AUTH_WORDS = r"(?:auth\w*|api[ _-]?key|token|credential|forbidden|unauthori[sz]ed|permission)"
+_NODE_NET_CODES = (
+    "ECONNRESET",
+    "ECONNREFUSED",
+    "ECONNABORTED",
+    "ETIMEDOUT",
+    "ENOTFOUND",
+    "EAI_AGAIN",
+    "ENETUNREACH",
+    "EHOSTUNREACH",
+)
 
 DEFAULT_PATTERNS: Final[tuple[Pattern, ...]] = (
     # --- context_length: the most specific wording; a 400 naming it is about it.
@@ -161,7 +172,8 @@ DEFAULT_PATTERNS: Final[tuple[Pattern, ...]] = (
     _p(
         "usage_limit",
         "claude",
-        rf"you(?:{_APOS}?ve| have) (?:hit|reached) your (?:(?!rate\b)[\w-]+ )?limit",
+        rf"you(?:{_APOS}?ve| have) (?:hit|reached) your "
+        r"(?:(?!(?:rate|usage|spend)\b)[\w-]+ )?limit",
     ),
     _p("usage_limit", "codex", r"quota exceeded\. check your plan"),
     _p("usage_limit", "gemini", r"TerminalQuotaError|QUOTA_EXHAUSTED|INSUFFICIENT_G1_CREDITS"),
@@ -183,7 +195,7 @@ DEFAULT_PATTERNS: Final[tuple[Pattern, ...]] = (
     _p("rate_limited", None, _STATUS + r"429\b"),
     _p("rate_limited", None, r"rate[ _-]?limit(?:ed|s)?[ _-]?(?:reached|exceeded|hit)"),
     _p("rate_limited", None, r"(?:hit|reached|exceeds?|exceeded) (?:the |your )?rate[ _-]?limit"),
-    _p("rate_limited", None, r"\brate[ _-]?limited\b"),
+    _p("rate_limited", None, r"\brate[ -]?limited\b"),
     # --- overloaded: the vendor's side is busy or broken (5xx); it is not our fault.
     _p("overloaded", "aider", r"litellm\.(?:ServiceUnavailableError|InternalServerError)"),
     _p("overloaded", "aider", r"servers are down or overloaded"),
@@ -199,10 +211,13 @@ DEFAULT_PATTERNS: Final[tuple[Pattern, ...]] = (
         r"\b(?:model|server|service|api|engine|system|backend|upstream|provider)s?\b(?:'s)?"
         r"\s+(?:is|are|was|were|seems|appears|currently|temporarily)\b[^.\n]{0,20}\boverloaded\b",
     ),
-    _p("overloaded", None, r"(?:error|exception)\W{1,5}overloaded\W*$|[\"']overloaded[\"']"),
+    _p("overloaded", None, r"(?:error|exception)\W{1,5}overloaded\W*$"),
+    _p("overloaded", None, r"message[\"']?\s*[:=]\s*[\"']overloaded[\"']"),
     _p("overloaded", None, r"^\W*overloaded\W*$"),
     _p("overloaded", None, r"\b503\b\W{0,3}service (?:temporarily )?unavailable"),
     _p("overloaded", None, r"\b502\b\W{0,3}bad gateway|\b504\b\W{0,3}gateway time-?out"),
+    # Codex's answer from a blocked region comes with a 403 but is no credential problem.
+    _p("network", "codex", r"access blocked by cloudflare"),
     # --- auth_failed: a person must log in again or fix a key; retrying will not help.
     _p("auth_failed", "aider", r"litellm\.AuthenticationError|not able to authenticate you"),
     _p("auth_failed", "claude", r"please run /login|invalid x-api-key|authentication_error"),
@@ -218,12 +233,9 @@ DEFAULT_PATTERNS: Final[tuple[Pattern, ...]] = (
     _p("auth_failed", None, r"\b401\b\W{0,3}unauthori[sz]ed|\b403\b\W{0,3}forbidden"),
     _p("auth_failed", None, _STATUS + r"40[13]\b.{0,60}" + _AUTH_WORDS),
     _p("auth_failed", None, r"authentication (?:failed|error|required)"),
-    _p(
-        "auth_failed",
-        None,
-        r"\b(?:api[ _-]?key|auth token|access token|credentials)\b (?:is |are |has )?"
-        r"(?:invalid|expired|revoked|not valid)",
-    ),
+    _p("auth_failed", None, r"\bapi[ _-]?key (?:is |has )?(?:invalid|expired|revoked|not valid)"),
+    _p("auth_failed", None, r"\b(?:auth|access) token (?:is |has )?(?:invalid|expired|revoked)"),
+    _p("auth_failed", None, r"\bcredentials (?:are |have )?(?:invalid|expired|revoked)"),
     # --- network: we never reached the vendor, or lost it half-way.
     _p("network", "aider", r"litellm\.(?:APIConnectionError|Timeout|APITimeoutError)"),
     _p("network", "aider", r"timed out without returning a response"),
@@ -231,12 +243,7 @@ DEFAULT_PATTERNS: Final[tuple[Pattern, ...]] = (
     _p("network", "claude", r"unable to connect to API"),
     _p("network", "codex", r"stream disconnected before completion|error sending request for url"),
     _p("network", "codex", r"connection failed:|error while reading the server response"),
-    _p(
-        "network",
-        None,
-        r"\bE(?:CONNRESET|CONNREFUSED|CONNABORTED|TIMEDOUT|NOTFOUND|AI_AGAIN|NETUNREACH"
-        r"|HOSTUNREACH)\b|\bUND_ERR_\w+",
-    ),
+    _p("network", None, "|".join(rf"\b{code}\b" for code in _NODE_NET_CODES) + r"|\bUND_ERR_\w+"),
     _p("network", None, r"getaddrinfo|socket hang up|fetch failed"),
     _p("network", None, r"connection (?:refused|reset|timed out|aborted|closed|error)"),
     _p("network", None, r"network (?:error|is unreachable)|could not resolve host"),
@@ -336,11 +343,13 @@ def classify(
     after it; ``tz`` is the zone of clock times that name none (default UTC).
     """
     flat = [part for line in lines for part in line.splitlines()]
+    prefilter = _Prefilter(patterns)
     for index in range(len(flat) - 1, -1, -1):
         line = _clean(flat[index])
         if not line:
             continue
-        for pattern in patterns:
+        for candidate in prefilter.candidates(line):
+            pattern = patterns[candidate]
             match = pattern.regex.search(line)
             if match is None:
                 continue
@@ -358,6 +367,204 @@ def _reset_near(line: str, following: list[str], now_ms: int, tz: tzinfo | None)
         if reset is not None:
             return reset
     return None
+
+
+# --------------------------------------------------------------------------- prefilter
+#
+# Python's regex engine costs a few microseconds per search even when nothing
+# matches, and classify() runs some 90 patterns over up to 2000 lines on the
+# daemon's event loop.  Most lines contain none of the literal words the
+# patterns need, so a substring test rules a pattern out before its search.
+# The needles are derived from each regex, so user patterns get the same
+# treatment and the table stays the only thing to maintain.
+
+_QUANTIFIERS: Final = frozenset("*+?{")
+_CLASS_ESCAPES: Final = frozenset("bBdDsSwWAZntrfva")
+_CASE_TWINS: Final = {0x130: "i", 0x131: "i", 0x17F: "s", 0x212A: "k"}
+"""The non-ASCII characters that re.IGNORECASE equates with an ASCII letter."""
+
+
+def _fold(line: str) -> str:
+    """The line as the needles see it: every character re.IGNORECASE equates with
+    an ASCII letter becomes that lowercase letter."""
+    return line.translate(_CASE_TWINS).lower()
+
+
+class _Prefilter:
+    """Which patterns could match a line, judged by substring tests alone."""
+
+    def __init__(self, patterns: Sequence[Pattern]) -> None:
+        by_needle: dict[str, list[int]] = {}
+        self._always: list[int] = []
+        for index, pattern in enumerate(patterns):
+            needles = _needles(pattern.regex)
+            if needles is None:
+                self._always.append(index)
+                continue
+            for needle in needles:
+                by_needle.setdefault(needle, []).append(index)
+        self._by_needle = list(by_needle.items())
+
+    def candidates(self, line: str) -> list[int]:
+        """Indices of the patterns worth a search, in table order."""
+        folded = _fold(line)
+        found = set(self._always)
+        for needle, indices in self._by_needle:
+            if needle in folded:
+                found.update(indices)
+        return sorted(found)
+
+
+@functools.lru_cache(maxsize=1024)
+def _needles(regex: re.Pattern[str]) -> tuple[str, ...] | None:
+    """Lowercase ASCII strings one of which occurs in every match; None when unsure.
+
+    Each top-level alternative contributes its longest run of literal characters
+    that no quantifier, class or group interrupts: every match of that
+    alternative contains the run.  Anything the scan does not understand
+    (verbose mode, ``\x41`` escapes, unbalanced text) means "always search".
+    """
+    if regex.flags & re.VERBOSE:
+        return None
+    branches = _split_branches(regex.pattern)
+    if branches is None:
+        return None
+    needles = []
+    for branch in branches:
+        run = _longest_run(branch)
+        if run is None or len(run) < 2:
+            return None
+        needles.append(run.lower())
+    return tuple(needles)
+
+
+def _split_branches(source: str) -> list[str] | None:
+    branches: list[str] = []
+    start = index = 0
+    while index < len(source):
+        char = source[index]
+        if char == "\\":
+            index += 2
+            continue
+        if char == "[":
+            end = _class_end(source, index)
+            if end is None:
+                return None
+            index = end
+            continue
+        if char == "(":
+            end = _group_end(source, index)
+            if end is None:
+                return None
+            index = end
+            continue
+        if char == "|":
+            branches.append(source[start:index])
+            start = index + 1
+        index += 1
+    branches.append(source[start:])
+    return branches
+
+
+def _class_end(source: str, index: int) -> int | None:
+    """The index just past the ``[...]`` class opening at ``index``."""
+    index += 1
+    if source[index : index + 1] == "^":
+        index += 1
+    if source[index : index + 1] == "]":
+        index += 1
+    while index < len(source):
+        if source[index] == "\\":
+            index += 2
+        elif source[index] == "]":
+            return index + 1
+        else:
+            index += 1
+    return None
+
+
+def _group_end(source: str, index: int) -> int | None:
+    """The index just past the group opening at ``index``."""
+    depth = 0
+    while index < len(source):
+        char = source[index]
+        if char == "\\":
+            index += 2
+            continue
+        if char == "[":
+            end = _class_end(source, index)
+            if end is None:
+                return None
+            index = end
+            continue
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth == 0:
+                return index + 1
+        index += 1
+    return None
+
+
+def _element(branch: str, index: int) -> tuple[str | None, int] | None:
+    """The literal character at ``index`` (None for anything else) and the index after it."""
+    char = branch[index]
+    if char == "\\":
+        escaped = branch[index + 1 : index + 2]
+        if not escaped:
+            return None
+        if escaped.isalnum():
+            # \d, \b and friends match no fixed text; \x41, \1, \N{...} are not parsed.
+            return (None, index + 2) if escaped in _CLASS_ESCAPES else None
+        return (escaped if escaped.isascii() else None), index + 2
+    if char == "[":
+        end = _class_end(branch, index)
+        return None if end is None else (None, end)
+    if char == "(":
+        end = _group_end(branch, index)
+        return None if end is None else (None, end)
+    if char in _QUANTIFIERS or char in ")|":
+        return None
+    if char in ".^$" or not char.isascii():
+        return None, index + 1
+    return char, index + 1
+
+
+def _skip_quantifier(branch: str, index: int) -> int | None:
+    """The index past a quantifier at ``index`` (and its lazy/possessive mark)."""
+    if branch[index] == "{":
+        end = branch.find("}", index)
+        if end < 0:
+            return None
+        index = end + 1
+    else:
+        index += 1
+    if branch[index : index + 1] in ("?", "+"):
+        index += 1
+    return index
+
+
+def _longest_run(branch: str) -> str | None:
+    best = run = ""
+    index = 0
+    while index < len(branch):
+        found = _element(branch, index)
+        if found is None:
+            return None
+        literal, index = found
+        if index < len(branch) and branch[index] in _QUANTIFIERS:
+            literal = None  # optional or repeated: not a fixed part of every match
+            skipped = _skip_quantifier(branch, index)
+            if skipped is None:
+                return None
+            index = skipped
+        if literal is None:
+            best = max(best, run, key=len)
+            run = ""
+        else:
+            run += literal
+    return max(best, run, key=len)
 
 
 def _evidence(line: str, match: re.Match[str]) -> str:
