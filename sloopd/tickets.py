@@ -164,7 +164,7 @@ def _split_front_matter(
             raise invalid_arguments(
                 f"{relative}:{line}: '{key}' must be {kind}", path=relative, line=line
             )
-        if expected is int and abs(value) > MAX_INTEGER:
+        if isinstance(value, int) and abs(value) > MAX_INTEGER:
             raise invalid_arguments(
                 f"{relative}:{line}: '{key}' must be between -{MAX_INTEGER} and {MAX_INTEGER}",
                 path=relative,
