@@ -13,12 +13,13 @@ import textwrap
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final, Literal, NoReturn, TypeVar
 
 import click
 import orjson
 
-from sloopctl import locate
+from sloopctl import init_template, locate
 from sloopctl.client import Client, ClientError, DaemonNotAnswering, DaemonNotRunning, Reply
 from sloopctl.layout import colour_enabled
 from sloopctl.render import error_line, render
@@ -42,7 +43,8 @@ EXIT_CODES: Final = (
     (
         EXIT_DAEMON_ERROR,
         "the daemon answered with an error: not_found, conflict, invalid_arguments, "
-        "unauthorized, cooldown_active, internal, invalid_request or unknown_verb",
+        "unauthorized, cooldown_active, internal, invalid_request or unknown_verb; "
+        "or 'init' refused to overwrite a file",
     ),
     (EXIT_USAGE, "usage error"),
     (EXIT_NOT_RUNNING, "daemon not running: no socket (daemon_unavailable)"),
@@ -322,6 +324,57 @@ def note(text: str) -> None:
 def verdict(verdict_value: str, reason: str | None, confidence: str | None) -> None:
     """(Agents) Report this stage's verdict; the first report wins."""
     call("verdict", _present(verdict=verdict_value, reason=reason, confidence=confidence), "worker")
+
+
+@main.command()
+@common_options
+def gc() -> None:
+    """Remove the worktrees that settled runs kept for inspection."""
+    with connected() as client:
+        reply = client.call("gc", {})
+    if reply.ok and not _options().json:
+        removed = reply.data.get("removed") if isinstance(reply.data, dict) else None
+        if isinstance(removed, list) and removed:
+            click.echo("removed worktrees of: " + ", ".join(str(r) for r in removed))
+        else:
+            click.echo("nothing to collect")
+        raise click.exceptions.Exit(EXIT_OK)
+    raise click.exceptions.Exit(answer("gc", reply))
+
+
+@main.command()
+@click.option("--force", is_flag=True, help="Overwrite an existing sloop.toml.")
+def init(force: bool) -> None:
+    """Write a commented default sloop.toml and an example ticket.
+
+    Needs no daemon.  sloop.toml goes to the repository root and documents
+    every key with its default; the tickets folder gets tickets/example.md
+    (left alone when it exists).  Review both, then commit them.
+    """
+    repo = locate.find_repo()
+    if repo is None:
+        fail("not inside a git repository: run 'sloopctl init' in the repository to set up")
+    config = repo.toplevel / init_template.CONFIG_FILE
+    if config.exists() and not force:
+        fail(f"{config} exists; pass --force to overwrite it", EXIT_DAEMON_ERROR)
+    tickets = repo.toplevel / init_template.TICKETS_FOLDER
+    example = tickets / init_template.EXAMPLE_TICKET
+    try:
+        config.write_text(init_template.SLOOP_TOML, encoding="utf-8")
+        tickets.mkdir(parents=True, exist_ok=True)
+        wrote_example = not example.exists()
+        if wrote_example:
+            example.write_text(init_template.EXAMPLE_TICKET_TEXT, encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write {exc.filename}: {exc.strerror}", EXIT_DAEMON_ERROR)
+    click.echo(f"wrote {config}")
+    kept = "wrote" if wrote_example else "kept the existing"
+    click.echo(f"{kept} {example}")
+    click.echo(
+        "next: review sloop.toml (agent.command), commit both, then "
+        "'sloopctl daemon' and 'sloopctl post "
+        f"{Path(init_template.TICKETS_FOLDER, init_template.EXAMPLE_TICKET).as_posix()}'"
+    )
 
 
 @main.command(hidden=True)

@@ -41,11 +41,11 @@ def _silent_for_ms(active: ActiveRun | None) -> int | None:
 
 
 def stage_rows(state: walk.Walk, silent_for_ms: int | None) -> list[dict[str, Any]]:
-    """Flow order; each stage's executions in attempt order, or one unreached row."""
-    result: list[dict[str, Any]] = []
+    """Executions in the order the walk made them, then unreached stages in flow order."""
+    result = [_execution_row(execution, silent_for_ms) for execution in state.executions]
+    reached = {execution.stage.name for execution in state.executions}
     for stage in state.flow.stages:
-        executions = state.executions_of(stage.name)
-        if not executions:
+        if stage.name not in reached:
             result.append(
                 {
                     "stage": stage.name,
@@ -63,9 +63,6 @@ def stage_rows(state: walk.Walk, silent_for_ms: int | None) -> list[dict[str, An
                     "reviewers": [],
                 }
             )
-            continue
-        for execution in executions:
-            result.append(_execution_row(execution, silent_for_ms))
     return result
 
 

@@ -35,7 +35,7 @@ def status(daemon: Daemon) -> dict[str, Any]:
         fields.update(runs=[], queued_triggers=[], queued_activations=[], tickets=[])
         return fields
     facts = daemon.queue_facts()
-    runs = [rows.run_row(store, r[0]) for r in store.all("runs_in_flight")]
+    runs = [_live_run_row(daemon, r[0]) for r in store.all("runs_in_flight")]
     queued = [rows.trigger_row(r) for r in store.all("triggers_queued")]
     fields.update(
         runs=[r for r in runs if r is not None],
@@ -48,6 +48,14 @@ def status(daemon: Daemon) -> dict[str, Any]:
     if wake is not None:
         fields["next_wake"] = wake
     return fields
+
+
+def _live_run_row(daemon: Daemon, run_id: str) -> dict[str, Any] | None:
+    row = rows.run_row(daemon.require_store(), run_id)
+    active = daemon.active_runs.get(run_id)
+    if row is not None and active is not None:
+        row["stall"] = active.stall()
+    return row
 
 
 def next_wake(daemon: Daemon) -> int | None:

@@ -260,15 +260,16 @@ _USABLE: Final = tuple(c for c in CLASSES if c != "unknown")
 
 
 def patterns_from_config(section: Any) -> tuple[Pattern, ...]:
-    """The table to classify with: ``[[vendor.patterns]]`` from sloop.toml, then the defaults.
+    """The site's own patterns from sloop.toml's ``[[vendor.patterns]]``, validated.
 
-    User patterns come first so a site can override how a line is read (a proxy
-    that words its 429 differently, a vendor we do not know).  ``section`` is
-    the ``[vendor]`` table (or its ``patterns`` array, or None); keys of
+    The caller classifies with ``user + DEFAULT_PATTERNS``: user patterns are
+    tried first so a site can override how a line is read (a proxy that words
+    its 429 differently, a vendor we do not know).  ``section`` is the
+    ``patterns`` array, or the ``[vendor]`` table holding it, or None; keys of
     ``[vendor]`` other than ``patterns`` belong to the caller.
     """
     if section is None:
-        return DEFAULT_PATTERNS
+        return ()
     if isinstance(section, dict):
         entries = section.get("patterns", [])
     elif isinstance(section, list):
@@ -277,8 +278,7 @@ def patterns_from_config(section: Any) -> tuple[Pattern, ...]:
         raise VendorConfigError("vendor: must be a table")
     if not isinstance(entries, list):
         raise VendorConfigError("vendor.patterns: must be an array of tables")
-    user = tuple(_config_pattern(entry, f"vendor.patterns[{i}]") for i, entry in enumerate(entries))
-    return user + DEFAULT_PATTERNS
+    return tuple(_config_pattern(entry, f"vendor.patterns[{i}]") for i, entry in enumerate(entries))
 
 
 def _config_pattern(entry: Any, where: str) -> Pattern:

@@ -1,0 +1,186 @@
+"""What ``sloopctl init`` writes: a commented ``sloop.toml`` and an example ticket.
+
+Kept as text, not built from the daemon's defaults: ``sloopctl`` imports nothing
+from the daemon but ``sloopd.api``.  ``tests/unit/test_init_template.py`` checks
+that the text parses with the daemon's own loader and that its values are the
+daemon's defaults, so the two cannot drift apart unnoticed.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+CONFIG_FILE: Final = "sloop.toml"
+TICKETS_FOLDER: Final = "tickets"
+EXAMPLE_TICKET: Final = "example.md"
+
+SLOOP_TOML: Final = """\
+# sloop.toml: how Sloop works on this repository.
+#
+# Commit this file.  The daemon (sloopd) reads it when it starts and again on
+# SIGHUP (systemctl reload sloopd@<name>).  A file that does not validate is
+# refused with a message naming the key and the reason: the daemon will not
+# start on it, and a reload keeps the last good configuration.  A run keeps a
+# snapshot of its flow from the moment it is claimed, so editing this file never
+# changes a run in flight.  Unknown keys are errors, not ignored.
+#
+# Every value below is the default: with no sloop.toml at all, Sloop behaves
+# exactly as this file says.  Lines starting with "# " followed by a key are
+# optional keys, shown with an example value; uncomment to use them.
+# Reference: docs/configuration.md.
+
+[repo]
+# The branch the merge stage (ff_only) fast-forwards.  A non-empty string.
+main = "main"
+# The folder holding ticket files (Markdown), relative to the repository root;
+# it must stay inside the repository.  A ticket in a sub-folder belongs to the
+# project named after that sub-folder (tickets/billing/x.md: project "billing").
+tickets = "tickets"
+# How many runs may be in flight at once.  An integer, at least 1.
+parallel = 2
+# Run branches are named <branch_prefix><ticket-name>/<attempt>, for example
+# sloop/fix-rounding/1.  A non-empty string.
+branch_prefix = "sloop/"
+
+[agent]
+# The argv that starts an agent (no shell).  Every "{prompt}" in it is replaced
+# by the prompt text: the stage's prompt, then the ticket's title and body.  The
+# agent runs in the run's worktree with SLOOP_RUN, SLOOP_TICKET, SLOOP_STAGE,
+# SLOOP_ATTEMPT, SLOOP_WORKTREE and SLOOP_PROMPT_FILE (the prompt as a file) set.
+# A non-empty list of non-empty strings.  Try Sloop without a vendor account:
+#   command = ["python3", "-m", "sloopd.examples.agent"]
+command = ["claude", "-p", "{prompt}"]
+# A stage silent (no output line) this long shows as stalled.  Durations are
+# written like 30s, 20m, 2h, 1h30m or 1d.
+stall_after = "20m"
+# A stage silent this long is stopped and fails (classification "stalled").
+# Not shorter than stall_after.
+stall_kill_after = "2h"
+# When an agent fails on a vendor rate or usage limit, the gate closes: nothing
+# is claimed until the reset time the vendor's message names, or, when it names
+# none, for this long.  The ticket is queued again for when the gate reopens.
+cooldown = "30m"
+
+# --- flows -------------------------------------------------------------------
+#
+# A flow is the list of stages every run of a ticket walks, in order.  A ticket
+# picks its flow in its front matter (flow = "NAME"); the default is "default".
+# Define more flows as [[flows.NAME.stages]] tables.  Stage keys:
+#
+#   name          required; unique in the flow; no "#" in it.
+#   action        required: agent | command | sync | ff_only
+#                   agent    runs agent.command (or this stage's command)
+#                   command  runs this stage's command (required for it)
+#                   sync     brings main into the run branch; a conflict fails
+#                   ff_only  fast-forwards main to the branch; a moved main fails
+#   prompt        agent stages only: the instructions put before the ticket.
+#   command       agent and command stages: an argv; on an agent stage it
+#                   replaces agent.command for this stage.
+#   result_check  exit_code (default: exit status 0 passes)
+#                 | reported (the worker's first `sloopctl verdict` decides;
+#                   exiting without one fails the stage)
+#                 | panel (agent stages: reviewer seats, see quorum/reviewers)
+#                 sync and ff_only stages are decided by git: exit_code only.
+#   fail_action   fail (default: a failed stage ends the run failed)
+#                 | continue (advisory: the failure is recorded, stepped over).
+#   return_to     on failure, walk again from this stage: this stage or an
+#                   earlier one, never a later one; not with continue.
+#   returns       how many times return_to may be taken (default 1, at least
+#                   1; only with return_to).  Once spent, the run settles
+#                   needs_review.
+#   quorum        panel only: passes needed, 1..number of reviewers (default:
+#                   all of them).  A seat that never reports counts as a fail.
+#   reviewers     panel only, at least one: [{ target = "NAME", command = [argv] }]
+#   mode          sync only: merge (default) | rebase.
+#
+# A flow that ends without an ff_only stage leaves the branch for a person: the
+# run settles needs_review.
+
+[[flows.default.stages]]
+name = "implement"
+action = "agent"
+prompt = "Implement the ticket. Commit your work."
+result_check = "exit_code"
+# fail_action = "fail"
+# command = ["claude", "-p", "{prompt}"]
+
+# A test stage that sends failures back to the agent, twice at most:
+# [[flows.default.stages]]
+# name = "test"
+# action = "command"
+# command = ["make", "test"]
+# result_check = "exit_code"
+# return_to = "implement"
+# returns = 2
+
+# An advisory stage: a failure is recorded, and the walk goes on.
+# [[flows.default.stages]]
+# name = "lint"
+# action = "command"
+# command = ["make", "lint"]
+# fail_action = "continue"
+
+# A stage whose worker reports its own verdict (sloopctl verdict pass|fail).
+# [[flows.default.stages]]
+# name = "self-check"
+# action = "agent"
+# result_check = "reported"
+# prompt = "Check the branch against the ticket; report a verdict."
+
+# A review panel: seats run one after another; 2 passes needed.
+# [[flows.default.stages]]
+# name = "review"
+# action = "agent"
+# result_check = "panel"
+# quorum = 2
+# prompt = "Review the branch against the ticket; report one verdict with a reason."
+# reviewers = [ { target = "claude", command = ["claude", "-p", "{prompt}"] },
+#               { target = "codex",  command = ["codex", "exec", "{prompt}"] } ]
+
+[[flows.default.stages]]
+name = "sync"
+action = "sync"
+# mode = "merge"
+
+[[flows.default.stages]]
+name = "merge"
+action = "ff_only"
+# main moved since the sync (another run merged first): sync again, 3 times at most.
+return_to = "sync"
+returns = 3
+
+# --- vendor diagnostics ------------------------------------------------------
+#
+# When an agent stage fails, the agent's last output lines are classified:
+# rate_limited | usage_limit | overloaded | auth_failed | network |
+# context_length (or unknown).  A rate or usage limit closes the gate (see
+# agent.cooldown).  Sloop knows how claude, codex, gemini and aider word these;
+# for wording it does not know, add patterns: they are tried first.  Keys:
+#
+#   classification  required: one of the classes above (not unknown).
+#   regex           required: a Python regular expression, matched
+#                     case-insensitively against each line; it must not match
+#                     an empty line.
+#   vendor          optional: the name to report as the vendor.
+#
+# [[vendor.patterns]]
+# classification = "rate_limited"
+# regex = 'proxy: too many requests'
+# vendor = "internal-proxy"
+"""
+
+EXAMPLE_TICKET_TEXT: Final = """\
++++
+# Optional front matter (TOML between +++ lines); every key may be left out.
+flow = "default"     # a flow defined in sloop.toml (default: "default")
+project = "default"  # default: the sub-folder below the tickets folder, else "default"
+priority = 0         # an integer; higher is claimed first (default: 0)
++++
+# Add a CONTRIBUTING file
+
+The ticket's name is its file name without .md ("example"), its title is the
+first "# " heading above, and everything else is the body the agent reads.
+
+Post it with `sloopctl post tickets/example.md`, then follow it with
+`sloopctl show example`.
+"""

@@ -1,0 +1,160 @@
+"""``sloopctl init``: the sloop.toml it writes is what the daemon loads by default.
+
+The template is text in sloopctl (which may import nothing of the daemon but its
+schema); these tests hold it to the daemon's own loader and defaults.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sloopctl import init_template
+from sloopctl.cli import main
+from sloopd import config, flow, tickets
+
+# A commented-out key (`# returns = 2`), table header or continuation line.
+_COMMENTED_OUT = re.compile(r"^# (?=\[\[|[a-z_]+ = |\s+\{)")
+
+
+def uncommented(text: str) -> str:
+    """The template with every commented-out example line switched on."""
+    return "\n".join(_COMMENTED_OUT.sub("", line) for line in text.splitlines())
+
+
+def test_the_template_parses_with_the_daemons_loader() -> None:
+    config.parse(tomllib.loads(init_template.SLOOP_TOML))
+
+
+def test_the_template_states_exactly_the_daemons_defaults() -> None:
+    # "Every value below is the default": no sloop.toml and this one are the same.
+    parsed = config.parse(tomllib.loads(init_template.SLOOP_TOML))
+    defaults = config.Config()
+    assert (parsed.repo, parsed.agent, parsed.flows) == (
+        defaults.repo,
+        defaults.agent,
+        defaults.flows,
+    )
+    # No [[vendor.patterns]] of its own: the same table as a file without [vendor].
+    assert parsed.vendor_patterns == config.parse({}).vendor_patterns
+
+
+def test_the_default_flow_is_implement_sync_merge() -> None:
+    parsed = config.parse(tomllib.loads(init_template.SLOOP_TOML))
+    stages = parsed.flows["default"].stages
+    assert [(s.name, s.action) for s in stages] == [
+        ("implement", "agent"),
+        ("sync", "sync"),
+        ("merge", "ff_only"),
+    ]
+    assert stages[0].result_check == "exit_code"
+    assert (stages[2].return_to, stages[2].returns) == ("sync", 3)
+
+
+def test_every_commented_example_is_valid_when_switched_on() -> None:
+    text = uncommented(init_template.SLOOP_TOML)
+    parsed = config.parse(tomllib.loads(text))
+    names = [s.name for s in parsed.flows["default"].stages]
+    assert names == ["implement", "test", "lint", "self-check", "review", "sync", "merge"]
+    review = parsed.flows["default"].stage("review")
+    assert review is not None and review.quorum == 2 and len(review.reviewers) == 2
+    extra = len(parsed.vendor_patterns) - len(config.parse({}).vendor_patterns)
+    assert extra == 1
+    assert parsed.vendor_patterns[0].classification == "rate_limited"
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "repo.main",
+        "repo.tickets",
+        "repo.parallel",
+        "repo.branch_prefix",
+        "agent.command",
+        "agent.stall_after",
+        "agent.stall_kill_after",
+        "agent.cooldown",
+    ],
+)
+def test_every_repo_and_agent_key_is_written_out(key: str) -> None:
+    section, name = key.split(".")
+    assert name in tomllib.loads(init_template.SLOOP_TOML)[section]
+
+
+@pytest.mark.parametrize("key", ["classification", "regex", "vendor"])
+def test_every_vendor_pattern_key_is_documented_and_shown(key: str) -> None:
+    text = init_template.SLOOP_TOML
+    assert re.search(rf"^#   {key} ", text, re.MULTILINE), f"{key} not documented"
+    assert re.search(rf"^# {key} = ", text, re.MULTILINE), f"{key} not shown"
+
+
+@pytest.mark.parametrize("key", sorted(flow._STAGE_KEYS))
+def test_every_stage_key_is_documented_and_shown(key: str) -> None:
+    text = init_template.SLOOP_TOML
+    assert re.search(rf"^#   {key} ", text, re.MULTILINE), f"{key} not documented"
+    assert re.search(rf"^(# )?{key} = ", text, re.MULTILINE), f"{key} not shown"
+
+
+def test_the_example_ticket_parses_with_front_matter() -> None:
+    text = init_template.EXAMPLE_TICKET_TEXT
+    assert text.startswith("+++\n")
+    ticket = tickets.parse(text, "tickets/example.md", "tickets", {"default"})
+    assert ticket.name == "example"
+    assert ticket.title == "Add a CONTRIBUTING file"
+    assert (ticket.flow, ticket.project, ticket.priority) == ("default", "default", 0)
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    subprocess.run(["git", "init", "-q", "-b", "main", str(tmp_path)], check=True)
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    monkeypatch.chdir(sub)  # init finds the repository root from anywhere inside
+    return tmp_path
+
+
+def test_init_writes_the_files_at_the_repository_root(repo: Path) -> None:
+    result = CliRunner().invoke(main, ["init"])
+    assert result.exit_code == 0, result.output
+    assert (repo / "sloop.toml").read_text() == init_template.SLOOP_TOML
+    assert (repo / "tickets" / "example.md").read_text() == init_template.EXAMPLE_TICKET_TEXT
+    loaded = config.load(repo)
+    assert loaded.source == repo / "sloop.toml"
+    assert (loaded.repo, loaded.agent, loaded.flows) == (
+        config.Config().repo,
+        config.Config().agent,
+        config.Config().flows,
+    )
+
+
+def test_init_refuses_to_overwrite_without_force(repo: Path) -> None:
+    (repo / "sloop.toml").write_text("# mine\n")
+    result = CliRunner().invoke(main, ["init"])
+    assert result.exit_code == 1
+    assert "--force" in result.output
+    assert (repo / "sloop.toml").read_text() == "# mine\n"
+
+
+def test_init_force_overwrites_but_keeps_an_existing_example_ticket(repo: Path) -> None:
+    (repo / "sloop.toml").write_text("# mine\n")
+    (repo / "tickets").mkdir()
+    (repo / "tickets" / "example.md").write_text("# Mine\n")
+    result = CliRunner().invoke(main, ["init", "--force"])
+    assert result.exit_code == 0, result.output
+    assert (repo / "sloop.toml").read_text() == init_template.SLOOP_TOML
+    assert (repo / "tickets" / "example.md").read_text() == "# Mine\n"
+
+
+def test_init_outside_a_repository_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    result = CliRunner().invoke(main, ["init"])
+    assert result.exit_code == 2
+    assert not (tmp_path / "sloop.toml").exists()
