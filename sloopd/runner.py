@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import time
+from datetime import datetime
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -318,8 +319,13 @@ class RunManager:
                 "detail": f"no output for {minutes} min (stall_kill_after); stopped",
             }
         settings = self.daemon.config
+        # Vendors print clock times in the host's zone ("resets 3pm").
+        local_zone = datetime.now().astimezone().tzinfo
         diagnosis = vendor.classify(
-            active.recent_output, now_ms(), settings.vendor_patterns + vendor.DEFAULT_PATTERNS
+            active.recent_output,
+            now_ms(),
+            settings.vendor_patterns + vendor.DEFAULT_PATTERNS,
+            tz=local_zone,
         )
         return diagnosis.as_json()
 
