@@ -12,9 +12,9 @@ import contextlib
 import logging
 import os
 import time
-from datetime import datetime
 from collections import deque
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
