@@ -18,7 +18,7 @@ from sloopd.store import Store
 
 if TYPE_CHECKING:
     from sloopd.metrics import Metrics
-    from sloopd.runner import ActiveRun
+    from sloopd.runstate import ActiveRun
 
 
 def _nothing() -> None:

@@ -10,93 +10,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import time
-from collections import deque
-from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
 from sloopd import gate, gitops, vendor, walk
-from sloopd.children import Child, ChildSpawnError, ProcessGroups
+from sloopd.children import ProcessGroups
 from sloopd.clock import now_ms
 from sloopd.daemon import Daemon
+from sloopd.execute import StageExecutor
 from sloopd.explain import agent_exit_code, run_diagnosis, run_reason
 from sloopd.flow import Flow, Stage
 from sloopd.logsink import LogSink
+from sloopd.runstate import ActiveRun, RunFacts
 from sloopd.stagelog import append_step, read_log
 from sloopd.store import Store
 from sloopd.worker import Credentials, WorkerDispatcher, WorkerSockets, WorkerVerbs
 
 log = logging.getLogger(__name__)
 
-# Never handed to a child: systemd's channels and the operator's own socket.
-RECENT_LINES = 2000
 STALL_CHECK_SECONDS = 1.0
-_SCRUBBED_ENV = (
-    "NOTIFY_SOCKET",
-    "WATCHDOG_USEC",
-    "WATCHDOG_PID",
-    "LISTEN_FDS",
-    "LISTEN_PID",
-    "LISTEN_FDNAMES",
-    "SLOOP_OPERATOR_SOCKET",
-    "SLOOP_SOCKET_DIR",
-    "SLOOP_SOCKET",
-    "SLOOP_TOKEN",
-    "SLOOP_CHILD_MARKER",
-)
 
-
-@dataclass
-class ActiveRun:
-    run_id: str
-    task: asyncio.Task[None] | None = None
-    child: Child | None = None
-    stage: str | None = None
-    attempt: int | None = None
-    stage_started_ms: int | None = None
-    # Set when the run must stop early: why, and whether its ticket is queued again.
-    cancel_reason: str | None = None
-    requeue: bool = False
-    stall_after_ms: int = 0
-    # A vendor limit settles the run failed and queues its ticket again then.
-    requeue_at_ms: int | None = None
-    # Set when the stall watchdog stopped the stage's group.
-    stall_killed_after_ms: int | None = None
-    # The stage's recent output, for classifying a failure.
-    recent_output: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_LINES))
-
-    def silent_for_ms(self) -> int | None:
-        """Time since the executing child's last output (or its start)."""
-        if self.child is None:
-            return None
-        return int((time.monotonic() - self.child.last_output_monotonic) * 1000)
-
-    def stall(self) -> dict[str, Any] | None:
-        silent = self.silent_for_ms()
-        if silent is None or silent < self.stall_after_ms:
-            return None
-        return {
-            "stage": self.stage,
-            "attempt": self.attempt,
-            "silent_for_ms": silent,
-            "stall_after_ms": self.stall_after_ms,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class RunFacts:
-    run_id: str
-    ticket: str
-    ticket_name: str
-    attempt: int
-    branch: str
-    worktree: Path
-    flow: Flow
+# Never handed to a child: systemd's channels and the operator's own socket.
 
 
 class RunManager:
@@ -107,7 +43,8 @@ class RunManager:
         self.groups = groups
         self.sink = sink
         self.active = daemon.active_runs
-        self._merge_lock = asyncio.Lock()  # merges are serialised across runs
+        self.merge_lock = asyncio.Lock()  # merges are serialised across runs
+        self.executor = StageExecutor(self)
         self.on_settled: list[Any] = []
         self.credentials = Credentials()
         self.worker_sockets = WorkerSockets(
@@ -278,56 +215,17 @@ class RunManager:
             "system",
             f"stage '{stage.name}' execution {attempt} started",
         )
-        if stage.action in ("agent", "command"):
-            result = await self._run_child(active, facts, stage, attempt)
-        else:
-            result = await self._run_git(facts, stage)
+        result = await self.executor.execute(active, facts, stage, attempt)
         if active.cancel_reason is not None:
             result = {**result, "passed": False, "reason": active.cancel_reason}
         elif not result["passed"] and stage.action == "agent":
-            result["diagnosis"] = self._diagnose(active)
+            result["diagnosis"] = self.executor.diagnose(active)
         active.child = None
         active.stall_killed_after_ms = None
         self._finish(facts.run_id, stage, attempt, result)
         diagnosis = result.get("diagnosis") or {}
         if diagnosis.get("classification") in vendor.LIMIT_CLASSES:
             self._vendor_limit(facts, diagnosis)
-
-    async def _run_git(self, facts: RunFacts, stage: Stage) -> dict[str, Any]:
-        main = self.daemon.config.repo.main
-        try:
-            if stage.action == "sync":
-                mode: Literal["merge", "rebase"] = "rebase" if stage.mode == "rebase" else "merge"
-                return _git_result(await gitops.sync(facts.worktree, main, mode))
-            async with self._merge_lock:
-                return _git_result(
-                    await gitops.ff_only(self.daemon.layout.repo, facts.worktree, main)
-                )
-        except gitops.GitError as exc:
-            # git refused for a reason that is not a conflict; the stage fails with it.
-            return {"passed": False, "exit_code": None, "verdict_source": "git", "reason": str(exc)}
-
-    def _diagnose(self, active: ActiveRun) -> dict[str, Any]:
-        """Why an agent failed, in vendor terms, from its own recent output."""
-        if active.stall_killed_after_ms is not None:
-            minutes = active.stall_killed_after_ms // 60_000
-            return {
-                "classification": "stalled",
-                "evidence": None,
-                "vendor": None,
-                "reset_at_ms": None,
-                "detail": f"no output for {minutes} min (stall_kill_after); stopped",
-            }
-        settings = self.daemon.config
-        # Vendors print clock times in the host's zone ("resets 3pm").
-        local_zone = datetime.now().astimezone().tzinfo
-        diagnosis = vendor.classify(
-            active.recent_output,
-            now_ms(),
-            settings.vendor_patterns + vendor.DEFAULT_PATTERNS,
-            tz=local_zone,
-        )
-        return diagnosis.as_json()
 
     def _vendor_limit(self, facts: RunFacts, diagnosis: dict[str, Any]) -> None:
         """A rate or usage limit: close the gate, settle failed, queue the ticket again.
@@ -366,170 +264,6 @@ class RunManager:
             "system",
             f"stage '{stage.name}' execution {attempt} {verdict}{detail}",
         )
-
-    async def _run_child(
-        self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
-    ) -> dict[str, Any]:
-        if stage.result_check == "panel":
-            return await self._run_panel(active, facts, stage, attempt)
-        base = stage.command or (
-            self.daemon.config.agent.command if stage.action == "agent" else ()
-        )
-        code = await self._spawn_and_wait(active, facts, stage, attempt, None, base)
-        if code is None or isinstance(code, str):
-            return {
-                "passed": False,
-                "exit_code": None,
-                "verdict_source": "exit_code",
-                "reason": code or "cancelled",
-            }
-        return self._judge(facts, stage, attempt, code)
-
-    async def _spawn_and_wait(
-        self,
-        active: ActiveRun,
-        facts: RunFacts,
-        stage: Stage,
-        attempt: int,
-        seat: int | None,
-        base: tuple[str, ...],
-    ) -> int | str | None:
-        """Run one child under a fresh credential; its exit code, or why it never ran."""
-        prompt_file = self._write_prompt(facts, stage, attempt)
-        prompt = prompt_file.read_text(encoding="utf-8")
-        argv = [part.replace("{prompt}", prompt) for part in base]
-        credential = self.credentials.mint(facts.run_id, stage.name, attempt, seat)
-        env = self._child_env(facts, stage, attempt, prompt_file)
-        env.update(
-            SLOOP_SOCKET=str(self.worker_sockets.path(facts.run_id)), SLOOP_TOKEN=credential.token
-        )
-
-        recent = active.recent_output
-        recent.clear()
-
-        def on_line(stream: str, text: str, split: bool) -> None:
-            recent.append(text)
-            self.sink.append(facts.run_id, stage.name, attempt, stream, text, split)
-
-        owner = f"{facts.run_id}/{stage.name}#{attempt}" + (
-            f"/seat{seat}" if seat is not None else ""
-        )
-        try:
-            child = await self.groups.spawn(
-                argv, cwd=facts.worktree, env=env, owner=owner, on_line=on_line
-            )
-        except ChildSpawnError as exc:
-            self.credentials.revoke(facts.run_id, credential)
-            return str(exc)
-        active.child = child
-        try:
-            if active.cancel_reason is not None:
-                await child.stop()
-            code = await child.wait()
-            await self.groups.reap_leftovers(child)
-        finally:
-            self.credentials.revoke(facts.run_id, credential)
-            active.child = None
-        return code
-
-    async def _run_panel(
-        self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
-    ) -> dict[str, Any]:
-        """Seats one after another, each with its own credential; passes ≥ quorum."""
-        for seat, reviewer in enumerate(stage.reviewers):
-            if active.cancel_reason is not None:
-                break
-            self.append_steps(
-                facts.run_id,
-                walk.SEAT_STARTED,
-                stage.name,
-                attempt,
-                seat,
-                {"target": reviewer.target},
-            )
-            code = await self._spawn_and_wait(active, facts, stage, attempt, seat, reviewer.command)
-            result: dict[str, Any] = {"exit_code": code if isinstance(code, int) else None}
-            if isinstance(code, str):
-                result["error"] = code
-            self.append_steps(facts.run_id, walk.SEAT_FINISHED, stage.name, attempt, seat, result)
-        state = walk.replay(facts.flow, self.read_log(facts.run_id))
-        current = state.current
-        seats = current.seats if current is not None else {}
-        passes = sum(1 for s in seats.values() if s["verdict"] == "pass")
-        total = len(stage.reviewers)
-        passed = passes >= stage.quorum and len(seats) == total
-        return {
-            "passed": passed,
-            "exit_code": None,
-            "verdict_source": "panel",
-            "reason": f"{passes} of {total} reviewers passed (quorum {stage.quorum})",
-        }
-
-    def _judge(self, facts: RunFacts, stage: Stage, attempt: int, code: int) -> dict[str, Any]:
-        """The stage's result check applied to what the child did."""
-        base: dict[str, Any] = {"exit_code": code}
-        if stage.result_check == "exit_code":
-            passed = code == 0
-            return {
-                **base,
-                "passed": passed,
-                "verdict_source": "exit_code",
-                "reason": None if passed else _exit_reason(code),
-            }
-        state = walk.replay(facts.flow, read_log(self.store, facts.run_id))
-        current = state.current
-        verdict = current.verdict if current is not None else None
-        if stage.result_check == "reported":
-            if verdict is None:
-                return {
-                    **base,
-                    "passed": False,
-                    "verdict_source": "missing",
-                    "reason": "no verdict was reported before the worker exited",
-                }
-            return {
-                **base,
-                "passed": verdict.get("verdict") == "pass",
-                "verdict_source": "reported",
-                "reason": verdict.get("reason"),
-                "confidence": verdict.get("confidence"),
-            }
-        return {
-            **base,
-            "passed": False,
-            "verdict_source": "panel",
-            "reason": "panel stages need reviewer seats",
-        }
-
-    def _write_prompt(self, facts: RunFacts, stage: Stage, attempt: int) -> Path:
-        record = self.store.one("ticket_by_id", (facts.ticket,))
-        extra = self.store.one("ticket_extra", (facts.ticket,))
-        assert record is not None and extra is not None
-        directory = self.daemon.layout.state_dir / "runs" / facts.run_id
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"prompt-{stage.name}-{attempt}.md"
-        instructions = stage.prompt or ""
-        path.write_text(
-            f"{instructions}\n\n# {record[2]}\n\nTicket {facts.ticket} "
-            f"({facts.ticket_name}), run {facts.run_id}, stage '{stage.name}' "
-            f"execution {attempt}.\n\n{extra[0]}\n".lstrip("\n"),
-            encoding="utf-8",
-        )
-        return path
-
-    def _child_env(
-        self, facts: RunFacts, stage: Stage, attempt: int, prompt_file: Path
-    ) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
-        env.update(
-            SLOOP_RUN=facts.run_id,
-            SLOOP_TICKET=facts.ticket,
-            SLOOP_STAGE=stage.name,
-            SLOOP_ATTEMPT=str(attempt),
-            SLOOP_WORKTREE=str(facts.worktree),
-            SLOOP_PROMPT_FILE=str(prompt_file),
-        )
-        return env
 
     def _settle(
         self,
@@ -674,21 +408,3 @@ class RunManager:
             self._settle(run_id, "aborted", None, reason, requeue=True)
             recovered.append(run_id)
         return recovered
-
-
-def _exit_reason(code: int) -> str:
-    if code < 0:
-        return f"killed by signal {-code}"
-    return f"exited with code {code}"
-
-
-def _git_result(outcome: gitops.GitResult) -> dict[str, Any]:
-    result: dict[str, Any] = {
-        "passed": outcome.ok,
-        "exit_code": None,
-        "verdict_source": "git",
-        "reason": outcome.reason,
-    }
-    if outcome.paths:
-        result["paths"] = list(outcome.paths)
-    return result

@@ -14,7 +14,7 @@ from sloopd.flow import Flow
 from sloopd.stagelog import read_log
 
 if TYPE_CHECKING:
-    from sloopd.runner import ActiveRun
+    from sloopd.runstate import ActiveRun
 
 
 def run_detail(daemon: Daemon, run_id: str, active: ActiveRun | None) -> dict[str, Any]:

@@ -1,0 +1,255 @@
+"""Executing one stage: a child (agent, command or panel seats) or git.
+
+The run driver (sloopd.runner) decides *which* stage runs from the replayed
+stage log; this module runs it and returns the facts its stage_finished row
+records: passed, exit_code, verdict_source, reason, and a diagnosis.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from sloopd import gitops, vendor, walk
+from sloopd.children import ChildSpawnError
+from sloopd.clock import now_ms
+from sloopd.flow import Stage
+from sloopd.runstate import SCRUBBED_ENV, ActiveRun, RunFacts
+
+if TYPE_CHECKING:
+    from sloopd.runner import RunManager
+
+
+class StageExecutor:
+    def __init__(self, runs: RunManager) -> None:
+        self.runs = runs
+
+    async def execute(
+        self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
+    ) -> dict[str, Any]:
+        if stage.action in ("agent", "command"):
+            return await self._run_child(active, facts, stage, attempt)
+        return await self._run_git(facts, stage)
+
+    async def _run_git(self, facts: RunFacts, stage: Stage) -> dict[str, Any]:
+        main = self.runs.daemon.config.repo.main
+        try:
+            if stage.action == "sync":
+                mode: Literal["merge", "rebase"] = "rebase" if stage.mode == "rebase" else "merge"
+                return _git_result(await gitops.sync(facts.worktree, main, mode))
+            async with self.runs.merge_lock:
+                return _git_result(
+                    await gitops.ff_only(self.runs.daemon.layout.repo, facts.worktree, main)
+                )
+        except gitops.GitError as exc:
+            # git refused for a reason that is not a conflict; the stage fails with it.
+            return {"passed": False, "exit_code": None, "verdict_source": "git", "reason": str(exc)}
+
+    def diagnose(self, active: ActiveRun) -> dict[str, Any]:
+        """Why an agent failed, in vendor terms, from its own recent output."""
+        if active.stall_killed_after_ms is not None:
+            minutes = active.stall_killed_after_ms // 60_000
+            return {
+                "classification": "stalled",
+                "evidence": None,
+                "vendor": None,
+                "reset_at_ms": None,
+                "detail": f"no output for {minutes} min (stall_kill_after); stopped",
+            }
+        settings = self.runs.daemon.config
+        # Vendors print clock times in the host's zone ("resets 3pm").
+        local_zone = datetime.now().astimezone().tzinfo
+        diagnosis = vendor.classify(
+            active.recent_output,
+            now_ms(),
+            settings.vendor_patterns + vendor.DEFAULT_PATTERNS,
+            tz=local_zone,
+        )
+        return diagnosis.as_json()
+
+    async def _run_child(
+        self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
+    ) -> dict[str, Any]:
+        if stage.result_check == "panel":
+            return await self._run_panel(active, facts, stage, attempt)
+        base = stage.command or (
+            self.runs.daemon.config.agent.command if stage.action == "agent" else ()
+        )
+        code = await self._spawn_and_wait(active, facts, stage, attempt, None, base)
+        if code is None or isinstance(code, str):
+            return {
+                "passed": False,
+                "exit_code": None,
+                "verdict_source": "exit_code",
+                "reason": code or "cancelled",
+            }
+        return self._judge(facts, stage, attempt, code)
+
+    async def _spawn_and_wait(
+        self,
+        active: ActiveRun,
+        facts: RunFacts,
+        stage: Stage,
+        attempt: int,
+        seat: int | None,
+        base: tuple[str, ...],
+    ) -> int | str | None:
+        """Run one child under a fresh credential; its exit code, or why it never ran."""
+        prompt_file = self._write_prompt(facts, stage, attempt)
+        prompt = prompt_file.read_text(encoding="utf-8")
+        argv = [part.replace("{prompt}", prompt) for part in base]
+        credential = self.runs.credentials.mint(facts.run_id, stage.name, attempt, seat)
+        env = self._child_env(facts, stage, attempt, prompt_file)
+        env.update(
+            SLOOP_SOCKET=str(self.runs.worker_sockets.path(facts.run_id)),
+            SLOOP_TOKEN=credential.token,
+        )
+
+        recent = active.recent_output
+        recent.clear()
+
+        def on_line(stream: str, text: str, split: bool) -> None:
+            recent.append(text)
+            self.runs.sink.append(facts.run_id, stage.name, attempt, stream, text, split)
+
+        owner = f"{facts.run_id}/{stage.name}#{attempt}" + (
+            f"/seat{seat}" if seat is not None else ""
+        )
+        try:
+            child = await self.runs.groups.spawn(
+                argv, cwd=facts.worktree, env=env, owner=owner, on_line=on_line
+            )
+        except ChildSpawnError as exc:
+            self.runs.credentials.revoke(facts.run_id, credential)
+            return str(exc)
+        active.child = child
+        try:
+            if active.cancel_reason is not None:
+                await child.stop()
+            code = await child.wait()
+            await self.runs.groups.reap_leftovers(child)
+        finally:
+            self.runs.credentials.revoke(facts.run_id, credential)
+            active.child = None
+        return code
+
+    async def _run_panel(
+        self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
+    ) -> dict[str, Any]:
+        """Seats one after another, each with its own credential; passes ≥ quorum."""
+        for seat, reviewer in enumerate(stage.reviewers):
+            if active.cancel_reason is not None:
+                break
+            self.runs.append_steps(
+                facts.run_id,
+                walk.SEAT_STARTED,
+                stage.name,
+                attempt,
+                seat,
+                {"target": reviewer.target},
+            )
+            code = await self._spawn_and_wait(active, facts, stage, attempt, seat, reviewer.command)
+            result: dict[str, Any] = {"exit_code": code if isinstance(code, int) else None}
+            if isinstance(code, str):
+                result["error"] = code
+            self.runs.append_steps(
+                facts.run_id, walk.SEAT_FINISHED, stage.name, attempt, seat, result
+            )
+        state = walk.replay(facts.flow, self.runs.read_log(facts.run_id))
+        current = state.current
+        seats = current.seats if current is not None else {}
+        passes = sum(1 for s in seats.values() if s["verdict"] == "pass")
+        total = len(stage.reviewers)
+        passed = passes >= stage.quorum and len(seats) == total
+        return {
+            "passed": passed,
+            "exit_code": None,
+            "verdict_source": "panel",
+            "reason": f"{passes} of {total} reviewers passed (quorum {stage.quorum})",
+        }
+
+    def _judge(self, facts: RunFacts, stage: Stage, attempt: int, code: int) -> dict[str, Any]:
+        """The stage's result check applied to what the child did."""
+        base: dict[str, Any] = {"exit_code": code}
+        if stage.result_check == "exit_code":
+            passed = code == 0
+            return {
+                **base,
+                "passed": passed,
+                "verdict_source": "exit_code",
+                "reason": None if passed else _exit_reason(code),
+            }
+        state = walk.replay(facts.flow, self.runs.read_log(facts.run_id))
+        current = state.current
+        verdict = current.verdict if current is not None else None
+        if stage.result_check == "reported":
+            if verdict is None:
+                return {
+                    **base,
+                    "passed": False,
+                    "verdict_source": "missing",
+                    "reason": "no verdict was reported before the worker exited",
+                }
+            return {
+                **base,
+                "passed": verdict.get("verdict") == "pass",
+                "verdict_source": "reported",
+                "reason": verdict.get("reason"),
+                "confidence": verdict.get("confidence"),
+            }
+        return {
+            **base,
+            "passed": False,
+            "verdict_source": "panel",
+            "reason": "panel stages need reviewer seats",
+        }
+
+    def _write_prompt(self, facts: RunFacts, stage: Stage, attempt: int) -> Path:
+        record = self.runs.store.one("ticket_by_id", (facts.ticket,))
+        extra = self.runs.store.one("ticket_extra", (facts.ticket,))
+        assert record is not None and extra is not None
+        directory = self.runs.daemon.layout.state_dir / "runs" / facts.run_id
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"prompt-{stage.name}-{attempt}.md"
+        instructions = stage.prompt or ""
+        path.write_text(
+            f"{instructions}\n\n# {record[2]}\n\nTicket {facts.ticket} "
+            f"({facts.ticket_name}), run {facts.run_id}, stage '{stage.name}' "
+            f"execution {attempt}.\n\n{extra[0]}\n".lstrip("\n"),
+            encoding="utf-8",
+        )
+        return path
+
+    def _child_env(
+        self, facts: RunFacts, stage: Stage, attempt: int, prompt_file: Path
+    ) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV}
+        env.update(
+            SLOOP_RUN=facts.run_id,
+            SLOOP_TICKET=facts.ticket,
+            SLOOP_STAGE=stage.name,
+            SLOOP_ATTEMPT=str(attempt),
+            SLOOP_WORKTREE=str(facts.worktree),
+            SLOOP_PROMPT_FILE=str(prompt_file),
+        )
+        return env
+
+
+def _exit_reason(code: int) -> str:
+    if code < 0:
+        return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _git_result(outcome: gitops.GitResult) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "passed": outcome.ok,
+        "exit_code": None,
+        "verdict_source": "git",
+        "reason": outcome.reason,
+    }
+    if outcome.paths:
+        result["paths"] = list(outcome.paths)
+    return result
