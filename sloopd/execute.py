@@ -50,13 +50,13 @@ class StageExecutor:
     def diagnose(self, active: ActiveRun) -> dict[str, Any]:
         """Why an agent failed, in vendor terms, from its own recent output."""
         if active.stall_killed_after_ms is not None:
-            minutes = active.stall_killed_after_ms // 60_000
+            silence = _duration(active.stall_killed_after_ms)
             return {
                 "classification": "stalled",
                 "evidence": None,
                 "vendor": None,
                 "reset_at_ms": None,
-                "detail": f"no output for {minutes} min (stall_kill_after); stopped",
+                "detail": f"no output for {silence} (stall_kill_after); stopped",
             }
         settings = self.runs.daemon.config
         # Vendors print clock times in the host's zone ("resets 3pm").
@@ -253,3 +253,12 @@ def _git_result(outcome: gitops.GitResult) -> dict[str, Any]:
     if outcome.paths:
         result["paths"] = list(outcome.paths)
     return result
+
+
+def _duration(ms: int) -> str:
+    seconds = ms // 1000
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds / 3600:.1f} h"

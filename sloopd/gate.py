@@ -36,6 +36,18 @@ def change(daemon: Daemon, state: str, until_ms: int | None, reason: str | None)
     return gate
 
 
+def reopen_by_hand(daemon: Daemon) -> Gate:
+    """The operator ends a pause or a cooldown early; tickets queued for the
+    cooldown's end become due now instead of waiting for the old deadline."""
+    previous = daemon.gate
+    if previous.state == "open":
+        return previous
+    if previous.state == "cooldown" and previous.until_ms is not None:
+        with daemon.require_store().writer.transaction() as tx:
+            tx.run("triggers_due_now", {"due": previous.until_ms, "now": now_ms()})
+    return change(daemon, "open", None, None)
+
+
 def cool_down(daemon: Daemon, until_ms: int, reason: str) -> Gate:
     """A vendor limit: close until ``until_ms``; a later deadline wins, a pause stays."""
     current = daemon.gate

@@ -22,7 +22,9 @@ from prometheus_client import (
     disable_created_metrics,
 )
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+# generate_latest writes the 0.0.4 text format; say so whatever the library's default.
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import Collector
 
 from sloopd import api
@@ -158,7 +160,11 @@ async def serve_metrics(metrics: Metrics, host: str, port: int) -> asyncio.Abstr
             elif path.split(b"?")[0] not in (b"/metrics", b"/"):
                 status, body, ctype = b"404 Not Found", b"try /metrics\n", b"text/plain"
             else:
-                status, body, ctype = b"200 OK", metrics.exposition(), CONTENT_TYPE_LATEST.encode()
+                status, body, ctype = (
+                    b"200 OK",
+                    metrics.exposition(),
+                    CONTENT_TYPE_PLAIN_0_0_4.encode(),
+                )
             head = (
                 b"HTTP/1.1 "
                 + status

@@ -151,7 +151,14 @@ class RunManager:
         merged = state.next == "done" and state.outcome == "merged"
         if active.requeue_at_ms is not None and state.next != "running" and not merged:
             self._settle(
-                facts.run_id, "failed", None, None, state=state, requeue_at_ms=active.requeue_at_ms
+                facts.run_id,
+                "failed",
+                # The stage failed and the walk stops as if its fail_action were
+                # "fail": a vendor limit never spends a return_to budget.
+                "fail_action",
+                None,
+                state=state,
+                requeue_at_ms=active.requeue_at_ms,
             )
             return True
         if active.cancel_reason is not None and state.next != "running" and not merged:

@@ -66,6 +66,7 @@ class Server:
         self._groups: ProcessGroups | None = None
         self._sink: LogSink | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._last_status = ""
         self.metrics = Metrics()
         self._metrics_server: asyncio.AbstractServer | None = None
 
@@ -171,14 +172,13 @@ class Server:
         it), and a STATUS= line kept current."""
         usec = int(os.environ.get("WATCHDOG_USEC", "0") or 0)
         interval = usec / 2_000_000 if usec > 0 else STATUS_SECONDS
-        last_status = ""
         while True:
             if usec > 0:
                 self.notifier.send("WATCHDOG=1")
             status = self._status_line()
-            if status != last_status:
+            if status != self._last_status:
                 self.notifier.status(status)
-                last_status = status
+                self._last_status = status
             await asyncio.sleep(min(interval, STATUS_SECONDS))
 
     def _status_line(self) -> str:
@@ -273,7 +273,8 @@ class Server:
             log.info("configuration reloaded")
         except config.ConfigError as exc:
             log.error("reload refused, keeping the last good configuration: %s", exc)
-        self.notifier.ready(f"serving {self.layout.repo}")
+        self._last_status = self._status_line()
+        self.notifier.ready(self._last_status)
 
     async def shutdown(self) -> None:
         self.notifier.stopping()

@@ -99,9 +99,7 @@ class OperatorVerbs:
     def resume(self, args: dict[str, Any]) -> dict[str, Any]:
         """Reopen the gate, ending a pause or a cooldown early."""
         self.daemon.require_store()
-        if self.daemon.gate.state == "open":
-            return {"gate": self.daemon.gate.row()}
-        return {"gate": gate.change(self.daemon, "open", None, None).row()}
+        return {"gate": gate.reopen_by_hand(self.daemon).row()}
 
     def _run_id(self, ref: str) -> str:
         """A run reference (id or alias) or not_found."""

@@ -267,3 +267,6 @@ ON CONFLICT (id) DO UPDATE SET state = excluded.state, until_ms = excluded.until
 INSERT INTO triggers (id, ticket, due_at_ms, created_at_ms, state)
 VALUES ('TR' || (SELECT coalesce(max(seq), 0) + 1 FROM sqlite_sequence WHERE name = 'triggers'),
         :ticket, :due, :now, 'queued')
+
+-- name: triggers_due_now
+UPDATE triggers SET due_at_ms = :now WHERE state = 'queued' AND due_at_ms = :due

@@ -326,3 +326,65 @@ def count_events(state_dir: Path, kind: str) -> int:
 def set_user_version(state_dir: Path, version: int) -> None:
     with store_writable(state_dir / db.STORE_FILE) as conn:
         conn.execute(f"PRAGMA user_version = {int(version)}")
+
+
+@dataclass
+class ArgsDaemon(DaemonProcess):
+    """A ``DaemonProcess`` whose ``sloopd serve`` gets extra arguments (``--metrics``)."""
+
+    extra_args: tuple[str, ...] = ()
+
+    def command(self) -> list[str]:
+        return [*super().command(), *self.extra_args]
+
+
+def free_loopback_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def metrics_sample(port: int, sample: str) -> float | None:
+    """One sample's value from the daemon's ``--metrics`` endpoint, by its exposition text.
+
+    ``sample`` is the name with its labels as served, e.g. ``sloop_gate_state{state="open"}``.
+    """
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        data = b""
+        while chunk := conn.recv(65536):
+            data += chunk
+    for line in data.partition(b"\r\n\r\n")[2].decode().splitlines():
+        name, _, value = line.rpartition(" ")
+        if name == sample:
+            return float(value)
+    return None
+
+
+# --- sloopctl as a real process (the CLI tests of logs, events and show --follow) ----
+
+
+def sloopctl_argv(socket_path: Path, *args: str) -> list[str]:
+    """``python -m sloopctl --socket S ARGS`` under the interpreter running the tests."""
+    return [sys.executable, "-m", "sloopctl", "--socket", str(socket_path), *args]
+
+
+def sloopctl_env(**extra: str) -> dict[str, str]:
+    """The tester's environment without a run's or an operator's socket, and no colour."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLOOP_")}
+    env.update(NO_COLOR="1", PYTHONPATH=str(REPO_ROOT), **extra)
+    return env
+
+
+def sloopctl_start(socket_path: Path, *args: str) -> subprocess.Popen[str]:
+    """Start ``sloopctl`` in the background, stdout and stderr captured as text."""
+    return subprocess.Popen(
+        sloopctl_argv(socket_path, *args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=sloopctl_env(),
+        cwd=REPO_ROOT,
+    )
