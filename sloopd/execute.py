@@ -231,6 +231,7 @@ class StageExecutor:
             SLOOP_TICKET=facts.ticket,
             SLOOP_STAGE=stage.name,
             SLOOP_ATTEMPT=str(attempt),
+            SLOOP_RUN_ATTEMPT=str(facts.attempt),
             SLOOP_WORKTREE=str(facts.worktree),
             SLOOP_PROMPT_FILE=str(prompt_file),
         )

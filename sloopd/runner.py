@@ -44,6 +44,7 @@ class RunManager:
         self.sink = sink
         self.active = daemon.active_runs
         self.merge_lock = asyncio.Lock()  # merges are serialised across runs
+        self.worktree_lock = asyncio.Lock()
         self.executor = StageExecutor(self)
         self.on_settled: list[Any] = []
         self.credentials = Credentials()
@@ -105,8 +106,6 @@ class RunManager:
                 return
             while not await self._step(active, facts):
                 pass
-            if self.store.one("run_state", (run_id,)) == ("merged",):
-                await self.remove_worktree(run_id)
         except Exception as exc:
             log.exception("run %s failed inside the daemon", run_id)
             with contextlib.suppress(Exception):
@@ -126,15 +125,15 @@ class RunManager:
 
     async def _prepare(self, active: ActiveRun, facts: RunFacts) -> None:
         repo = self.daemon.layout.repo
-        for old_id, old_path in self.store.all("run_worktrees_of_ticket", (facts.ticket,)):
-            await gitops.remove_worktree(repo, Path(old_path))
-            with self.store.writer.transaction() as tx:
-                tx.run("run_clear_worktree", (old_id,))
+        for old_id, _old_path in self.store.all("run_worktrees_of_ticket", (facts.ticket,)):
+            await self.remove_worktree(old_id)
         facts.worktree.parent.mkdir(parents=True, exist_ok=True)
         await self.worker_sockets.open(facts.run_id)
-        await gitops.create_worktree(
-            repo, facts.worktree, facts.branch, self.daemon.config.repo.main
-        )
+        # git's worktree bookkeeping is not safe against concurrent add/remove/prune.
+        async with self.worktree_lock:
+            await gitops.create_worktree(
+                repo, facts.worktree, facts.branch, self.daemon.config.repo.main
+            )
         with self.store.writer.transaction() as tx:
             tx.run("run_set_worktree", (str(facts.worktree), facts.run_id))
             tx.run("run_started", {"id": facts.run_id, "now": now_ms()})
@@ -205,6 +204,13 @@ class RunManager:
             )
         else:
             assert state.outcome is not None
+            if state.outcome == "merged":
+                # Gone before the run reads merged, so no one sees a merged run
+                # that still holds a worktree.
+                try:
+                    await self.remove_worktree(facts.run_id)
+                except gitops.GitError as exc:
+                    log.warning("%s merged but its worktree stays: %s", facts.run_id, exc)
             self._settle(facts.run_id, state.outcome, state.halt, None, state=state)
             return True
         return False
@@ -342,7 +348,8 @@ class RunManager:
 
     async def remove_worktree(self, run_id: str) -> None:
         facts = self.facts(run_id)
-        await gitops.remove_worktree(self.daemon.layout.repo, facts.worktree)
+        async with self.worktree_lock:
+            await gitops.remove_worktree(self.daemon.layout.repo, facts.worktree)
         with self.store.writer.transaction() as tx:
             tx.run("run_clear_worktree", (run_id,))
 
@@ -373,6 +380,8 @@ class RunManager:
         """``gc``: remove the worktrees that settled runs kept for inspection."""
         removed = []
         for run_id, _path in self.store.all("run_worktrees_terminal"):
+            if run_id in self.active:
+                continue  # still settling: its driver removes or keeps it
             await self.remove_worktree(run_id)
             removed.append(run_id)
         return removed

@@ -27,6 +27,8 @@ def run_detail(daemon: Daemon, run_id: str, active: ActiveRun | None) -> dict[st
     state = walk.replay(flow, read_log(store, run_id))
     silent_for_ms = _silent_for_ms(active)
     row["stages"] = stage_rows(state, silent_for_ms)
+    if row["terminal"]:
+        _close_interrupted(row["stages"], state)
     row["stall"] = active.stall() if active is not None else None
     row["notes"] = state.notes
     # exit_code has always been the agent stage's exit; agent_exit_code says so.
@@ -34,6 +36,20 @@ def run_detail(daemon: Daemon, run_id: str, active: ActiveRun | None) -> dict[st
     if not row["terminal"]:
         row["agent_exit_code"] = row["exit_code"] = agent_exit_code(state)
     return row
+
+
+def _close_interrupted(stages: list[dict[str, Any]], state: walk.Walk) -> None:
+    """A settled run has nothing running: an execution its log never finished
+    (a corrupt log stops the replay) is shown failed, saying why."""
+    for stage in stages:
+        if stage["state"] == "running":
+            stage["state"] = "failed"
+            stage["silent_for_ms"] = None
+            stage["reason"] = (
+                "the stage log does not replay past this execution"
+                if state.corrupt
+                else "the run ended while this execution was in flight"
+            )
 
 
 def _silent_for_ms(active: ActiveRun | None) -> int | None:

@@ -50,8 +50,11 @@ class Scheduler:
         timeout = IDLE_SECONDS
         if wake is not None:
             timeout = min(timeout, max(0.0, (wake - now_ms()) / 1000))
+        # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a
+        # cancellation that races a poke, and shutdown would wait forever.
         try:
-            await asyncio.wait_for(self._poked.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._poked.wait()
         except TimeoutError:
             pass
 

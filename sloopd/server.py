@@ -271,6 +271,7 @@ class Server:
         try:
             self.daemon.config = config.load(self.layout.repo)
             log.info("configuration reloaded")
+            self.daemon.poke()  # a higher parallel or a restored flow may free work
         except config.ConfigError as exc:
             log.error("reload refused, keeping the last good configuration: %s", exc)
         self._last_status = self._status_line()

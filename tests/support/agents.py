@@ -2,9 +2,10 @@
 
 The agent is one small Python program written into the test's sandbox.  Its
 options say what it does, always in the same order (see ``AGENT_SOURCE``):
-record its environment and pid, wait for a flag file, hang, leave a grandchild
-behind, write files and commit them in its worktree, move ``main`` in the
-main checkout, and exit with a chosen code.  The same program serves as a
+record its environment and pid, trap SIGTERM, print lines, count itself in a
+shared counter, wait for a flag file, leave a grandchild behind, hang, write
+files and commit them in its worktree, move ``main`` in the main checkout,
+and exit with a chosen code.  The same program serves as a
 ``command`` stage (``--fail-unless``).  It runs under the venv's interpreter
 (absolute path), so the tests need nothing but git and the venv.
 
@@ -761,6 +762,10 @@ def step_touch(step):
     return True
 
 
+def step_stamp(step):
+    return time.time()
+
+
 def step_sleep(step):
     time.sleep(step["seconds"])
     return True
@@ -776,6 +781,7 @@ STEPS = {
     "wait": step_wait,
     "touch": step_touch,
     "sleep": step_sleep,
+    "stamp": step_stamp,
 }
 
 

@@ -1,0 +1,194 @@
+"""Runs and their processes: abort, leftovers of a finished agent, a daemon killed mid-stage.
+
+A process belongs to a run when its environment holds the run's ``SLOOP_RUN``
+and ``SLOOP_WORKTREE`` (the worktree path is unique to the test's sandbox, so
+runs of other daemons on the machine never count).  A zombie has an empty
+environment and counts as gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.agents import (
+    Bench,
+    alive_with,
+    kill_leftovers,
+    processes_with,
+    read_pid,
+    sloop_toml,
+    stage_table,
+    ticket_text,
+)
+from tests.support.daemon import wait_until
+
+
+@pytest.fixture
+def bench(sandbox: Path, repo: Path) -> Iterator[Bench]:
+    bench = Bench.create(sandbox, repo)
+    try:
+        yield bench
+    finally:
+        code = bench.stop()
+        leftovers = kill_leftovers(bench.state_dir)
+        assert code == 0, bench.log()
+        assert leftovers == [], "the daemon left processes running in its worktrees"
+
+
+def run_env(bench: Bench, run_id: str) -> tuple[str, str]:
+    return f"SLOOP_RUN={run_id}", f"SLOOP_WORKTREE={bench.worktree_of(run_id)}"
+
+
+def test_hanging_agent_is_aborted(bench: Bench) -> None:
+    # The first run's agent hangs; after `ready`, the next attempt's agent finishes.
+    agent = bench.argv(
+        "--pidfile",
+        bench.flag("{run}.pid"),
+        "--trap-term",
+        bench.flag("term-{run}.log"),  # SIGTERM is noted and ignored: only SIGKILL ends it
+        "--grandchild",
+        bench.flag("grandchild-{run}.pid"),
+        "--hang-run",
+        "R1",
+        "--write",
+        "{ticket}.txt=x",
+    )
+    bench.setup(sloop_toml(agent), {"hang": ticket_text("Hang forever")})
+    bench.start()
+    bench.post("hang")
+    in_flight = bench.wait_stage_running("hang#1", "implement")
+    mine = run_env(bench, "R1")
+    agent_pid = read_pid(bench.path("R1.pid"))
+    grandchild = read_pid(bench.path("grandchild-R1.pid"))  # written after the trap is set
+    assert alive_with(agent_pid, *mine) and alive_with(grandchild, *mine)
+
+    # A run in flight, as show gives it.
+    assert in_flight["state"] == "running" and in_flight["terminal"] is False
+    assert in_flight["finished_at_ms"] is None and in_flight["reason"] is None
+    assert in_flight["halt"] is None and in_flight["agent_exit_code"] is None
+    assert in_flight["worktree"] == str(bench.worktree_of("R1"))
+    running = in_flight["stages"][0]
+    assert (running["stage"], running["attempt"], running["state"]) == ("implement", 1, "running")
+    assert running["finished_at_ms"] is None and running["duration_ms"] is None
+    assert isinstance(running["silent_for_ms"], int) and running["silent_for_ms"] >= 0
+    assert [r["silent_for_ms"] for r in in_flight["stages"][1:]] == [None, None]
+    assert [r["id"] for r in bench.dashboard()["runs"]] == ["R1"]
+    ticket = bench.ticket("hang")
+    assert ticket["state"] == "running" and ticket["waiting"] is None
+    assert ticket["runs"][0]["finished_at_ms"] is None
+    assert ticket["runs"][0]["stages"][0]["state"] == "running"
+
+    aborted = bench.ok("abort", {"run": "hang#1"})["run"]
+
+    assert aborted["id"] == "R1" and aborted["state"] == "aborted" and aborted["terminal"]
+    assert aborted["reason"] and "abort" in aborted["reason"], aborted
+    assert processes_with(*mine) == []
+    # SIGTERM came first; the agent survived it and was killed after the grace.
+    assert bench.path("term-R1.log").read_text().splitlines() == ["TERM"]
+    run = bench.show_run("R1")
+    assert run is not None and run["state"] == "aborted" and run["halt"] is None
+    assert run["reason"] == aborted["reason"]
+    assert stage_table(run) == [
+        ("implement", 1, "failed"),
+        ("sync", 0, "pending"),
+        ("merge", 0, "pending"),
+    ]
+    assert run["stages"][0]["exit_code"] == -9, run["stages"][0]
+    ticket = bench.ticket("hang")
+    assert ticket["state"] == "held" and ticket["waiting"]["reason"] == "held"
+    assert bench.event_kinds("R1") == ["run_claimed", "run_started", "run_aborted"]
+    # A settled run cannot be aborted again.
+    assert bench.client.error("abort", {"run": "R1"})["code"] == "conflict"
+    assert bench.dashboard()["runs"] == []
+
+    # `ready` releases the held ticket: its next attempt runs.
+    bench.ok("ready", {"ref": "hang"})
+    second = bench.wait_run("hang#2")
+    assert second["state"] == "merged", second
+    assert bench.ticket("hang")["state"] == "merged"
+    assert not bench.worktree_of("R1").exists()
+
+
+def test_grandchild_outliving_its_agent_is_killed(bench: Bench) -> None:
+    agent = bench.argv("--grandchild", bench.flag("grandchild.pid"), "--write", "x.txt=x")
+    bench.setup(sloop_toml(agent), {"fork": ticket_text("Fork and leave")})
+    bench.start()
+    bench.post("fork")
+    run = bench.wait_run("fork#1")
+
+    assert run["state"] == "merged", run
+    assert stage_table(run)[0] == ("implement", 1, "passed")
+    assert run["stages"][0]["exit_code"] == 0
+    grandchild = read_pid(bench.path("grandchild.pid"))
+    assert not alive_with(grandchild, *run_env(bench, "R1"))
+    assert processes_with(*run_env(bench, "R1")) == []
+
+
+def test_daemon_killed_mid_stage_then_restarted(bench: Bench) -> None:
+    # The first run's agent hangs; the next attempt's agent finishes.
+    agent = bench.argv(
+        "--pidfile", bench.flag("{run}.pid"), "--hang-run", "R1", "--write", "{ticket}.txt=x"
+    )
+    bench.setup(sloop_toml(agent), {"crash": ticket_text("Crash midway")})
+    bench.start()
+    bench.post("crash")
+    bench.wait_stage_running("crash#1", "implement")
+    mine = run_env(bench, "R1")
+    agent_pid = read_pid(bench.path("R1.pid"))
+    assert bench.daemon is not None
+    bench.daemon.kill9()
+    assert alive_with(agent_pid, *mine)  # the agent outlived its daemon
+
+    bench.start()  # same state and socket directories
+    wait_until(lambda: not alive_with(agent_pid, *mine))
+    assert processes_with(*mine) == []
+
+    first = bench.wait_run("R1")
+    assert first["state"] == "aborted" and first["halt"] is None, first
+    assert "restart" in first["reason"], first
+    assert first["finished_at_ms"] is not None
+    assert stage_table(first) == [
+        ("implement", 1, "failed"),
+        ("sync", 0, "pending"),
+        ("merge", 0, "pending"),
+    ]
+    assert "restart" in first["stages"][0]["reason"]
+
+    # The ticket was queued again (a new trigger) and its next attempt ran to the end.
+    second = bench.wait_run("crash#2")
+    assert second["id"] == "R2" and second["attempt"] == 2, second
+    assert second["state"] == "merged", second
+    assert second["trigger"] != first["trigger"]
+    ticket = bench.ticket("crash")
+    assert ticket["state"] == "merged"
+    assert [(r["id"], r["state"]) for r in ticket["runs"]] == [("R2", "merged"), ("R1", "aborted")]
+    assert bench.event_kinds("R1") == ["run_claimed", "run_started", "run_aborted"]
+    assert bench.rev("main") == bench.rev("sloop/crash/2")
+
+
+def test_daemon_stopped_mid_stage_requeues_the_run(bench: Bench) -> None:
+    agent = bench.argv(
+        "--pidfile", bench.flag("{run}.pid"), "--hang-run", "R1", "--write", "x.txt=x"
+    )
+    bench.setup(sloop_toml(agent), {"stop": ticket_text("Stop midway")})
+    bench.start()
+    bench.post("stop")
+    bench.wait_stage_running("stop#1", "implement")
+    mine = run_env(bench, "R1")
+    agent_pid = read_pid(bench.path("R1.pid"))
+
+    assert bench.stop() == 0, bench.log()
+    assert not alive_with(agent_pid, *mine)  # a stopping daemon stops every group
+    assert processes_with(*mine) == []
+
+    bench.start()
+    first = bench.wait_run("R1")
+    assert first["state"] == "aborted", first
+    assert "stop" in first["reason"], first
+    second = bench.wait_run("stop#2")
+    assert second["state"] == "merged", second
+    assert second["trigger"] != first["trigger"]
+    assert [r["id"] for r in bench.ticket("stop")["runs"]] == ["R2", "R1"]
