@@ -63,6 +63,13 @@ def store() -> None:
     while a daemon holds it."""
 
 
+def _state_dir_of(repo: Path | None) -> Path:
+    try:
+        return paths.resolve(repo, None, None).state_dir
+    except paths.RepoError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
 def _locked_state_dir(
     repo: Path | None, state_dir: Path | None, role: str
 ) -> tuple[Path, StoreLock]:
@@ -137,6 +144,9 @@ def restore(repo: Path | None, state_dir: Path | None, backup_file: Path) -> Non
 @_state
 def check(repo: Path | None, state_dir: Path | None) -> None:
     """Check the store read-only; exit 1 when a problem is found."""
+    target = state_dir or _state_dir_of(repo)
+    if not (target / db.STORE_FILE).exists():
+        raise click.ClickException(f"no store in {target}")
     state, lock = _locked_state_dir(repo, state_dir, "sloopd store check")
     try:
         problems = db.check(state)

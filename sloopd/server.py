@@ -113,7 +113,12 @@ class Server:
         self.daemon = Daemon(
             layout=layout, config=settings, store=store, refused=refused, metrics=self.metrics
         )
-        scheduler = self._reconcile() if store is not None else None
+        if store is not None:
+            scheduler: Scheduler | None = self._reconcile()
+        else:
+            scheduler = None
+            # Even a daemon that refuses its store ends what a crashed one left.
+            ProcessGroups(layout.state_dir / "groups").kill_recorded_leftovers()
         await self._listen()
         await self._serve_metrics()
         self._write_info()
