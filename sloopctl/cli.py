@@ -448,3 +448,16 @@ def daemon(socket_dir: str | None) -> None:
         click.echo(error_line(None, exc.message, _colour(True)) + tail, err=True)
         raise click.exceptions.Exit(EXIT_DAEMON_ERROR) from None
     click.echo(started.socket)
+
+
+# logs, events, pause, resume, and show --follow (sloopctl/follow.py, which imports this module).
+from sloopctl import follow  # noqa: E402
+
+for _command in follow.COMMANDS:
+    main.add_command(_command)
+follow.extend_show(show)
+
+
+from sloopctl.doctor import doctor  # noqa: E402  (its own module; registered here)
+
+main.add_command(doctor)

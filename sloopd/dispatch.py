@@ -59,7 +59,10 @@ class Dispatcher:
             return self._error(None, err, verb, started)
         request_id = api.readable_id(message)
         try:
-            request = api.parse_envelope(message)
+            try:
+                request = api.parse_envelope(message)
+            except ProtocolError as err:
+                raise self._envelope_error(err) from None
             verb = request.verb.name
             result = self._call(request)
         except ProtocolError as err:
@@ -75,6 +78,10 @@ class Dispatcher:
 
     def _call(self, request: api.Request) -> Result:
         raise NotImplementedError
+
+    def _envelope_error(self, err: ProtocolError) -> ProtocolError:
+        """How an error found before authority is answered on this socket."""
+        return err
 
     def _error(
         self, request_id: api.RequestId, err: ProtocolError, verb: str, started: float
@@ -133,6 +140,9 @@ REFUSED_PEER = ProtocolError(
 
 class RefusingDispatcher(Dispatcher):
     """For a peer that descends from a run's child: every request is unauthorized."""
+
+    def _envelope_error(self, err: ProtocolError) -> ProtocolError:
+        return REFUSED_PEER
 
     def _call(self, request: api.Request) -> Result:
         raise REFUSED_PEER

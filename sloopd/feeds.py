@@ -28,7 +28,7 @@ EVENTS_PAGE_EVENTS = 100
 def parse_cursor(field: str, value: str | None) -> int:
     if value is None:
         return 0
-    if not value.isdigit() or len(value) > 18:
+    if not (value.isascii() and value.isdigit()) or len(value) > 18:
         raise invalid_arguments(f"'{field}' is not a cursor this daemon issued", field=field)
     return int(value)
 
@@ -56,7 +56,11 @@ def parse_selector(flow: Flow, text: str | None) -> Selector:
         raise invalid_arguments(f"the run's flow has no stage '{name}'", field="stage")
     if not hash_mark:
         return Selector(name)
-    if not attempt_text.isdigit() or attempt_text.startswith("0") or len(attempt_text) > 9:
+    if (
+        not (attempt_text.isascii() and attempt_text.isdigit())
+        or attempt_text.startswith("0")
+        or len(attempt_text) > 9
+    ):
         raise invalid_arguments(
             f"'{text}' is not '<stage>#<attempt>' with an attempt of 1 or more", field="stage"
         )
@@ -79,15 +83,23 @@ class Logs:
         run_id = _run_id(self.daemon, args["run"])
         record = store.one("run_by_id", (run_id,))
         assert record is not None
-        flow = Flow.from_json(orjson.loads(record[7]))
-        selector = parse_selector(flow, args.get("stage"))
+        selector = Selector()
+        legacy = False
+        if args.get("stage") is not None:
+            # Only a stage selector needs the flow snapshot: the hot unfiltered
+            # page never parses it.
+            flow = Flow.from_json(orjson.loads(record[7]))
+            selector = parse_selector(flow, args["stage"])
+            legacy = _claims_unstaged(flow, selector) and bool(
+                store.one("logs_has_unstaged", (run_id,))
+            )
         after = parse_cursor("after", args.get("after"))
         terminal = record[4] in ("merged", "failed", "needs_review", "aborted")
         if terminal:
             # The settling record may still sit in the batch; a follower must
             # never see terminal+complete while a record is missing.
             self.sink.flush()
-        if _claims_unstaged(flow, selector) and store.one("logs_has_unstaged", (run_id,)):
+        if legacy:
             page = _legacy_page(store, run_id, selector, after, args.get("tail"))
         else:
             page = _page(store, run_id, selector, after, args.get("tail"))

@@ -42,6 +42,7 @@ class LogSink:
         stream: str,
         text: str,
         split: bool = False,
+        ts_ms: int | None = None,
     ) -> None:
         position = self._next(self._positions, run, "log_max_position", (run,))
         stage_position = self._next(
@@ -53,7 +54,7 @@ class LogSink:
             "log_max_execution_position",
             (run, stage, attempt),
         )
-        ts = now_ms()
+        ts = now_ms() if ts_ms is None else ts_ms
         record: dict[str, Any] = {
             "ts_ms": ts,
             "stage": stage,

@@ -46,7 +46,7 @@ def peer_pid(sock: socket.socket) -> int | None:
     except OSError:
         return None
     pid, _uid, _gid = struct.unpack("3i", creds)
-    return pid or None
+    return int(pid)
 
 
 def _stat(pid: int) -> tuple[str, int, int] | None:
@@ -80,7 +80,7 @@ def inside_a_run(pid: int, daemon_pid: int | None = None) -> bool:
             return True
         stat = _stat(current)
         if stat is None:
-            return False
+            return True  # it vanished while we looked: fail closed
         parent = stat[1]
         if parent == daemon_pid:
             return True  # a direct child of the daemon, or an orphan it adopted
@@ -91,8 +91,18 @@ def inside_a_run(pid: int, daemon_pid: int | None = None) -> bool:
 
 
 def admit_operator_peer(sock: socket.socket) -> bool:
+    """Fail closed: a peer we cannot see any more may have been a run's child.
+
+    pid 0 is a peer in a PID namespace we cannot see into (a client in
+    another container sharing the socket directory); our own descendants are
+    always visible to us, so such a peer is admitted.
+    """
     pid = peer_pid(sock)
-    return pid is None or not inside_a_run(pid)
+    if pid == 0:
+        return True
+    if pid is None or not os.path.exists(f"/proc/{pid}"):
+        return False
+    return not inside_a_run(pid)
 
 
 def reap_adopted_orphans(tracked: Callable[[], set[int]]) -> int:

@@ -64,9 +64,10 @@ class RunManager:
         attempt: int | None = None,
         seat: int | None = None,
         data: dict[str, Any] | None = None,
+        at_ms: int | None = None,
     ) -> None:
         with self.store.writer.transaction() as tx:
-            append_step(tx, run_id, kind, stage, attempt, seat, data)
+            append_step(tx, run_id, kind, stage, attempt, seat, data, at_ms)
 
     @property
     def store(self) -> Store:

@@ -152,6 +152,7 @@ class Server:
         gate.load(self.daemon)
         self._sink = LogSink(self.daemon.store, on_flush=self.metrics.log_records.inc)
         self.runs = RunManager(self.daemon, self._groups, self._sink)
+        self.runs.worker_sockets.clear_stale()
         recovered = self.runs.recover()
         if recovered:
             log.warning(

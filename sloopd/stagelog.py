@@ -26,6 +26,7 @@ def append_step(
     attempt: int | None = None,
     seat: int | None = None,
     data: dict[str, Any] | None = None,
+    at_ms: int | None = None,
 ) -> None:
     tx.run(
         "stage_log_append",
@@ -35,7 +36,7 @@ def append_step(
             "stage": stage,
             "attempt": attempt,
             "seat": seat,
-            "at": now_ms(),
+            "at": now_ms() if at_ms is None else at_ms,
             "data": orjson.dumps(data or {}).decode(),
         },
     )

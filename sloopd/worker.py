@@ -77,6 +77,12 @@ class WorkerDispatcher(Dispatcher):
         self._credentials = credentials
         self._handlers = handlers
 
+    def _envelope_error(self, err: ProtocolError) -> ProtocolError:
+        # An unknown verb would list every verb the daemon has: scope leaks.
+        if err.code == ErrorCode.UNKNOWN_VERB:
+            return UNAUTHORIZED
+        return err
+
     def _call(self, request: api.Request) -> Result:
         if not request.verb.worker:
             raise UNAUTHORIZED
@@ -181,9 +187,10 @@ class WorkerVerbs:
             credential.attempt,
             credential.seat,
             {"text": args["text"]},
+            at_ms=at,
         )
         self.runs.sink.append(
-            credential.run, credential.stage, credential.attempt, "note", args["text"]
+            credential.run, credential.stage, credential.attempt, "note", args["text"], ts_ms=at
         )
         note = {
             "run": credential.run,
@@ -261,6 +268,12 @@ class WorkerSockets:
         os.chmod(path, 0o600)
         self._servers[run] = (server, connections)
         return path
+
+    def clear_stale(self) -> None:
+        """At start: sockets of runs a crashed daemon left; nothing listens on them."""
+        if self.directory.is_dir():
+            for path in self.directory.glob("*.sock"):
+                path.unlink(missing_ok=True)
 
     async def close(self, run: str) -> None:
         entry = self._servers.pop(run, None)

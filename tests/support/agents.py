@@ -707,14 +707,21 @@ def step_grandchild(step):
 def step_race(step):
     """Connect from a child that is gone (reaped) before the daemon looks at the peer.
 
-    The probe forks, the child connects the probe's socket and exits at once,
-    the probe reaps it and then talks on the connection.  Stops at the first
-    answer that is not an error.
+    The probe first keeps the daemon busy (``busy`` pipelined ``show`` requests
+    on its own worker socket), then forks: the child connects the target socket
+    and exits at once, the probe reaps it and then talks on that connection.
+    Stops at the first answer that is not an error.
     """
     path = resolve(step["socket"], "SLOOP_SOCKET")
     message = json.dumps({"v": 1, "id": "race", "verb": "show", "args": {}}).encode() + b"\n"
+    filler = json.dumps(
+        {"v": 1, "id": "busy", "verb": "show", "args": {}, "token": os.environ["SLOOP_TOKEN"]}
+    ).encode() + b"\n"
     counts, admitted = {}, None
     for _ in range(step["tries"]):
+        busy = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        busy.connect(os.environ["SLOOP_SOCKET"])
+        busy.sendall(filler * step.get("busy", 0))
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         pid = os.fork()
         if pid == 0:
@@ -732,11 +739,17 @@ def step_race(step):
         except OSError:
             line = b""
         s.close()
+        drain = busy.makefile("rb")
+        for _ in range(step.get("busy", 0)):
+            drain.readline()
+        drain.close()
+        busy.close()
         reply = json.loads(line) if line else {}
         key = (reply.get("error") or {}).get("code") or (reply.get("data") or {}).get("kind")
         counts[str(key)] = counts.get(str(key), 0) + 1
-        if reply.get("ok"):
+        if reply.get("ok") and admitted is None:
             admitted = reply
+        if admitted is not None and step.get("stop", True):
             break
     return {"counts": counts, "admitted": admitted}
 

@@ -1,0 +1,231 @@
+"""The CI gate and the feed commands through the real CLI and the real daemon.
+
+``sloopctl show REF --follow --quiet`` exits 0 only for ``merged``, and 10,
+11, 12 for failed, needs_review and aborted (docs/cli.md "Exit codes"); 3 when
+there is no daemon.  Each ``sloopctl`` here is a process of its own, as CI
+runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.agents import Bench, kill_leftovers, sloop_toml, ticket_text
+from tests.support.daemon import sloopctl_argv, sloopctl_env, sloopctl_start
+
+
+@pytest.fixture
+def bench(sandbox: Path, repo: Path) -> Iterator[Bench]:
+    bench = Bench.create(sandbox, repo)
+    try:
+        yield bench
+    finally:
+        code = bench.stop()
+        leftovers = kill_leftovers(bench.state_dir)
+        assert code == 0, bench.log()
+        assert leftovers == [], "the daemon left processes running in its worktrees"
+
+
+def socket_of(bench: Bench) -> Path:
+    assert bench.daemon is not None and bench.daemon.socket is not None
+    return bench.daemon.socket
+
+
+def sloopctl(socket_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        sloopctl_argv(socket_path, *args),
+        capture_output=True,
+        text=True,
+        env=sloopctl_env(),
+        timeout=30,
+        check=False,
+    )
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 30.0) -> tuple[int, str, str]:
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        raise AssertionError(f"sloopctl did not finish: {out}\n{err}") from None
+    return process.returncode, out, err
+
+
+def agent(bench: Bench, *options: str) -> dict[str, Any]:
+    return {"name": "implement", "action": "agent", "command": bench.argv(*options)}
+
+
+def test_show_follow_exit_codes_for_each_terminal_state(bench: Bench) -> None:
+    flows = {
+        "failing": [agent(bench, "--say", "about to fail", "--exit", "1")],
+        "review": [agent(bench, "--say", "done, no merge stage")],
+        "stuck": [agent(bench, "--wait-for", bench.flag("never"))],
+    }
+    # The default flow: implement (commits a file) → sync → merge.
+    config = sloop_toml(bench.argv("--write", "{ticket}.txt=made"), flows=flows, parallel=4)
+    bench.setup(
+        config,
+        {
+            "good": ticket_text("Good"),
+            "bad": ticket_text("Bad", flow="failing"),
+            "review": ticket_text("Review", flow="review"),
+            "stuck": ticket_text("Stuck", flow="stuck"),
+        },
+    )
+    bench.start()
+    sock = socket_of(bench)
+    for name in ("good", "bad", "review", "stuck"):
+        bench.post(name, manual=True)  # registered, no run yet
+
+    # Ticket references: each follower waits for the ticket's run to be claimed.
+    good = sloopctl_start(sock, "show", "good", "--follow", "--quiet")
+    bad = sloopctl_start(sock, "--json", "show", "bad", "--follow")
+    review = sloopctl_start(sock, "show", "review", "--follow")
+    # The first thing each says is that there is no run yet (nothing is queued).
+    assert review.stderr is not None and bad.stdout is not None
+    waiting = review.stderr.readline()
+    assert waiting.startswith("T3 waiting for a run: no_trigger"), waiting
+    first_envelope = bad.stdout.readline()
+    assert good.poll() is None and bad.poll() is None and review.poll() is None
+    for name in ("good", "bad", "review", "stuck"):
+        bench.ok("run", {"ref": name})
+
+    code, out, err = finish(good)
+    assert (code, out, err) == (0, "", "")
+    merged = bench.wait_run("good#1")
+    assert merged["state"] == "merged"
+
+    code, out, err = finish(bad)
+    assert code == 10, err
+    envelopes = [json.loads(line) for line in [first_envelope, *out.splitlines()]]
+    assert envelopes[0]["data"]["kind"] == "ticket" and envelopes[0]["data"]["value"]["runs"] == []
+    last = envelopes[-1]["data"]
+    assert last["kind"] == "run" and last["value"]["state"] == "failed"
+    assert last["value"]["terminal"] is True
+    assert all(not e["data"].get("value", {}).get("terminal") for e in envelopes[:-1])
+
+    code, out, err = finish(review)
+    run = bench.wait_run("review#1")
+    assert code == 11, err
+    assert out == f"{run['id']} needs_review: {run['reason']}\n"
+    # Why there is no run yet (each time that changes), then the run's transitions; the
+    # run may have settled before the first look at it.
+    lines = err.splitlines()
+    waits = [line for line in lines if line.startswith("T3 waiting for a run: ")]
+    changes = lines[len(waits) :]
+    assert f"{run['id']} implement#1 passed" in changes
+    assert changes[-1] == f"{run['id']} needs_review"
+
+    # A run reference, aborted from here while its agent waits.
+    stuck = bench.wait_stage_running("stuck#1", "implement")
+    follower = sloopctl_start(sock, "show", "stuck#1", "--follow", "--quiet")
+    time.sleep(0.4)
+    assert follower.poll() is None
+    bench.ok("abort", {"run": stuck["id"]})
+    assert finish(follower) == (12, "", "")
+
+    # A settled run answers at once, with the same codes.
+    for ref, expected in (("good#1", 0), ("bad#1", 10), ("review#1", 11), (stuck["id"], 12)):
+        done = sloopctl(sock, "show", ref, "--follow", "--quiet")
+        assert (done.returncode, done.stdout, done.stderr) == (expected, "", ""), ref
+    done = sloopctl(sock, "show", "good#1", "--follow")
+    assert done.returncode == 0 and done.stdout == f"{merged['id']} merged\n"
+
+    # Not a run or a ticket: a usage error; --quiet alone too.
+    assert sloopctl(sock, "show", "project:default", "--follow", "--quiet").returncode == 2
+    assert sloopctl(sock, "show", "no-such-ticket", "--follow", "--quiet").returncode == 2
+    assert sloopctl(sock, "show", "good", "--quiet").returncode == 2
+
+
+def test_show_follow_without_a_daemon_exits_3(sandbox: Path) -> None:
+    missing = sandbox / "none.sock"
+    started = time.monotonic()
+    done = sloopctl(missing, "show", "R1", "--follow", "--quiet")
+    assert done.returncode == 3
+    assert time.monotonic() - started < 5
+    assert done.stdout == "" and "daemon_unavailable" in done.stderr
+
+
+def test_logs_events_pause_resume_commands(bench: Bench) -> None:
+    lines = [f"line {n}" for n in range(1, 131)]
+    bench.setup(
+        sloop_toml(bench.argv(), flows={"default": [agent(bench, *[f"--say={t}" for t in lines])]}),
+        {"talk": ticket_text("Talk")},
+    )
+    bench.start()
+    sock = socket_of(bench)
+    bench.post("talk")
+    run = bench.wait_run("talk#1")
+
+    # logs pages until complete: more than one page of 100.
+    done = sloopctl(sock, "logs", run["alias"])
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    assert [p for p in printed if "stdout]" in p] == [f"[implement#1 stdout] {t}" for t in lines]
+    assert printed[0] == "[implement#1 system] stage 'implement' execution 1 started"
+    assert printed[-1].startswith("[implement#1 system] run settled needs_review")
+    assert done.stderr == ""
+
+    tail = sloopctl(sock, "logs", run["id"], "--tail", "3", "--stage", "implement")
+    assert tail.returncode == 0
+    assert tail.stdout.splitlines() == printed[-3:]
+    assert tail.stderr == f"… {len(printed) - 3} earlier records elided\n"
+
+    as_json = sloopctl(sock, "--json", "logs", run["id"])
+    pages = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert len(pages) == 2 and [p["data"]["complete"] for p in pages] == [False, True]
+    assert sum(len(p["data"]["records"]) for p in pages) == len(printed)
+
+    bad = sloopctl(sock, "logs", run["id"], "--stage", "implement#0")
+    assert bad.returncode == 1 and bad.stderr.startswith("error: invalid_arguments: ")
+    missing = sloopctl(sock, "--json", "logs", "R99")
+    assert missing.returncode == 1
+    assert json.loads(missing.stdout)["error"]["code"] == "not_found"
+
+    # pause and resume print the gate; events show them unscoped only.
+    paused = sloopctl(sock, "pause", "--reason", "release freeze")
+    assert (paused.returncode, paused.stdout) == (0, "gate paused (release freeze)\n")
+    resumed = sloopctl(sock, "resume")
+    assert (resumed.returncode, resumed.stdout) == (0, "gate open\n")
+
+    feed = sloopctl(sock, "events")
+    assert feed.returncode == 0, feed.stderr
+    kinds = [line.split()[2] for line in feed.stdout.splitlines()]
+    assert kinds == [
+        "daemon_started",
+        "run_claimed",
+        "run_started",
+        "run_finished",
+        "gate_changed",
+        "gate_changed",
+    ]
+    finished = feed.stdout.splitlines()[3].split()
+    assert finished[3:5] == [run["ticket"], run["id"]] and "state=needs_review" in finished
+    scoped = sloopctl(sock, "events", "--scope", "talk")
+    assert [line.split()[2] for line in scoped.stdout.splitlines()] == kinds[1:4]
+    newest = sloopctl(sock, "--json", "events", "--tail", "1")
+    envelopes = [json.loads(line) for line in newest.stdout.splitlines()]
+    assert len(envelopes) == 1 and envelopes[0]["data"]["events"][0]["kind"] == "gate_changed"
+    invalid = sloopctl(sock, "events", "--scope", "(")
+    assert invalid.returncode == 1 and "invalid_arguments" in invalid.stderr
+
+    # events --follow polls until interrupted; a new event shows up while it polls.
+    follower = sloopctl_start(sock, "events", "--follow", "--tail", "1")
+    time.sleep(0.5)
+    bench.ok("pause", {"reason": "while following"})
+    time.sleep(0.8)
+    follower.send_signal(signal.SIGINT)  # Ctrl-C
+    code, out, err = finish(follower, 10)
+    assert code == 130, err
+    followed = out.splitlines()
+    assert len(followed) == 2 and all(" gate_changed " in line for line in followed)
+    assert followed[-1].endswith('from=open state=paused reason="while following"')
