@@ -1,0 +1,114 @@
+"""The bare peers of benchmarks 4 and 5, run as their own processes.
+
+``python -m benchmarks.servers logs STORE SOCKET``: a uvloop + apsw NDJSON server that
+answers ``logs {run, after}`` with the same page as sloopd, the naive way: it reads the
+rows, decodes each stored record into a Python dict, adds its cursor, and orjson-encodes
+the reply (no run lookup, no selectors, no tails: the page and nothing else).
+
+``python -m benchmarks.servers echo PAYLOAD SOCKET``: a uvloop + orjson server that decodes
+each request line and answers with the JSON object in PAYLOAD, encoded afresh each time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+import apsw
+import orjson
+import uvloop
+
+PAGE = 100
+PAGE_SQL = (
+    "SELECT position, body FROM log_records WHERE run = ? AND position > ?"
+    " ORDER BY position LIMIT ?"
+)
+
+
+class LineServer(asyncio.Protocol):
+    def __init__(self, answer: Callable[[bytes], bytes]) -> None:
+        self.answer = answer
+        self.transport: asyncio.Transport | None = None
+        self.buffer = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while True:
+            end = self.buffer.find(b"\n")
+            if end < 0:
+                return
+            line, self.buffer = self.buffer[:end], self.buffer[end + 1 :]
+            if self.transport is not None:
+                self.transport.write(self.answer(line))
+
+
+def logs_answer(store: Path) -> Callable[[bytes], bytes]:
+    conn = apsw.Connection(str(store), flags=apsw.SQLITE_OPEN_READONLY)
+    # The same statement-cache setting as sloopd's store (DESIGN rule 4).
+    conn.config(apsw.SQLITE_DBCONFIG_ENABLE_QPSG, 1)
+
+    def answer(line: bytes) -> bytes:
+        request = orjson.loads(line)
+        args = request["args"]
+        after = int(args.get("after") or 0)
+        rows = conn.execute(PAGE_SQL, (args["run"], after, PAGE + 1)).fetchall()
+        complete = len(rows) <= PAGE
+        records = []
+        for position, body in rows[:PAGE]:
+            record: dict[str, Any] = {"cursor": str(position)}
+            record.update(orjson.loads(cast(bytes, body)))
+            records.append(record)
+        data = {
+            "records": records,
+            "next_cursor": records[-1]["cursor"] if records else str(after),
+            "complete": complete,
+            "elided": 0,
+            "terminal": True,
+        }
+        return orjson.dumps({"id": request["id"], "ok": True, "data": data}) + b"\n"
+
+    return answer
+
+
+def echo_answer(payload: Path) -> Callable[[bytes], bytes]:
+    data = orjson.loads(payload.read_bytes())
+
+    def answer(line: bytes) -> bytes:
+        request = orjson.loads(line)
+        return orjson.dumps({"id": request["id"], "ok": True, "data": data}) + b"\n"
+
+    return answer
+
+
+async def serve(answer: Callable[[bytes], bytes], path: str) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    server = await loop.create_unix_server(lambda: LineServer(answer), path=path)
+    print(path, flush=True)
+    await stop.wait()
+    server.close()
+    os.unlink(path)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3 or argv[0] not in ("logs", "echo"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    kind, source, path = argv
+    answer = logs_answer(Path(source)) if kind == "logs" else echo_answer(Path(source))
+    uvloop.run(serve(answer, path))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
