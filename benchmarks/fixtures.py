@@ -1,7 +1,7 @@
 """Stores built for the benchmarks, through the store's own writer and named queries.
 
 Log records are written with ``log_insert`` and bodies built exactly as
-``sloopd.logsink.LogSink.append`` builds them (the wire JSON without the cursor), with the
+``sloopd.logsink.LogSink.append`` builds them (the wire JSON, cursor included), with the
 per-run, per-stage and per-execution ordinals the sink keeps.  Tickets, runs and events
 go through ``ticket_insert``, ``run_insert``, ``run_settle`` and ``event_insert``.
 """
@@ -56,8 +56,10 @@ def log_text(i: int) -> str:
     return f"[{i:07d}] " + " ".join(words)
 
 
-def log_body(ts: int, stage: str | None, attempt: int | None, stream: str, text: str) -> bytes:
-    """The stored body, exactly as LogSink.append builds it."""
+def log_body(
+    position: int, ts: int, stage: str | None, attempt: int | None, stream: str, text: str
+) -> str:
+    """The stored body, exactly as LogSink.append builds it (cursor included)."""
     record: dict[str, Any] = {
         "ts_ms": ts,
         "stage": stage,
@@ -65,7 +67,7 @@ def log_body(ts: int, stage: str | None, attempt: int | None, stream: str, text:
         "stream": stream,
         "text": text,
     }
-    return orjson.dumps(record)
+    return f'{{"cursor":"{position}",' + orjson.dumps(record).decode()[1:]
 
 
 def flow_snapshot() -> str:
@@ -185,7 +187,7 @@ def log_rows(
                 k + 1,
                 stream,
                 ts,
-                log_body(ts, stage, attempt, stream, text),
+                log_body(position, ts, stage, attempt, stream, text),
             )
         blocks[(stage, attempt)] = (first, position, first_stage)
 

@@ -147,7 +147,7 @@ def executemany_floor(texts: list[str], state_dir: Path) -> float:
     rows: list[tuple[Any, ...]] = []
     ts = now_ms()
     for i, text in enumerate(texts, 1):
-        body = log_body(ts, STAGE, 1, "stdout", text)
+        body = log_body(i, ts, STAGE, 1, "stdout", text)
         rows.append((RUN, i, STAGE, 1, i, i, "stdout", ts, body))
     store = Store.open(state_dir)
     try:

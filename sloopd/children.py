@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 
 MARKER_VAR = "SLOOP_CHILD_MARKER"
 MAX_LINE_BYTES = 64 * 1024
-CHUNK_BYTES = 64 * 1024
+# Small reads keep one flooding child from holding the loop for long.
+CHUNK_BYTES = 16 * 1024
 DRAIN_SECONDS = 1.0  # a grandchild may hold the pipes open forever; read on this long
 KILL_WAIT_SECONDS = 5.0  # after SIGKILL, how long to wait before calling a group stuck
 POLL_SECONDS = 0.05

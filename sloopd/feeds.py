@@ -8,7 +8,6 @@ was stored once at ingest and is spliced into the reply as raw bytes
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,10 +34,6 @@ def parse_cursor(field: str, value: str | None) -> int:
 
 def _cursor(position: int) -> str:
     return str(position)
-
-
-def _record(position: int, body: bytes) -> orjson.Fragment:
-    return orjson.Fragment(b'{"cursor":"%d",' % position + body[1:])
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,37 +114,47 @@ def _page(
         key = (run, selector.stage, selector.attempt)
         kind, ordinal_query = "logs_execution", "logs_execution_ordinal_at"
     if tail is None:
-        rows = store.all(f"{kind}_page", (*key, after, LOGS_PAGE_RECORDS + 1))
-        complete = len(rows) <= LOGS_PAGE_RECORDS
-        rows = rows[:LOGS_PAGE_RECORDS]
-        return _logs_reply(store, run, rows, after, complete, 0)
-    rows = store.all(f"{kind}_tail", (*key, after, tail))
-    rows.reverse()
+        row = store.one(f"{kind}_page", (*key, after, LOGS_PAGE_RECORDS))
+        joined, count, last = row if row else (None, 0, None)
+        complete = count < LOGS_PAGE_RECORDS or store.one(f"{kind}_more", (*key, last)) is None
+        return _logs_reply(store, run, joined, last, after, complete, 0)
+    start = store.one(f"{kind}_tail_start", (*key, after, tail - 1))
     elided = 0
-    if rows:
-        first = rows[0]
+    if start is not None:
+        # The tail begins at the N-th matching record from the end.
+        first_position, first_ordinal = start
         if ordinal_query is None:
             # Positions count every record of the run, so they are the ordinal.
-            elided = first[0] - after - 1
+            elided = first_ordinal - after - 1
         else:
             before = store.one(ordinal_query, (*key, after)) if after else None
-            elided = first[2] - (before[0] if before else 0) - 1
-    return _logs_reply(store, run, [(r[0], r[1]) for r in rows], after, True, elided)
+            elided = first_ordinal - (before[0] if before else 0) - 1
+        after_tail = first_position - 1
+    else:
+        after_tail = after  # fewer than N match: the tail is all of them
+    row = store.one(f"{kind}_page", (*key, after_tail, tail))
+    joined, _count, last = row if row else (None, 0, None)
+    return _logs_reply(store, run, joined, last, after, True, elided)
 
 
 def _logs_reply(
-    store: Store, run: str, rows: Sequence[tuple[Any, ...]], after: int, complete: bool, elided: int
+    store: Store,
+    run: str,
+    joined: str | None,
+    last: int | None,
+    after: int,
+    complete: bool,
+    elided: int,
 ) -> dict[str, Any]:
-    if rows and not complete:
-        next_position = rows[-1][0]
+    if last is not None and not complete:
+        next_position = last
     else:
         # Nothing more matches: advance over everything the filter skipped.
-        last = store.one("logs_max_position", (run,))
-        next_position = max(
-            after, rows[-1][0] if rows else 0, int(last[0]) if last and last[0] is not None else 0
-        )
+        end = store.one("logs_max_position", (run,))
+        next_position = max(after, last or 0, int(end[0]) if end and end[0] is not None else 0)
+    records = orjson.Fragment("[" + joined + "]") if joined else []
     return {
-        "records": [_record(p, b) for p, b in rows],
+        "records": records,
         "next_cursor": _cursor(next_position),
         "complete": complete,
         "elided": elided,
@@ -160,16 +165,28 @@ def _legacy_page(
     store: Store, run: str, selector: Selector, after: int, tail: int | None
 ) -> dict[str, Any]:
     """The slow, rare path: a run holding records without stage fields."""
-    everything = store.all("logs_page", (run, after, 1 << 62))
+    everything = store.all("logs_rows_after", (run, after))
     matching = [(p, b) for p, b in everything if _legacy_match(b, selector)]
     if tail is None:
         page = matching[:LOGS_PAGE_RECORDS]
-        return _logs_reply(store, run, page, after, len(matching) <= LOGS_PAGE_RECORDS, 0)
-    kept = matching[-tail:]
-    return _logs_reply(store, run, kept, after, True, len(matching) - len(kept))
+        complete = len(matching) <= LOGS_PAGE_RECORDS
+        elided = 0
+    else:
+        page = matching[-tail:]
+        complete, elided = True, len(matching) - len(page)
+    joined = ",".join(_with_cursor(p, b) for p, b in page)
+    last = page[-1][0] if page else None
+    return _logs_reply(store, run, joined or None, last, after, complete, elided)
 
 
-def _legacy_match(body: bytes, selector: Selector) -> bool:
+def _with_cursor(position: int, body: str | bytes) -> str:
+    text = body.decode() if isinstance(body, bytes) else body
+    if text.startswith('{"cursor"'):
+        return text
+    return f'{{"cursor":"{position}",' + text[1:]
+
+
+def _legacy_match(body: str | bytes, selector: Selector) -> bool:
     record = orjson.loads(body)
     if "stage" not in record:
         return True
@@ -187,19 +204,7 @@ def _run_id(daemon: Daemon, ref: str) -> str:
 
 # --- events -------------------------------------------------------------------
 
-EventRow = tuple[int, str, int, str | None, str | None, str]
-
-
-def _event(row: EventRow) -> dict[str, Any]:
-    position, kind, at_ms, ticket, run, data = row
-    return {
-        "cursor": _cursor(position),
-        "kind": kind,
-        "at_ms": at_ms,
-        "ticket": ticket,
-        "run": run,
-        "data": orjson.Fragment(data),
-    }
+EventRow = tuple[int, str]  # (position, the event's wire JSON)
 
 
 class Events:
@@ -215,19 +220,10 @@ class Events:
             sources: list[tuple[str, tuple[Any, ...]]] = [("events", ())]
         else:
             sources = self._scoped_sources(store, scope)
-        rows: list[EventRow] = []
-        if tail is not None:
-            for name, key in sources:
-                found = store.all(f"{name}_tail", (*key, tail))
-                rows.extend(r for r in found if r[0] > after)
-            rows = sorted(set(rows))[-tail:]
-            full = False
+        if len(sources) == 1 or scope is None:
+            rows, full = self._single_source(store, sources, after, tail)
         else:
-            for name, key in sources:
-                rows.extend(store.all(f"{name}_page", (*key, after, EVENTS_PAGE_EVENTS + 1)))
-            rows = sorted(set(rows))
-            full = len(rows) > EVENTS_PAGE_EVENTS
-            rows = rows[:EVENTS_PAGE_EVENTS]
+            rows, full = self._many_tickets(store, [key[0] for _, key in sources], after, tail)
         if full:
             next_position = rows[-1][0]
         else:
@@ -235,7 +231,50 @@ class Events:
             # the rows it filtered out, so a poller never rescans them.
             last = store.one("events_max_position")
             next_position = max(after, int(last[0]) if last and last[0] is not None else 0)
-        return {"events": [_event(r) for r in rows], "next_cursor": _cursor(next_position)}
+        return {
+            "events": [orjson.Fragment(r[1]) for r in rows],
+            "next_cursor": _cursor(next_position),
+        }
+
+    def _single_source(
+        self,
+        store: Store,
+        sources: list[tuple[str, tuple[Any, ...]]],
+        after: int,
+        tail: int | None,
+    ) -> tuple[list[EventRow], bool]:
+        rows: list[EventRow] = []
+        for name, key in sources:
+            if tail is not None:
+                found = store.all(f"{name}_tail", (*key, tail))
+                rows.extend(r for r in reversed(found) if r[0] > after)
+            else:
+                rows.extend(store.all(f"{name}_page", (*key, after, EVENTS_PAGE_EVENTS + 1)))
+        if tail is not None:
+            return rows, False
+        return rows[:EVENTS_PAGE_EVENTS], len(rows) > EVENTS_PAGE_EVENTS
+
+    def _many_tickets(
+        self, store: Store, tickets: list[str], after: int, tail: int | None
+    ) -> tuple[list[EventRow], bool]:
+        """A project or pattern: positions from each ticket's covering index,
+        merged, then only the page's events read (cost: tickets x page, never
+        the feed)."""
+        want = tail if tail is not None else EVENTS_PAGE_EVENTS + 1
+        query = "events_ticket_positions_desc" if tail is not None else "events_ticket_positions"
+        positions: set[int] = set()
+        for ticket in tickets:
+            positions.update(p for (p,) in store.all(query, (ticket, after, want)))
+        chosen = sorted(positions)
+        if tail is not None:
+            chosen, full = chosen[-tail:], False
+        else:
+            full = len(chosen) > EVENTS_PAGE_EVENTS
+            chosen = chosen[:EVENTS_PAGE_EVENTS]
+        if not chosen:
+            return [], False
+        rows = store.all("events_at_positions", (orjson.dumps(chosen).decode(),))
+        return [(int(r[0]), str(r[1])) for r in rows], full
 
     def _scoped_sources(self, store: Store, scope: str) -> list[tuple[str, tuple[Any, ...]]]:
         """The same ladder as ``show``: tickets cover their runs, runs themselves."""

@@ -2,7 +2,7 @@
 
 Records are buffered in memory and written in one transaction per batch: at
 most every FLUSH_INTERVAL seconds, sooner when FLUSH_RECORDS are waiting.
-Each record's wire JSON (all but the cursor) is built once here, at ingest,
+Each record's wire JSON (cursor included) is built once here, at ingest,
 so reading a page splices stored bytes instead of rebuilding objects.
 """
 
@@ -21,7 +21,8 @@ from sloopd.store import Store
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL = 0.05
-FLUSH_RECORDS = 5000
+# Small batches bound how long one flush holds the loop (a few ms).
+FLUSH_RECORDS = 1000
 
 
 class LogSink:
@@ -74,7 +75,9 @@ class LogSink:
                 execution_position,
                 stream,
                 ts,
-                orjson.dumps(record),
+                # The wire record, cursor included, stored once: pages are joined
+                # from these strings by SQLite.
+                f'{{"cursor":"{position}",' + orjson.dumps(record).decode()[1:],
             )
         )
         if len(self._pending) >= FLUSH_RECORDS:

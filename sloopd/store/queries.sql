@@ -180,75 +180,105 @@ UPDATE runs SET worktree = '' WHERE id = ?
 SELECT state FROM runs WHERE id = ?
 
 -- Logs: one query per selector form, each served by its own index in
--- position order (see schema.sql), so a page costs what the page costs.
+-- position order (see schema.sql; INDEXED BY pins it, since without
+-- statistics the planner may pick the primary key and filter row by row), so
+-- a page costs what the page costs.  A page comes back as one string: the
+-- records' stored JSON joined by SQLite (in the subquery's position order),
+-- never a Python object per record.  A tail first finds where it starts (the
+-- N-th matching record from the end, walking the index backwards) and then
+-- reads forward, so no query ever sorts.
 
 -- name: logs_page
-SELECT position, body FROM log_records WHERE run = ? AND position > ?
-ORDER BY position LIMIT ?
+SELECT group_concat(body, ','), count(*), max(position)
+FROM (SELECT body, position FROM log_records WHERE run = ? AND position > ?
+      ORDER BY position LIMIT ?)
 
--- name: logs_tail
-SELECT position, body FROM log_records WHERE run = ? AND position > ?
-ORDER BY position DESC LIMIT ?
+-- name: logs_more
+SELECT 1 FROM log_records WHERE run = ? AND position > ? LIMIT 1
+
+-- name: logs_tail_start
+SELECT position, position FROM log_records WHERE run = ? AND position > ?
+ORDER BY position DESC LIMIT 1 OFFSET ?
 
 -- name: logs_max_position
 SELECT max(position) FROM log_records WHERE run = ?
 
 -- name: logs_stage_page
-SELECT position, body FROM log_records WHERE run = ? AND stage = ? AND position > ?
-ORDER BY position LIMIT ?
+SELECT group_concat(body, ','), count(*), max(position)
+FROM (SELECT body, position FROM log_records INDEXED BY log_records_stage
+      WHERE run = ? AND stage = ? AND position > ? ORDER BY position LIMIT ?)
 
--- name: logs_stage_tail
-SELECT position, body, stage_position FROM log_records
+-- name: logs_stage_more
+SELECT 1 FROM log_records INDEXED BY log_records_stage
+WHERE run = ? AND stage = ? AND position > ? LIMIT 1
+
+-- name: logs_stage_tail_start
+SELECT position, stage_position FROM log_records INDEXED BY log_records_stage
 WHERE run = ? AND stage = ? AND position > ?
-ORDER BY position DESC LIMIT ?
+ORDER BY position DESC LIMIT 1 OFFSET ?
 
 -- name: logs_stage_ordinal_at
-SELECT stage_position FROM log_records WHERE run = ? AND stage = ? AND position <= ?
+SELECT stage_position FROM log_records INDEXED BY log_records_stage
+WHERE run = ? AND stage = ? AND position <= ?
 ORDER BY position DESC LIMIT 1
 
 -- name: logs_execution_page
-SELECT position, body FROM log_records
-WHERE run = ? AND stage = ? AND attempt = ? AND position > ?
-ORDER BY position LIMIT ?
+SELECT group_concat(body, ','), count(*), max(position)
+FROM (SELECT body, position FROM log_records INDEXED BY log_records_execution
+      WHERE run = ? AND stage = ? AND attempt = ? AND position > ?
+      ORDER BY position LIMIT ?)
 
--- name: logs_execution_tail
-SELECT position, body, execution_position FROM log_records
+-- name: logs_execution_more
+SELECT 1 FROM log_records INDEXED BY log_records_execution
+WHERE run = ? AND stage = ? AND attempt = ? AND position > ? LIMIT 1
+
+-- name: logs_execution_tail_start
+SELECT position, execution_position FROM log_records INDEXED BY log_records_execution
 WHERE run = ? AND stage = ? AND attempt = ? AND position > ?
-ORDER BY position DESC LIMIT ?
+ORDER BY position DESC LIMIT 1 OFFSET ?
 
 -- name: logs_execution_ordinal_at
-SELECT execution_position FROM log_records
+SELECT execution_position FROM log_records INDEXED BY log_records_execution
 WHERE run = ? AND stage = ? AND attempt = ? AND position <= ?
 ORDER BY position DESC LIMIT 1
+
+-- name: logs_rows_after
+SELECT position, body FROM log_records WHERE run = ? AND position > ? ORDER BY position
 
 -- name: logs_has_unstaged
 SELECT 1 FROM log_records WHERE run = ? AND stage IS NULL LIMIT 1
 
+-- Events come back as (position, the event's wire JSON built by SQLite).
+
 -- name: events_page
-SELECT position, kind, at_ms, ticket, run, data FROM events WHERE position > ?
-ORDER BY position LIMIT ?
+SELECT position, json_object('cursor', CAST(position AS TEXT), 'kind', kind, 'at_ms', at_ms, 'ticket', ticket, 'run', run, 'data', json(data))
+FROM events WHERE position > ? ORDER BY position LIMIT ?
 
 -- name: events_tail
-SELECT position, kind, at_ms, ticket, run, data FROM events
-ORDER BY position DESC LIMIT ?
+SELECT position, json_object('cursor', CAST(position AS TEXT), 'kind', kind, 'at_ms', at_ms, 'ticket', ticket, 'run', run, 'data', json(data))
+FROM events ORDER BY position DESC LIMIT ?
 
 -- name: events_max_position
 SELECT max(position) FROM events
 
 -- name: events_ticket_page
-SELECT position, kind, at_ms, ticket, run, data FROM events WHERE ticket = ? AND position > ?
+SELECT position, json_object('cursor', CAST(position AS TEXT), 'kind', kind, 'at_ms', at_ms, 'ticket', ticket, 'run', run, 'data', json(data))
+FROM events INDEXED BY events_ticket WHERE ticket = ? AND position > ?
 ORDER BY position LIMIT ?
 
 -- name: events_ticket_tail
-SELECT position, kind, at_ms, ticket, run, data FROM events WHERE ticket = ?
+SELECT position, json_object('cursor', CAST(position AS TEXT), 'kind', kind, 'at_ms', at_ms, 'ticket', ticket, 'run', run, 'data', json(data))
+FROM events INDEXED BY events_ticket WHERE ticket = ?
 ORDER BY position DESC LIMIT ?
 
 -- name: events_run_page
-SELECT position, kind, at_ms, ticket, run, data FROM events WHERE run = ? AND position > ?
+SELECT position, json_object('cursor', CAST(position AS TEXT), 'kind', kind, 'at_ms', at_ms, 'ticket', ticket, 'run', run, 'data', json(data))
+FROM events INDEXED BY events_run WHERE run = ? AND position > ?
 ORDER BY position LIMIT ?
 
 -- name: events_run_tail
-SELECT position, kind, at_ms, ticket, run, data FROM events WHERE run = ?
+SELECT position, json_object('cursor', CAST(position AS TEXT), 'kind', kind, 'at_ms', at_ms, 'ticket', ticket, 'run', run, 'data', json(data))
+FROM events INDEXED BY events_run WHERE run = ?
 ORDER BY position DESC LIMIT ?
 
 -- name: ticket_ids_all
@@ -270,3 +300,18 @@ VALUES ('TR' || (SELECT coalesce(max(seq), 0) + 1 FROM sqlite_sequence WHERE nam
 
 -- name: triggers_due_now
 UPDATE triggers SET due_at_ms = :now WHERE state = 'queued' AND due_at_ms = :due
+
+-- Scopes over many tickets merge positions read from the covering index, then
+-- fetch only the page's events.
+
+-- name: events_ticket_positions
+SELECT position FROM events INDEXED BY events_ticket WHERE ticket = ? AND position > ?
+ORDER BY position LIMIT ?
+
+-- name: events_ticket_positions_desc
+SELECT position FROM events INDEXED BY events_ticket WHERE ticket = ? AND position > ?
+ORDER BY position DESC LIMIT ?
+
+-- name: events_at_positions
+SELECT position, json_object('cursor', CAST(position AS TEXT), 'kind', kind, 'at_ms', at_ms, 'ticket', ticket, 'run', run, 'data', json(data))
+FROM events WHERE position IN (SELECT value FROM json_each(?)) ORDER BY position
