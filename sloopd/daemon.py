@@ -65,13 +65,15 @@ class Daemon:
             "started_at_ms": self.started_at_ms,
             "uptime_ms": now - self.started_at_ms,
             "store": "refused" if self.refused else "ok",
-            "schema_version": self.store.version() if self.store else None,
+            "schema_version": self.store.schema_version if self.store else None,
             "reason": self.refused,
         }
 
-    def queue_facts(self) -> QueueFacts:
+    def queue_facts(self, queued: list[tuple[Any, ...]] | None = None) -> QueueFacts:
+        """``queued``: the triggers_queued rows, when the caller already read them."""
         store = self.require_store()
-        queued = store.all("triggers_queued")
+        if queued is None:
+            queued = store.all("triggers_queued")
         first_by_ticket: dict[str, tuple[Any, ...]] = {}
         for trigger in queued:
             first_by_ticket.setdefault(trigger[1], trigger)

@@ -98,8 +98,11 @@ def waiting(ticket_id: str, state: str, facts: QueueFacts) -> dict[str, Any] | N
 
 def run_row(store: Store, run_id: str) -> dict[str, Any] | None:
     record = store.one("run_by_id", (run_id,))
-    if record is None:
-        return None
+    return None if record is None else run_row_of(record)
+
+
+def run_row_of(record: Row) -> dict[str, Any]:
+    """A run row from a ``run_by_id``-shaped store row."""
     (
         rid,
         alias,

@@ -17,10 +17,10 @@ def dashboard(daemon: Daemon, limit: int | None) -> dict[str, Any]:
     if store is None:
         view.update(recent=[], recent_total=0, recent_limit=recent_limit)
         return view
-    recent = [rows.run_row(store, r[0]) for r in store.all("runs_recent", (recent_limit,))]
+    recent = [rows.run_row_of(r) for r in store.all("runs_recent", (recent_limit,))]
     total = store.one("runs_recent_count")
     view.update(
-        recent=[r for r in recent if r is not None],
+        recent=recent,
         recent_total=int(total[0]) if total else 0,
         recent_limit=recent_limit,
     )
@@ -34,11 +34,12 @@ def status(daemon: Daemon) -> dict[str, Any]:
     if store is None:
         fields.update(runs=[], queued_triggers=[], queued_activations=[], tickets=[])
         return fields
-    facts = daemon.queue_facts()
-    runs = [_live_run_row(daemon, r[0]) for r in store.all("runs_in_flight")]
-    queued = [rows.trigger_row(r) for r in store.all("triggers_queued")]
+    queued_records = store.all("triggers_queued")
+    facts = daemon.queue_facts(queued_records)
+    runs = [_live_run_row(daemon, r) for r in store.all("runs_in_flight")]
+    queued = [rows.trigger_row(r) for r in queued_records]
     fields.update(
-        runs=[r for r in runs if r is not None],
+        runs=runs,
         queued_triggers=queued,
         # Deprecated alias of queued_triggers, same value, removed in 0.5.0.
         queued_activations=queued,
@@ -50,10 +51,10 @@ def status(daemon: Daemon) -> dict[str, Any]:
     return fields
 
 
-def _live_run_row(daemon: Daemon, run_id: str) -> dict[str, Any] | None:
-    row = rows.run_row(daemon.require_store(), run_id)
-    active = daemon.active_runs.get(run_id)
-    if row is not None and active is not None:
+def _live_run_row(daemon: Daemon, record: tuple[Any, ...]) -> dict[str, Any]:
+    row = rows.run_row_of(record)
+    active = daemon.active_runs.get(row["id"])
+    if active is not None:
         row["stall"] = active.stall()
     return row
 

@@ -75,6 +75,8 @@ class Store:
         self._writer_conn = writer_conn
         self._reader = reader
         self.writer = Writer(writer_conn)
+        # Fixed while the store is open (migrations run before), so read once.
+        self.schema_version = migrations.stored_version(reader)
 
     @classmethod
     def open(cls, state_dir: Path, *, migrate: bool = True) -> Store:

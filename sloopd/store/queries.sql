@@ -78,13 +78,19 @@ UPDATE triggers SET state = 'cancelled' WHERE ticket = ? AND state = 'queued'
 SELECT count(*) FROM triggers WHERE state = 'queued'
 
 -- name: runs_in_flight
-SELECT id FROM runs WHERE state IN ('claimed', 'running') ORDER BY ordinal
+SELECT id, alias, ticket, attempt, state, trigger, flow, flow_snapshot, branch, worktree,
+       claimed_at_ms, started_at_ms, finished_at_ms, agent_exit_code, halt, reason,
+       classification
+FROM runs WHERE state IN ('claimed', 'running') ORDER BY ordinal
 
 -- name: runs_in_flight_count
 SELECT count(*) FROM runs WHERE state IN ('claimed', 'running')
 
 -- name: runs_recent
-SELECT id FROM runs WHERE state IN ('merged', 'failed', 'needs_review', 'aborted')
+SELECT id, alias, ticket, attempt, state, trigger, flow, flow_snapshot, branch, worktree,
+       claimed_at_ms, started_at_ms, finished_at_ms, agent_exit_code, halt, reason,
+       classification
+FROM runs WHERE state IN ('merged', 'failed', 'needs_review', 'aborted')
 ORDER BY finished_at_ms DESC, ordinal DESC LIMIT ?
 
 -- name: runs_recent_count
