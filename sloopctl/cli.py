@@ -450,10 +450,11 @@ def daemon(socket_dir: str | None) -> None:
     click.echo(started.socket)
 
 
-# logs, events, pause, resume, and show --follow (sloopctl/follow.py, which imports this module).
-from sloopctl import follow  # noqa: E402
+# logs and events (sloopctl/feeds_cli.py); pause, resume and show --follow
+# (sloopctl/follow.py).  Both import this module, so they are imported last.
+from sloopctl import feeds_cli, follow  # noqa: E402
 
-for _command in follow.COMMANDS:
+for _command in (*feeds_cli.COMMANDS, *follow.COMMANDS):
     main.add_command(_command)
 follow.extend_show(show)
 
