@@ -204,7 +204,8 @@ def build_log_store(state_dir: Path, records: int, keep_bodies: bool = False) ->
         for row in log_rows(run, records, result.blocks):
             batch.append(row)
             if keep_bodies:
-                result.bodies.append(row[8])
+                body = row[8]
+                result.bodies.append(body.encode() if isinstance(body, str) else body)
             if len(batch) >= BATCH:
                 with store.writer.transaction() as tx:
                     tx.run_many("log_insert", batch)
