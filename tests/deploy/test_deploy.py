@@ -117,7 +117,7 @@ def need(command: str, package: str) -> str:
     path, why = _tool(command, package)
     if path is None:
         print(why)
-        pytest.skip(why)
+        pytest.skip(reason=why)
     return path
 
 
