@@ -78,14 +78,19 @@ class Metrics:
         build = Gauge("sloop_build_info", "Build information.", ["version"], registry=r)
         build.labels(api.SOFTWARE_VERSION).set(1)
         self._request_children: dict[tuple[str, str], Counter] = {}
+        self._duration_children: dict[str, Histogram] = {}
 
     def observe_request(self, verb: str, code: str, seconds: float) -> None:
+        # Label children are looked up once: this runs on every request.
         key = (verb, code)
         child = self._request_children.get(key)
         if child is None:
             child = self._request_children[key] = self.requests.labels(verb, code)
         child.inc()
-        self.request_duration.labels(verb).observe(seconds)
+        timer = self._duration_children.get(verb)
+        if timer is None:
+            timer = self._duration_children[verb] = self.request_duration.labels(verb)
+        timer.observe(seconds)
 
     def watch(self, daemon: Daemon) -> None:
         self.registry.register(_StoreCollector(daemon))
