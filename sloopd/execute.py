@@ -97,8 +97,7 @@ class StageExecutor:
         base: tuple[str, ...],
     ) -> int | str | None:
         """Run one child under a fresh credential; its exit code, or why it never ran."""
-        prompt_file = self._write_prompt(facts, stage, attempt)
-        prompt = prompt_file.read_text(encoding="utf-8")
+        prompt_file, prompt = self._write_prompt(facts, stage, attempt)
         argv = [part.replace("{prompt}", prompt) for part in base]
         credential = self.runs.credentials.mint(facts.run_id, stage.name, attempt, seat)
         env = self._child_env(facts, stage, attempt, prompt_file)
@@ -206,7 +205,8 @@ class StageExecutor:
             "reason": "panel stages need reviewer seats",
         }
 
-    def _write_prompt(self, facts: RunFacts, stage: Stage, attempt: int) -> Path:
+    def _write_prompt(self, facts: RunFacts, stage: Stage, attempt: int) -> tuple[Path, str]:
+        """The rendered prompt, written where SLOOP_PROMPT_FILE points."""
         record = self.runs.store.one("ticket_by_id", (facts.ticket,))
         extra = self.runs.store.one("ticket_extra", (facts.ticket,))
         assert record is not None and extra is not None
@@ -214,13 +214,13 @@ class StageExecutor:
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"prompt-{stage.name}-{attempt}.md"
         instructions = stage.prompt or ""
-        path.write_text(
+        prompt = (
             f"{instructions}\n\n# {record[2]}\n\nTicket {facts.ticket} "
             f"({facts.ticket_name}), run {facts.run_id}, stage '{stage.name}' "
-            f"execution {attempt}.\n\n{extra[0]}\n".lstrip("\n"),
-            encoding="utf-8",
+            f"execution {attempt}.\n\n{extra[0]}\n".lstrip("\n")
         )
-        return path
+        path.write_text(prompt, encoding="utf-8")
+        return path, prompt
 
     def _child_env(
         self, facts: RunFacts, stage: Stage, attempt: int, prompt_file: Path

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from sloopd import refs
-from sloopd.api import ErrorCode, ProtocolError, invalid_arguments
+from sloopd.api import invalid_arguments
 from sloopd.daemon import Daemon
 from sloopd.flow import Flow
 from sloopd.logsink import LogSink
@@ -75,7 +75,7 @@ class Logs:
 
     def page(self, args: dict[str, Any]) -> dict[str, Any]:
         store = self.daemon.require_store()
-        run_id = _run_id(self.daemon, args["run"])
+        run_id = refs.run_id(store, self.daemon.layout.repo, args["run"])
         record = store.one("run_by_id", (run_id,))
         assert record is not None
         selector = Selector()
@@ -193,13 +193,6 @@ def _legacy_match(body: str | bytes, selector: Selector) -> bool:
     if record["stage"] != selector.stage:
         return False
     return selector.attempt is None or record.get("attempt") == selector.attempt
-
-
-def _run_id(daemon: Daemon, ref: str) -> str:
-    exact = refs.resolve_exact(daemon.require_store(), daemon.layout.repo, ref)
-    if exact is None or exact.kind != "run":
-        raise ProtocolError(ErrorCode.NOT_FOUND, f"no run matches '{ref}'", {"ref": ref})
-    return exact.key
 
 
 # --- events -------------------------------------------------------------------

@@ -76,6 +76,14 @@ def ticket_id(store: Store, repo: Path, ref: str) -> str:
     return found
 
 
+def run_id(store: Store, repo: Path, ref: str) -> str:
+    """A run reference (id or alias, by the ladder) for the run verbs; else not_found."""
+    exact = resolve_exact(store, repo, ref)
+    if exact is None or exact.kind != "run":
+        raise ProtocolError(ErrorCode.NOT_FOUND, f"no run matches '{ref}'", {"ref": ref})
+    return exact.key
+
+
 def pattern(ref: str, field: str = "ref") -> re.Pattern[str]:
     """The pattern rung: metacharacters make a regex, anything else a substring."""
     if any(ch in api.REGEX_METACHARACTERS for ch in ref):

@@ -147,7 +147,7 @@ class RunManager:
 
     async def _step(self, active: ActiveRun, facts: RunFacts) -> bool:
         """Take the walk's next step; True once the run is settled."""
-        state = walk.replay(facts.flow, read_log(self.store, facts.run_id))
+        state = walk.replay(facts.flow, self.read_log(facts.run_id))
         merged = state.next == "done" and state.outcome == "merged"
         if active.requeue_at_ms is not None and state.next != "running" and not merged:
             self._settle(
@@ -178,15 +178,13 @@ class RunManager:
         elif state.next == "return":
             assert state.next_stage is not None
             last = state.executions[-1]
-            with self.store.writer.transaction() as tx:
-                append_step(
-                    tx,
-                    facts.run_id,
-                    walk.RETURNED,
-                    last.stage.name,
-                    last.attempt,
-                    data={"to": state.next_stage.name},
-                )
+            self.append_steps(
+                facts.run_id,
+                walk.RETURNED,
+                last.stage.name,
+                last.attempt,
+                data={"to": state.next_stage.name},
+            )
             self.sink.append(
                 facts.run_id,
                 last.stage.name,
@@ -219,8 +217,7 @@ class RunManager:
     async def _execute(
         self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
     ) -> None:
-        with self.store.writer.transaction() as tx:
-            append_step(tx, facts.run_id, walk.STAGE_STARTED, stage.name, attempt)
+        self.append_steps(facts.run_id, walk.STAGE_STARTED, stage.name, attempt)
         active.stage, active.attempt, active.stage_started_ms = stage.name, attempt, now_ms()
         self.sink.append(
             facts.run_id,
@@ -258,8 +255,7 @@ class RunManager:
             active.requeue_at_ms = until
 
     def _finish(self, run_id: str, stage: Stage, attempt: int, result: dict[str, Any]) -> None:
-        with self.store.writer.transaction() as tx:
-            append_step(tx, run_id, walk.STAGE_FINISHED, stage.name, attempt, data=result)
+        self.append_steps(run_id, walk.STAGE_FINISHED, stage.name, attempt, data=result)
         metrics = self.daemon.metrics
         if metrics is not None and "started_at_ms" not in result:
             facts_flow = self.store.one("run_by_id", (run_id,))
@@ -293,7 +289,7 @@ class RunManager:
         """End the run: its halted row, its row, its ticket and its event, atomically."""
         facts = self.facts(run_id)
         if state is None:
-            state = walk.replay(facts.flow, read_log(self.store, run_id))
+            state = walk.replay(facts.flow, self.read_log(run_id))
         if outcome != "merged" and reason is None:
             reason = run_reason(state, outcome, halt, facts.branch)
         diagnosis = run_diagnosis(state) if outcome != "merged" else None
@@ -411,7 +407,7 @@ class RunManager:
         recovered = []
         for (run_id,) in self.store.all("runs_active_ids"):
             facts = self.facts(run_id)
-            state = walk.replay(facts.flow, read_log(self.store, run_id))
+            state = walk.replay(facts.flow, self.read_log(run_id))
             current = state.current
             reason = "the daemon restarted while the run was in flight"
             if current is not None:

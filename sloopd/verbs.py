@@ -102,14 +102,7 @@ class OperatorVerbs:
         return {"gate": gate.reopen_by_hand(self.daemon).row()}
 
     def _run_id(self, ref: str) -> str:
-        """A run reference (id or alias) or not_found."""
-        store = self.daemon.require_store()
-        exact = refs.resolve_exact(store, self.daemon.layout.repo, ref)
-        if exact is None or exact.kind != "run":
-            raise api.ProtocolError(
-                api.ErrorCode.NOT_FOUND, f"no run matches '{ref}'", {"ref": ref}
-            )
-        return exact.key
+        return refs.run_id(self.daemon.require_store(), self.daemon.layout.repo, ref)
 
 
 def operator_handlers(daemon: Daemon, runs: RunManager) -> dict[str, Handler]:
