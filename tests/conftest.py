@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.agents import Bench, kill_leftovers
 from tests.support.daemon import DaemonProcess, make_repo, new_daemon, short_tmpdir
 
 
@@ -33,3 +34,16 @@ def daemon(sandbox: Path, repo: Path) -> Iterator[DaemonProcess]:
     finally:
         code = process.stop()
         assert code == 0, process.log()
+
+
+@pytest.fixture
+def bench(sandbox: Path, repo: Path) -> Iterator[Bench]:
+    """A daemon driver for run tests; at the end no process may be left in a worktree."""
+    bench = Bench.create(sandbox, repo)
+    try:
+        yield bench
+    finally:
+        code = bench.stop()
+        leftovers = kill_leftovers(bench.state_dir)
+        assert code == 0, bench.log()
+        assert leftovers == [], "the daemon left processes running in its worktrees"

@@ -13,15 +13,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 
-from tests.support.agents import Bench, kill_leftovers, sloop_toml, start_with_args, ticket_text
+from tests.support.agents import Bench, sloop_toml, start_with_args, ticket_text
 from tests.support.daemon import (
     ArgsDaemon,
     Client,
@@ -84,18 +82,6 @@ def doctor_json(cwd: Path, *args: str, env: dict[str, str] | None = None) -> Rep
 def socket_of(daemon: DaemonProcess) -> str:
     assert daemon.socket is not None
     return str(daemon.socket)
-
-
-@pytest.fixture
-def bench(sandbox: Path, repo: Path) -> Iterator[Bench]:
-    bench = Bench.create(sandbox, repo)
-    try:
-        yield bench
-    finally:
-        code = bench.stop()
-        leftovers = kill_leftovers(bench.state_dir)
-        assert code == 0, bench.log()
-        assert leftovers == [], "the daemon left processes running in its worktrees"
 
 
 # --- a healthy daemon ---------------------------------------------------------------------

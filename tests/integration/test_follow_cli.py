@@ -12,26 +12,11 @@ import json
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.support.agents import Bench, kill_leftovers, sloop_toml, ticket_text
+from tests.support.agents import Bench, sloop_toml, ticket_text
 from tests.support.daemon import sloopctl_argv, sloopctl_env, sloopctl_start
-
-
-@pytest.fixture
-def bench(sandbox: Path, repo: Path) -> Iterator[Bench]:
-    bench = Bench.create(sandbox, repo)
-    try:
-        yield bench
-    finally:
-        code = bench.stop()
-        leftovers = kill_leftovers(bench.state_dir)
-        assert code == 0, bench.log()
-        assert leftovers == [], "the daemon left processes running in its worktrees"
 
 
 def socket_of(bench: Bench) -> Path:

@@ -13,13 +13,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.support.agents import Bench, kill_leftovers, printer_argv, sloop_toml, ticket_text
+from tests.support.agents import Bench, printer_argv, sloop_toml, ticket_text
 from tests.support.daemon import sloopctl_start, wait_until
 
 RECORD_KEYS = frozenset({"cursor", "ts_ms", "stage", "attempt", "stream", "text"})
@@ -28,18 +24,6 @@ REPOSITORY_WIDE = frozenset({"daemon_started", "daemon_stopped", "gate_changed"}
 NUMBERED = 150  # stdout lines per implement execution: more than one page of 100
 LONG_LINE = 200 * 1024  # bytes; captured in pieces of at most 64 KiB
 PIECE = 64 * 1024
-
-
-@pytest.fixture
-def bench(sandbox: Path, repo: Path) -> Iterator[Bench]:
-    bench = Bench.create(sandbox, repo)
-    try:
-        yield bench
-    finally:
-        code = bench.stop()
-        leftovers = kill_leftovers(bench.state_dir)
-        assert code == 0, bench.log()
-        assert leftovers == [], "the daemon left processes running in its worktrees"
 
 
 def page_all(bench: Bench, args: dict[str, Any]) -> list[dict[str, Any]]:

@@ -12,15 +12,12 @@ import http.client
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.deploy.test_deploy import METRICS, need
-from tests.support.agents import Bench, kill_leftovers, sloop_toml, start_with_args, ticket_text
+from tests.support.agents import Bench, sloop_toml, start_with_args, ticket_text
 from tests.support.daemon import free_loopback_port, wait_until
 
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
@@ -75,18 +72,6 @@ def scrape(port: int) -> Scrape:
         line.split()[2:4] for line in reply.body.splitlines() if line.startswith("# TYPE ")
     )
     return Scrape(reply.body, samples, families)
-
-
-@pytest.fixture
-def bench(sandbox: Path, repo: Path) -> Iterator[Bench]:
-    bench = Bench.create(sandbox, repo)
-    try:
-        yield bench
-    finally:
-        code = bench.stop()
-        leftovers = kill_leftovers(bench.state_dir)
-        assert code == 0, bench.log()
-        assert leftovers == [], "the daemon left processes running in its worktrees"
 
 
 def walk_one_merged_one_failed(bench: Bench, port: int) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.agents import Bench, kill_leftovers, sloop_toml, ticket_text
+from tests.support.agents import Bench, sloop_toml, ticket_text
 from tests.support.daemon import wait_until
 
 WATCHDOG_USEC = 400_000
@@ -117,18 +117,6 @@ def listener(sandbox: Path) -> Iterator[NotifyListener]:
         yield notify
     finally:
         notify.close()
-
-
-@pytest.fixture
-def bench(sandbox: Path, repo: Path) -> Iterator[Bench]:
-    bench = Bench.create(sandbox, repo)
-    try:
-        yield bench
-    finally:
-        code = bench.stop()
-        leftovers = kill_leftovers(bench.state_dir)
-        assert code == 0, bench.log()
-        assert leftovers == [], "the daemon left processes running in its worktrees"
 
 
 def test_ready_status_watchdog_reload_stopping_in_order(

@@ -8,15 +8,9 @@ environment and counts as gone.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from tests.support.agents import (
     Bench,
     alive_with,
-    kill_leftovers,
     processes_with,
     read_pid,
     sloop_toml,
@@ -24,18 +18,6 @@ from tests.support.agents import (
     ticket_text,
 )
 from tests.support.daemon import wait_until
-
-
-@pytest.fixture
-def bench(sandbox: Path, repo: Path) -> Iterator[Bench]:
-    bench = Bench.create(sandbox, repo)
-    try:
-        yield bench
-    finally:
-        code = bench.stop()
-        leftovers = kill_leftovers(bench.state_dir)
-        assert code == 0, bench.log()
-        assert leftovers == [], "the daemon left processes running in its worktrees"
 
 
 def run_env(bench: Bench, run_id: str) -> tuple[str, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,24 +18,11 @@ from sloopd.scheduler import Scheduler
 from sloopd.store import Store
 from tests.support.agents import (
     Bench,
-    kill_leftovers,
     read_json,
     sloop_toml,
     ticket_text,
 )
 from tests.support.daemon import git, wait_until
-
-
-@pytest.fixture
-def bench(sandbox: Path, repo: Path) -> Iterator[Bench]:
-    bench = Bench.create(sandbox, repo)
-    try:
-        yield bench
-    finally:
-        code = bench.stop()
-        leftovers = kill_leftovers(bench.state_dir)
-        assert code == 0, bench.log()
-        assert leftovers == [], "the daemon left processes running in its worktrees"
 
 
 def reasons(dashboard: dict[str, Any]) -> dict[str, str | None]:

@@ -10,15 +10,11 @@ git for what the run did to the repository.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.support.agents import (
     Bench,
-    kill_leftovers,
     read_json,
     sloop_toml,
     stage_table,
@@ -85,18 +81,6 @@ COMPACT_STAGE_KEYS = frozenset({"stage", "state", "attempt", "advisory", "silent
 
 SYNC: dict[str, Any] = {"name": "sync", "action": "sync"}
 MERGE: dict[str, Any] = {"name": "merge", "action": "ff_only", "return_to": "sync", "returns": 3}
-
-
-@pytest.fixture
-def bench(sandbox: Path, repo: Path) -> Iterator[Bench]:
-    bench = Bench.create(sandbox, repo)
-    try:
-        yield bench
-    finally:
-        code = bench.stop()
-        leftovers = kill_leftovers(bench.state_dir)
-        assert code == 0, bench.log()
-        assert leftovers == [], "the daemon left processes running in its worktrees"
 
 
 def agent_stage(bench: Bench, *options: str, name: str = "implement") -> dict[str, Any]:

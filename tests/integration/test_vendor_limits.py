@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.agents import Bench, kill_leftovers, sloop_toml, start_with_args, ticket_text
+from tests.support.agents import Bench, sloop_toml, start_with_args, ticket_text
 from tests.support.daemon import free_loopback_port, metrics_sample
 
 VENDOR_AGENT = r'''
@@ -93,18 +91,6 @@ class VendorBench:
     def calls(self, ticket_id: str) -> list[str]:
         path = self.bench.path(f"{ticket_id}.calls")
         return path.read_text().split() if path.exists() else []
-
-
-@pytest.fixture
-def bench(sandbox: Path, repo: Path) -> Iterator[Bench]:
-    bench = Bench.create(sandbox, repo)
-    try:
-        yield bench
-    finally:
-        code = bench.stop()
-        leftovers = kill_leftovers(bench.state_dir)
-        assert code == 0, bench.log()
-        assert leftovers == [], "the daemon left processes running in its worktrees"
 
 
 @pytest.fixture

@@ -11,16 +11,11 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.support.agents import (
     Bench,
     alive_with,
-    kill_leftovers,
     processes_with,
     read_pid,
     sloop_toml,
@@ -34,18 +29,6 @@ STALL_CONFIG = 'stall_after = "1s"\nstall_kill_after = "3s"\n'
 CHATTY = (
     "import time\nfor i in range(8):\n    print(f'step {i}', flush=True)\n    time.sleep(0.5)\n"
 )
-
-
-@pytest.fixture
-def bench(sandbox: Path, repo: Path) -> Iterator[Bench]:
-    bench = Bench.create(sandbox, repo)
-    try:
-        yield bench
-    finally:
-        code = bench.stop()
-        leftovers = kill_leftovers(bench.state_dir)
-        assert code == 0, bench.log()
-        assert leftovers == [], "the daemon left processes running in its worktrees"
 
 
 def config(bench: Bench) -> str:

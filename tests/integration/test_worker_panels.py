@@ -12,8 +12,6 @@ stage whose worker never reports (run twice: the second attempt may not
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +19,6 @@ import pytest
 from tests.support.agents import (
     Bench,
     install_probe,
-    kill_leftovers,
     probe_argv,
     read_json,
     sloop_toml,
@@ -34,16 +31,10 @@ REVIEWER_KEYS = frozenset({"reviewer", "target", "verdict", "confidence", "reaso
 
 
 @pytest.fixture
-def bench(sandbox: Path, repo: Path) -> Iterator[Bench]:
-    bench = Bench.create(sandbox, repo)
+def bench(bench: Bench) -> Bench:
+    """The shared bench, with the probe agent installed."""
     install_probe(bench)
-    try:
-        yield bench
-    finally:
-        code = bench.stop()
-        leftovers = kill_leftovers(bench.state_dir)
-        assert code == 0, bench.log()
-        assert leftovers == [], "the daemon left processes running in its worktrees"
+    return bench
 
 
 def req(key: str, verb: str, args: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:

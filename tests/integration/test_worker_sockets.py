@@ -16,7 +16,6 @@ import socket
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ from sloopd import api
 from tests.support.agents import (
     Bench,
     install_probe,
-    kill_leftovers,
     probe_argv,
     read_json,
     sloop_toml,
@@ -76,16 +74,10 @@ FOREIGN_REFS = {
 
 
 @pytest.fixture
-def bench(sandbox: Path, repo: Path) -> Iterator[Bench]:
-    bench = Bench.create(sandbox, repo)
+def bench(bench: Bench) -> Bench:
+    """The shared bench, with the probe agent installed."""
     install_probe(bench)
-    try:
-        yield bench
-    finally:
-        code = bench.stop()
-        leftovers = kill_leftovers(bench.state_dir)
-        assert code == 0, bench.log()
-        assert leftovers == [], "the daemon left processes running in its worktrees"
+    return bench
 
 
 def req(key: str, verb: str, args: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
