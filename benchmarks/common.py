@@ -415,10 +415,9 @@ def query_plans(
     seek on (the query walks rows in position order and drops them one by one, so its
     cost grows with the rows it skips).
     """
-    from sloopd.store.db import open_database_readonly
     from sloopd.store.queries import QUERIES
 
-    conn = open_database_readonly(db_path)
+    conn = apsw.Connection(str(db_path), flags=apsw.SQLITE_OPEN_READONLY)
     try:
         table.notes.append("query plans (EXPLAIN QUERY PLAN on the large store):")
         for name, params in queries:

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+import apsw
 import orjson
 
 from benchmarks.common import (
@@ -45,7 +46,7 @@ from benchmarks.common import (
     wait_for_socket,
 )
 from benchmarks.loadgen import Load, Outcome, drive
-from sloopd.store.db import STORE_FILE, open_database_readonly
+from sloopd.store.db import STORE_FILE
 
 AGENTS = 8
 HELD = 12
@@ -137,7 +138,7 @@ def throughput(path: Path, request: bytes, pid: int, quick: bool) -> Outcome:
 def flood_stats(state_dir: Path) -> tuple[int, float, int]:
     """Flood lines committed, the span (s) from the first to the last one, and when the
     first agent to stop wrote its last line (epoch ms)."""
-    conn = open_database_readonly(state_dir / STORE_FILE)
+    conn = apsw.Connection(str(state_dir / STORE_FILE), flags=apsw.SQLITE_OPEN_READONLY)
     try:
         row = conn.execute(
             "SELECT count(*), min(ts_ms), max(ts_ms) FROM log_records WHERE stream = 'stdout'"

@@ -17,10 +17,10 @@ from typing import Any
 from benchmarks.common import Table, count, query_plans, sandbox
 from benchmarks.fixtures import EventStore, build_event_store
 from benchmarks.paging import CURSORS, Case, add_rows, daemon_on, prepare, time_cases
-from sloopd.dispatch import OperatorDispatcher
-from sloopd.feeds import Events
 from sloopd.store import Store
 from sloopd.store.db import STORE_FILE
+from sloopd.views.feeds import Events
+from sloopd.wire.dispatch import OperatorDispatcher
 
 PAGE = 100
 PROJECT = "proj-03"

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import orjson
 
-from sloopd.flow import default_flow
+from sloopd.flows.flow import default_flow
 from sloopd.store import Store, Transaction
 
 BATCH = 20_000

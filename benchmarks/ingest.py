@@ -27,10 +27,10 @@ import uvloop
 
 from benchmarks.common import Row, Sandbox, Table, count, rate, ratio, sandbox, verdict
 from benchmarks.fixtures import log_body
-from sloopd.children import ProcessGroups
-from sloopd.clock import now_ms
-from sloopd.logsink import FLUSH_RECORDS, LogSink
+from sloopd.core.logsink import FLUSH_RECORDS, LogSink
+from sloopd.runs.children import ProcessGroups
 from sloopd.store import Store
+from sloopd.util.clock import now_ms
 
 GOAL_LINES_PER_S = 200_000
 RUN = "R1"

@@ -18,11 +18,11 @@ from typing import Any
 from benchmarks.common import Table, count, query_plans, sandbox
 from benchmarks.fixtures import LogStore, build_log_store
 from benchmarks.paging import CURSORS, Case, add_rows, daemon_on, prepare, time_cases
-from sloopd.dispatch import OperatorDispatcher
-from sloopd.feeds import Logs
-from sloopd.logsink import LogSink
+from sloopd.core.logsink import LogSink
 from sloopd.store import Store
 from sloopd.store.db import STORE_FILE
+from sloopd.views.feeds import Logs
+from sloopd.wire.dispatch import OperatorDispatcher
 
 PAGE = 100
 

@@ -29,11 +29,11 @@ from benchmarks.common import (
     time_each,
     verdict,
 )
-from sloopd.config import Config
-from sloopd.daemon import Daemon
-from sloopd.dispatch import Reply
-from sloopd.paths import Layout
+from sloopd.core.config import Config
+from sloopd.core.paths import Layout
+from sloopd.core.state import Daemon
 from sloopd.store import Store
+from sloopd.wire.dispatch import Reply
 
 S = TypeVar("S")
 GOAL_RATIO = 1.5

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import orjson
 
-from sloopd import api
+from sloopd.wire import api
 
 CONNECT_TIMEOUT_S: Final = 1.0
 FIX: Final = "start it with 'sloopctl daemon' (or 'systemctl start sloopd@<name>')"

@@ -23,8 +23,8 @@ from typing import Any, Final
 import click
 import orjson
 
-from sloopctl.cli import EXIT_OK, answer, common_options, connected
 from sloopctl.client import Client
+from sloopctl.invoke import EXIT_OK, answer, common_options, connected
 from sloopctl.layout import Paint, colour_enabled, painter, text
 from sloopctl.polling import Pace, Sleep, json_wanted, page_data, present, rows
 

@@ -28,7 +28,10 @@ from typing import Any, Final, NoReturn, TextIO
 
 import click
 
-from sloopctl.cli import (
+from sloopctl.client import Client, Reply
+from sloopctl.feeds_cli import event_line as event_line
+from sloopctl.feeds_cli import record_line as record_line
+from sloopctl.invoke import (
     EXIT_OK,
     EXIT_RUN_ABORTED,
     EXIT_RUN_FAILED,
@@ -39,9 +42,6 @@ from sloopctl.cli import (
     connected,
     fail,
 )
-from sloopctl.client import Client, Reply
-from sloopctl.feeds_cli import event_line as event_line
-from sloopctl.feeds_cli import record_line as record_line
 from sloopctl.layout import Paint, colour_enabled, painter, text
 from sloopctl.polling import POLL_MAX_S as POLL_MAX_S
 from sloopctl.polling import POLL_MIN_S as POLL_MIN_S

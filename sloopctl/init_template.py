@@ -1,7 +1,7 @@
 """What ``sloopctl init`` writes: a commented ``sloop.toml`` and an example ticket.
 
 Kept as text, not built from the daemon's defaults: ``sloopctl`` imports nothing
-from the daemon but ``sloopd.api``.  ``tests/unit/test_init_template.py`` checks
+from the daemon but ``sloopd.wire.api``.  ``tests/unit/test_init_template.py`` checks
 that the text parses with the daemon's own loader and that its values are the
 daemon's defaults, so the two cannot drift apart unnoticed.
 """

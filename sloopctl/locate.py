@@ -2,7 +2,7 @@
 
 Order for the operator socket: ``--socket``, ``$SLOOP_OPERATOR_SOCKET``, the
 ``daemon.json`` a running daemon left in the repository's state directory, and
-finally the path a daemon would use by default (``sloopd.api``'s rule, so both
+finally the path a daemon would use by default (``sloopd.wire.api``'s rule, so both
 sides agree without talking).  Inside a run the daemon hands the agent
 ``SLOOP_SOCKET``/``SLOOP_TOKEN`` and no operator socket, so the worker verbs go
 there.
@@ -19,7 +19,7 @@ from typing import Final
 
 import orjson
 
-from sloopd import api
+from sloopd.wire import api
 
 OPERATOR_SOCKET_ENV: Final = "SLOOP_OPERATOR_SOCKET"
 WORKER_SOCKET_ENV: Final = "SLOOP_SOCKET"

@@ -12,8 +12,8 @@ from typing import Any, Final
 
 import click
 
-from sloopctl.cli import EXIT_PROTOCOL, Options, fail
 from sloopctl.client import Reply
+from sloopctl.invoke import EXIT_PROTOCOL, Options, fail
 
 # How long a follower waits before asking again once it has caught up: the
 # shortest wait right after news, growing while nothing happens.

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import click
 
-from sloopd import api, paths
+from sloopd.core import paths
 from sloopd.store import LockHeld, StoreLock, StoreTooNew, db, migrations
+from sloopd.wire import api
 
 _repo = click.option(
     "--repo",

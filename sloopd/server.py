@@ -18,18 +18,21 @@ from pathlib import Path
 
 import orjson
 
-from sloopd import api, config, gate, paths, peers
-from sloopd.children import ProcessGroups
-from sloopd.connection import Connection
-from sloopd.daemon import Daemon
-from sloopd.dispatch import Dispatcher, OperatorDispatcher, RefusingDispatcher
-from sloopd.logsink import LogSink
-from sloopd.metrics import Metrics, parse_address, serve_metrics
-from sloopd.notify import Notifier
-from sloopd.runner import RunManager
-from sloopd.scheduler import Scheduler
+from sloopd.core import config, paths
+from sloopd.core.logsink import LogSink
+from sloopd.core.state import Daemon
+from sloopd.ops.metrics import Metrics, parse_address, serve_metrics
+from sloopd.ops.notify import Notifier
+from sloopd.queue import gate
+from sloopd.queue.scheduler import Scheduler
+from sloopd.runs import peers
+from sloopd.runs.children import ProcessGroups
+from sloopd.runs.runner import RunManager
 from sloopd.store import Store, StoreLock, StoreTooNew
 from sloopd.verbs import operator_handlers, refused_handlers
+from sloopd.wire import api
+from sloopd.wire.connection import Connection
+from sloopd.wire.dispatch import Dispatcher, OperatorDispatcher, RefusingDispatcher
 
 ORPHAN_REAP_SECONDS = 1.0
 STATUS_SECONDS = 5.0

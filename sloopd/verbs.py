@@ -6,11 +6,15 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from sloopd import api, feeds, gate, queue, refs, rows, show
-from sloopd.clock import now_ms
-from sloopd.daemon import Daemon
-from sloopd.dispatch import Handler
-from sloopd.runner import RunManager
+from sloopd.core import rows
+from sloopd.core.state import Daemon
+from sloopd.queue import actions as queue
+from sloopd.queue import gate, refs
+from sloopd.runs.runner import RunManager
+from sloopd.util.clock import now_ms
+from sloopd.views import feeds, show
+from sloopd.wire import api
+from sloopd.wire.dispatch import Handler
 
 WAIT_POLL_SECONDS = 0.05
 WAIT_DEFAULT_TIMEOUT_MS = 30_000

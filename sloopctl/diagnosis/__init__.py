@@ -4,7 +4,7 @@ Each check returns one ``Check``: ``ok``, ``warn`` or ``fail``, what it found,
 and for a problem the fix.  ``diagnose`` runs every check whatever the others
 found, so one report names everything that is wrong.
 
-Like all of sloopctl this imports nothing from the daemon but ``sloopd.api``.
+Like all of sloopctl this imports nothing from the daemon but ``sloopd.wire.api``.
 Loaded only when doctor runs, so it may import what it likes; ``tomllib`` and
 ``urllib`` are still imported only by the checks that use them.
 

@@ -18,7 +18,7 @@ from sloopctl.client import FIX as START_FIX
 from sloopctl.diagnosis.facts import Doctor
 from sloopctl.diagnosis.report import NOT_REACHABLE, START, Check, Findings, first_line
 from sloopctl.layout import span
-from sloopd import api
+from sloopd.wire import api
 
 STORE_CHECK_TIMEOUT_S: Final = 300.0  # an integrity check reads the whole store
 CLOCK_SKEW_WARN_MS: Final = 5_000

@@ -23,7 +23,7 @@ from sloopctl.diagnosis.host import (
     read_proc,
 )
 from sloopctl.diagnosis.report import first_line
-from sloopd import api
+from sloopd.wire import api
 
 PROBE_TIMEOUT_S: Final = 1.0  # the socket must answer `show` within this
 FOLLOW_UP_TIMEOUT_S: Final = 5.0  # later questions (`show R<n>`) of a daemon that answered

@@ -16,9 +16,9 @@ from typing import Final
 
 import orjson
 
-from sloopd import api
+from sloopd.wire import api
 
-# Names inside the state directory (sloopd.paths, sloopd.children, sloopd.runner);
+# Names inside the state directory (sloopd.core.paths, sloopd.runs.children, sloopd.runs.runner);
 # sloopctl may not import those modules, so they are repeated here.
 WORKTREES_DIR: Final = "worktrees"
 GROUPS_DIR: Final = "groups"
@@ -141,7 +141,7 @@ def marked_processes(markers: set[str]) -> dict[str, set[int]]:
 
 @dataclass(frozen=True, slots=True)
 class GroupRecord:
-    """One file of ``<state dir>/groups``, as sloopd.children writes them."""
+    """One file of ``<state dir>/groups``, as sloopd.runs.children writes them."""
 
     path: Path
     marker: str

@@ -63,9 +63,6 @@ class Transaction:
     def one(self, query: str, params: Params = ()) -> Row | None:
         return self._conn.execute(QUERIES[query], params).fetchone()
 
-    def last_rowid(self) -> int:
-        return int(self._conn.last_insert_rowid())
-
 
 class Store:
     """An open store: ``writer`` for changes, ``all``/``one`` for reads."""
@@ -218,8 +215,3 @@ def restore(state_dir: Path, source: Path) -> None:
     tmp = path.with_suffix(".restore-tmp")
     shutil.copyfile(source, tmp)
     tmp.replace(path)
-
-
-def open_database_readonly(path: Path) -> apsw.Connection:
-    """For diagnosis tools (doctor) that must never write."""
-    return apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)

@@ -1,11 +1,11 @@
 -- Named queries.  Python calls them by name (sloopd/store/queries.py).
--- Column lists are fixed per row kind so that sloopd/rows.py can map them.
+-- Column lists are fixed per row kind so that sloopd/core/rows.py can map them.
 
 -- name: ticket_insert
 INSERT INTO tickets (id, name, path, title, body, project, flow, priority, state, manual,
                      created_at_ms, updated_at_ms)
-VALUES ('T' || (SELECT coalesce(max(seq), 0) + 1 FROM sqlite_sequence WHERE name = 'tickets'),
-        :name, :path, :title, :body, :project, :flow, :priority, :state, :manual, :now, :now)
+VALUES ('', :name, :path, :title, :body, :project, :flow, :priority, :state, :manual, :now, :now);
+UPDATE tickets SET id = 'T' || ordinal WHERE ordinal = last_insert_rowid()
 RETURNING id
 
 -- name: ticket_refresh
@@ -53,8 +53,8 @@ SELECT state, count(*) FROM tickets GROUP BY state
 
 -- name: trigger_insert
 INSERT INTO triggers (id, ticket, due_at_ms, created_at_ms, state)
-VALUES ('TR' || (SELECT coalesce(max(seq), 0) + 1 FROM sqlite_sequence WHERE name = 'triggers'),
-        :ticket, :due, :now, 'queued')
+VALUES ('', :ticket, :due, :now, 'queued');
+UPDATE triggers SET id = 'TR' || ordinal WHERE ordinal = last_insert_rowid()
 RETURNING id, ticket, due_at_ms, created_at_ms
 
 -- name: trigger_queued_for_ticket
@@ -70,9 +70,6 @@ SELECT min(due_at_ms) FROM triggers WHERE state = 'queued' AND due_at_ms > ?
 
 -- name: ticket_state_manual
 SELECT state, manual FROM tickets WHERE id = ?
-
--- name: trigger_cancel_for_ticket
-UPDATE triggers SET state = 'cancelled' WHERE ticket = ? AND state = 'queued'
 
 -- name: triggers_queued_count
 SELECT count(*) FROM triggers WHERE state = 'queued'
@@ -150,8 +147,8 @@ FROM tickets WHERE id = ?
 -- name: run_insert
 INSERT INTO runs (id, alias, ticket, attempt, state, trigger, flow, flow_snapshot, branch,
                   worktree, claimed_at_ms)
-VALUES ('R' || (SELECT coalesce(max(seq), 0) + 1 FROM sqlite_sequence WHERE name = 'runs'),
-        :alias, :ticket, :attempt, 'claimed', :trigger, :flow, :snapshot, :branch, '', :now)
+VALUES ('', :alias, :ticket, :attempt, 'claimed', :trigger, :flow, :snapshot, :branch, '', :now);
+UPDATE runs SET id = 'R' || ordinal WHERE ordinal = last_insert_rowid()
 RETURNING id
 
 -- name: run_set_worktree
@@ -181,9 +178,6 @@ WHERE state IN ('merged', 'failed', 'needs_review', 'aborted') AND worktree != '
 
 -- name: run_clear_worktree
 UPDATE runs SET worktree = '' WHERE id = ?
-
--- name: run_state
-SELECT state FROM runs WHERE id = ?
 
 -- Logs: one query per selector form, each served by its own index in
 -- position order (see schema.sql; INDEXED BY pins it, since without
@@ -298,11 +292,6 @@ INSERT INTO gate (id, state, until_ms, reason, changed_at_ms)
 VALUES (1, :state, :until, :reason, :now)
 ON CONFLICT (id) DO UPDATE SET state = excluded.state, until_ms = excluded.until_ms,
                                reason = excluded.reason, changed_at_ms = excluded.changed_at_ms
-
--- name: trigger_requeue_at
-INSERT INTO triggers (id, ticket, due_at_ms, created_at_ms, state)
-VALUES ('TR' || (SELECT coalesce(max(seq), 0) + 1 FROM sqlite_sequence WHERE name = 'triggers'),
-        :ticket, :due, :now, 'queued')
 
 -- name: triggers_due_now
 UPDATE triggers SET due_at_ms = :now WHERE state = 'queued' AND due_at_ms = :due

@@ -39,7 +39,7 @@ COMPOSE = DEPLOY / "container" / "compose.yaml"
 DASHBOARD = DEPLOY / "grafana" / "sloop-dashboard.json"
 DOCS = ROOT / "docs" / "deploy.md"
 
-# The metric names sloopd serves (sloopd/metrics.py), the only ones the rules and
+# The metric names sloopd serves (sloopd/ops/metrics.py), the only ones the rules and
 # the dashboard may use; ``up`` comes from Prometheus itself.
 METRICS = frozenset(
     {

@@ -107,7 +107,7 @@ def test_a_healthy_daemon_passes_every_check(repo: Path, daemon: DaemonProcess) 
         assert check["status"] == "ok", check  # nothing to warn about on a fresh repository
         assert check["fix"] is None, check
         assert isinstance(check["detail"], str) and check["detail"], check
-    assert "sloopd 0.4.0, protocol v1" in report.check("version")["detail"]
+    assert "sloopd 0.5.0, protocol v1" in report.check("version")["detail"]
     assert "schema version" in report.check("store")["detail"]
     assert "main branch 'main' at" in report.check("git")["detail"]
     assert report.check("worktrees")["detail"] == "no run worktrees"
@@ -232,7 +232,7 @@ def test_a_store_the_daemon_refuses_fails_with_its_fix(sandbox: Path, repo: Path
 
 
 def spawn_marked_sleep(marker: str) -> subprocess.Popen[bytes]:
-    """A process like one sloopd.children starts: its own group, marked in its environment."""
+    """A process like one sloopd.runs.children starts: its own group, marked in its environment."""
     return subprocess.Popen(
         ["sleep", "60"],
         env={**os.environ, "SLOOP_CHILD_MARKER": marker},

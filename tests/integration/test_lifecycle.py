@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from sloopd import paths
+from sloopd.core import paths
 from tests.support.daemon import (
     Client,
     DaemonProcess,

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import uvloop
 
-from sloopd.config import Config
-from sloopd.daemon import Daemon
-from sloopd.paths import Layout
-from sloopd.scheduler import Scheduler
+from sloopd.core.config import Config
+from sloopd.core.paths import Layout
+from sloopd.core.state import Daemon
+from sloopd.queue.scheduler import Scheduler
 from sloopd.store import Store
 from tests.support.agents import (
     Bench,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from sloopd import api
 from sloopd.store import SCHEMA_VERSION, db
+from sloopd.wire import api
 from tests.support.daemon import (
     DaemonProcess,
     count_events,

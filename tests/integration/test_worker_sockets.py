@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from sloopd import api
+from sloopd.wire import api
 from tests.support.agents import (
     Bench,
     install_probe,

@@ -296,7 +296,7 @@ def sloopd(
 @contextmanager
 def store_readonly(state_dir: Path) -> Iterator[apsw.Connection]:
     """A read-only connection on a stopped daemon's store, through the store package."""
-    conn = db.open_database_readonly(state_dir / db.STORE_FILE)
+    conn = apsw.Connection(str(state_dir / db.STORE_FILE), flags=apsw.SQLITE_OPEN_READONLY)
     try:
         yield conn
     finally:

@@ -24,7 +24,7 @@ from typing import Any
 
 import apsw
 
-from sloopd.api import TERMINAL_TICKET_STATES
+from sloopd.wire.api import TERMINAL_TICKET_STATES
 from tests.support.daemon import Client, make_repo, new_daemon, wait_until
 
 STORE_FILE = "store.sqlite3"
@@ -46,9 +46,7 @@ TICKET_ROW_KEYS = frozenset(
     }
 )
 TRIGGER_ROW_KEYS = frozenset({"id", "ticket", "due_at_ms", "created_at_ms"})
-STATUS_KEYS = frozenset(
-    {"daemon", "gate", "runs", "queued_triggers", "queued_activations", "tickets"}
-)
+STATUS_KEYS = frozenset({"daemon", "gate", "runs", "queued_triggers", "tickets"})
 DASHBOARD_KEYS = STATUS_KEYS | {"kind", "recent", "recent_total", "recent_limit"}
 HOUR_MS = 3_600_000
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sloopd import api
-from sloopd.api import ErrorCode, ProtocolError
+from sloopd.wire import api
+from sloopd.wire.api import ErrorCode, ProtocolError
 
 # The protocol text's verbs and error codes, spelled out here rather than read back.
 PROTOCOL_VERBS = {

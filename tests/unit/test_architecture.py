@@ -3,7 +3,7 @@
 1. Only the store package opens database connections: no module outside
    ``sloopd/store`` imports ``apsw`` or ``sqlite3``.
 3. One schema for every client: ``sloopctl`` imports nothing from the daemon
-   but ``sloopd.api``, and ``sloopd.api`` imports nothing else from ``sloopd``.
+   but ``sloopd.wire.api``, and that module imports nothing else from ``sloopd``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,26 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DATABASE_MODULES = frozenset({"apsw", "sqlite3"})
-CLIENT_MAY_IMPORT = frozenset({"sloopd", "sloopd.api"})
+CLIENT_MAY_IMPORT = frozenset({"sloopd", "sloopd.wire", "sloopd.wire.api"})
+SCHEMA_MODULE = "sloopd/wire/api.py"
+
+# Each layer (a subpackage of sloopd) and the layers it may import, besides
+# itself, lowest first; docs/architecture.md draws the same table.  Modules
+# directly in sloopd/ are the composition root: they may import every layer,
+# and no layer may import them.
+LAYERS: dict[str, frozenset[str]] = {
+    "wire": frozenset(),
+    "store": frozenset(),
+    "util": frozenset(),
+    "vendor": frozenset(),
+    "examples": frozenset(),
+    "flows": frozenset({"wire", "store", "util"}),
+    "ops": frozenset({"wire", "store", "util"}),
+    "core": frozenset({"wire", "store", "util", "vendor", "flows", "ops"}),
+    "queue": frozenset({"wire", "store", "util", "flows", "core"}),
+    "views": frozenset({"wire", "store", "util", "flows", "core", "queue"}),
+    "runs": frozenset({"wire", "store", "util", "vendor", "flows", "core", "queue", "views"}),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +161,7 @@ def test_sloopctl_imports_nothing_from_the_daemon_but_the_schema_module() -> Non
 
 
 def test_the_schema_module_imports_no_other_sloopd_module() -> None:
-    found = [imp.module for imp in file_imports(ROOT / "sloopd" / "api.py")]
+    found = [imp.module for imp in file_imports(ROOT / SCHEMA_MODULE)]
     assert [m for m in found if top(m) == "sloopd"] == []
     assert not DATABASE_MODULES & {top(m) for m in found}
 
@@ -151,7 +170,7 @@ def test_the_sloopd_package_init_only_pulls_in_the_schema_module() -> None:
     # Every `from sloopd import api` runs sloopd/__init__.py first, so what it
     # imports is imported by every client too.
     found = {imp.module for imp in file_imports(ROOT / "sloopd" / "__init__.py")}
-    assert {m for m in found if top(m) == "sloopd"} <= {"sloopd.api"}
+    assert {m for m in found if top(m) == "sloopd"} <= CLIENT_MAY_IMPORT
     assert not DATABASE_MODULES & {top(m) for m in found}
 
 
@@ -170,7 +189,106 @@ def test_importing_every_sloopctl_module_loads_no_daemon_module() -> None:
     )
     assert done.returncode == 0, done.stderr
     loaded = set(filter(None, done.stdout.strip().split(",")))
-    assert loaded <= {"sloopd", "sloopd.api"}, loaded
+    assert loaded <= CLIENT_MAY_IMPORT, loaded
+
+
+def layer_of(module: str) -> str | None:
+    """The layer a ``sloopd`` module belongs to; None for the composition root."""
+    parts = module.split(".")
+    if len(parts) >= 2 and parts[1] in LAYERS:
+        return parts[1]
+    return None
+
+
+def forbidden_layer_edges(files: list[Path], root: Path = ROOT) -> list[str]:
+    found = []
+    for path in files:
+        me = module_name(path, root)
+        mine = layer_of(me)
+        for imp in file_imports(path, root):
+            if top(imp.module) != "sloopd" or imp.module == "sloopd":
+                continue
+            theirs = layer_of(imp.module)
+            if mine is None or theirs == mine:
+                continue  # the composition root may import anything; a layer itself
+            if me == "sloopd" and imp.module.startswith("sloopd.wire"):
+                continue
+            if theirs is None or theirs not in LAYERS[mine]:
+                what = "the composition root" if theirs is None else f"layer '{theirs}'"
+                found.append(
+                    f"{path.relative_to(root)}:{imp.line} ({mine}) imports {imp.module} ({what})"
+                )
+    return found
+
+
+def import_circles(files: list[Path], root: Path = ROOT) -> list[list[str]]:
+    """Every strongly connected group of two or more modules (Tarjan), sorted."""
+    modules = {module_name(path, root): path for path in files}
+    graph = {
+        name: sorted(
+            {imp.module for imp in file_imports(path, root)} & modules.keys() - {name, "sloopd"}
+        )
+        for name, path in modules.items()
+    }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                circles.append(sorted(group))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return sorted(circles)
+
+
+def test_every_subpackage_of_sloopd_is_a_known_layer() -> None:
+    packages = {p.parent.name for p in (ROOT / "sloopd").glob("*/__init__.py")}
+    assert packages == set(LAYERS)
+
+
+def test_every_layer_says_what_it_owns_and_may_import() -> None:
+    for layer in LAYERS:
+        doc = ast.get_docstring(ast.parse((ROOT / "sloopd" / layer / "__init__.py").read_text()))
+        assert doc and "import" in doc, f"sloopd/{layer}/__init__.py needs its docstring"
+
+
+def test_layers_import_only_what_they_are_allowed() -> None:
+    assert forbidden_layer_edges(source_files("sloopd")) == []
+
+
+def test_no_import_circle_joins_two_daemon_modules() -> None:
+    assert import_circles(source_files("sloopd")) == []
+
+
+def test_no_daemon_module_is_much_over_four_hundred_lines() -> None:
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in source_files("sloopd") + source_files("sloopctl")
+        if (n := len(p.read_text().splitlines())) > 420
+    }
+    assert long == {}
 
 
 # --- the checker itself ----------------------------------------------------------------
@@ -219,11 +337,55 @@ def test_relative_imports_resolve_from_a_package_init(fake_tree: Path) -> None:
     assert _names("from .. import api", "sloopd.store.db", fake_tree) == {"sloopd.api"}
 
 
+def _layered_tree(tmp_path: Path, sources: dict[str, str]) -> list[Path]:
+    for package in ("sloopd", *(f"sloopd/{layer}" for layer in LAYERS)):
+        (tmp_path / package).mkdir(parents=True, exist_ok=True)
+        (tmp_path / package / "__init__.py").write_text("")
+    for module, source in sources.items():
+        (tmp_path / module).write_text(source)
+    return sorted((tmp_path / "sloopd").rglob("*.py"))
+
+
+def test_a_forbidden_layer_edge_is_flagged(tmp_path: Path) -> None:
+    files = _layered_tree(
+        tmp_path,
+        {
+            "sloopd/server.py": "from sloopd.runs import runner\n",
+            "sloopd/wire/api.py": "",
+            "sloopd/runs/runner.py": "from sloopd.views import show\n",
+            "sloopd/runs/gitops.py": "",
+            "sloopd/views/show.py": "from sloopd.runs import gitops\nfrom sloopd.wire import api\n",
+            "sloopd/queue/gate.py": "from sloopd import server\n",
+        },
+    )
+    assert forbidden_layer_edges(files, tmp_path) == [
+        "sloopd/queue/gate.py:1 (queue) imports sloopd.server (the composition root)",
+        "sloopd/views/show.py:1 (views) imports sloopd.runs.gitops (layer 'runs')",
+    ]
+
+
+def test_a_circle_is_flagged_even_behind_type_checking(tmp_path: Path) -> None:
+    files = _layered_tree(
+        tmp_path,
+        {
+            "sloopd/runs/runner.py": "from sloopd.runs import execute\n",
+            "sloopd/runs/execute.py": (
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n    from sloopd.runs.runner import RunManager\n"
+            ),
+            "sloopd/runs/worker.py": "from sloopd.runs import execute\n",
+        },
+    )
+    assert import_circles(files, tmp_path) == [["sloopd.runs.execute", "sloopd.runs.runner"]]
+    (tmp_path / "sloopd/runs/execute.py").write_text("")
+    assert import_circles(files, tmp_path) == []
+
+
 def test_the_rules_flag_offending_modules(fake_tree: Path) -> None:
     (fake_tree / "sloopd" / "server.py").write_text("import apsw\n")
     (fake_tree / "sloopd" / "store" / "db.py").write_text("import apsw\n")
     (fake_tree / "sloopctl" / "__init__.py").write_text(
-        "from sloopd import api\nfrom sloopd.store import db\n"
+        "from sloopd.wire import api\nfrom sloopd.store import db\n"
     )
     daemon_files = sorted((fake_tree / "sloopd").rglob("*.py"))
     client_files = sorted((fake_tree / "sloopctl").rglob("*.py"))

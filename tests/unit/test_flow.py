@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sloopd import config
-from sloopd.flow import (
+from sloopd.core import config
+from sloopd.flows.flow import (
     DEFAULT_AGENT_COMMAND,
     Flow,
     FlowError,
@@ -327,7 +327,7 @@ def test_snapshot_of_the_default_flow_round_trips() -> None:
     assert isinstance(Flow.from_json(flow.to_json()).stages[0], Stage)
 
 
-# --- sloop.toml through sloopd.config ----------------------------------------------
+# --- sloop.toml through sloopd.core.config ----------------------------------------------
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -16,7 +16,9 @@ from click.testing import CliRunner
 
 from sloopctl import init_template
 from sloopctl.cli import main
-from sloopd import config, flow, tickets
+from sloopd.core import config
+from sloopd.flows import flow
+from sloopd.queue import tickets
 
 # A commented-out key (`# returns = 2`), table header or continuation line.
 _COMMENTED_OUT = re.compile(r"^# (?=\[\[|[a-z_]+ = |\s+\{)")

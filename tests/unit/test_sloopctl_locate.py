@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from sloopctl import locate, start
 from sloopctl.cli import main
-from sloopd import api
+from sloopd.wire import api
 
 PACKAGE = Path(__file__).resolve().parents[2] / "sloopctl"
 
@@ -103,14 +103,15 @@ def test_sloopctl_imports_nothing_from_sloopd_but_api() -> None:
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
                 names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
-                names = names[:1] if node.module != "sloopd" else names[1:]
+                packages = ("sloopd", "sloopd.wire")
+                names = names[:1] if node.module not in packages else names[1:]
             elif isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             else:
                 continue
             for name in names:
                 if name.split(".")[0] == "sloopd":
-                    assert name == "sloopd.api", f"{path.name} imports {name}"
+                    assert name == "sloopd.wire.api", f"{path.name} imports {name}"
 
 
 def test_startup_imports_stay_light() -> None:
@@ -124,4 +125,5 @@ def test_startup_imports_stay_light() -> None:
     )
     loaded = set(done.stdout.split())
     assert not loaded & {"asyncio", "sqlite3", "apsw", "uvloop", "sloopctl.start"}
-    assert not {m for m in loaded if m.startswith("sloopd.") and m != "sloopd.api"}
+    schema = {"sloopd.wire", "sloopd.wire.api"}
+    assert not {m for m in loaded if m.startswith("sloopd.") and m not in schema}

@@ -50,14 +50,13 @@ def run_row(n: int, alias: str, state: str, **extra: Any) -> dict[str, Any]:
 
 DASHBOARD: dict[str, Any] = {
     "kind": "dashboard",
-    "daemon": {"version": "0.4.0", "pid": 4242, "started_at_ms": NOW - 3 * 3600_000},
+    "daemon": {"version": "0.5.0", "pid": 4242, "started_at_ms": NOW - 3 * 3600_000},
     "gate": {"state": "cooldown", "until_ms": NOW + 20 * MIN, "reason": "rate limit"},
     "runs": [run_row(7, "fix-login#2", "running", stall={"silent_for_ms": 1_500_000})],
     "queued_triggers": [
         {"id": "TR3", "ticket": "T2", "due_at_ms": NOW + 5 * MIN, "created_at_ms": NOW},
         {"id": "TR4", "ticket": "T3", "due_at_ms": NOW - MIN, "created_at_ms": NOW},
     ],
-    "queued_activations": [],
     "tickets": [
         ticket(1, "fix-login", "running"),
         ticket(
@@ -79,7 +78,7 @@ DASHBOARD: dict[str, Any] = {
 def test_dashboard_renders_every_section_without_colour() -> None:
     out = render("show", DASHBOARD, NOW, colour=False)
     assert not ESC.search(out)
-    assert out.splitlines()[0].startswith("sloopd 0.4.0 · pid 4242 · up 3h · gate cooldown")
+    assert out.splitlines()[0].startswith("sloopd 0.5.0 · pid 4242 · up 3h · gate cooldown")
     assert "gate cooldown (ends in 20m) (rate limit)" in out
     assert "next wake in 20m" in out
     for expected in ("R7", "fix-login#2", "running (stalled)", "5m ago"):

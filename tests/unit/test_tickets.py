@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sloopd.api import ErrorCode, ProtocolError
-from sloopd.tickets import TicketFile, default_project, parse, read
+from sloopd.queue.tickets import TicketFile, default_project, parse, read
+from sloopd.wire.api import ErrorCode, ProtocolError
 
 FLOWS = {"default"}
 TICKETS = "tickets"

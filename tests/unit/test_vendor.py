@@ -19,11 +19,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from sloopd import vendor
 from sloopd.vendor import (
     CLASSES,
     DEFAULT_PATTERNS,
-    EVIDENCE_MAX,
     VENDORS,
     Diagnosis,
     Pattern,
@@ -31,7 +29,10 @@ from sloopd.vendor import (
     classify,
     parse_reset,
     patterns_from_config,
+    prefilter,
+    reset,
 )
+from sloopd.vendor.classify import EVIDENCE_MAX
 
 NOW = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)  # a Thursday, noon UTC
 NEW_YORK = ZoneInfo("America/New_York")
@@ -598,11 +599,11 @@ def test_only_limits_read_a_reset_time() -> None:
 def test_the_prefilter_never_hides_a_match() -> None:
     """Needles derived from a regex occur in everything the regex matches."""
     for pattern in DEFAULT_PATTERNS:
-        assert vendor._needles(pattern.regex) is not None, pattern.regex.pattern
+        assert prefilter._needles(pattern.regex) is not None, pattern.regex.pattern
     for line, _, _ in SAMPLES:
-        folded = vendor._fold(line)
+        folded = prefilter._fold(line)
         for pattern in DEFAULT_PATTERNS:
-            needles = vendor._needles(pattern.regex)
+            needles = prefilter._needles(pattern.regex)
             if pattern.regex.search(line) and needles is not None:
                 assert any(n in folded for n in needles), (pattern.regex.pattern, line)
 
@@ -622,7 +623,7 @@ def test_the_prefilter_never_hides_a_match() -> None:
     ],
 )
 def test_needles_are_derived_conservatively(source: str, needles: tuple[str, ...] | None) -> None:
-    assert vendor._needles(re.compile(source, re.IGNORECASE)) == needles
+    assert prefilter._needles(re.compile(source, re.IGNORECASE)) == needles
 
 
 def test_case_twins_of_ascii_letters_still_reach_the_regex() -> None:
@@ -923,10 +924,10 @@ def test_classify_never_raises(lines: list[str], now_ms: int, tz: tzinfo | None)
 )
 def test_the_prefilter_agrees_with_a_plain_search(line: str, prefix: str, suffix: str) -> None:
     """Classification with needles equals what searching every regex would answer."""
-    text = vendor._clean(prefix + line + suffix)
-    folded = vendor._fold(text)
+    text = reset.clean_line(prefix + line + suffix)
+    folded = prefilter._fold(text)
     for pattern in DEFAULT_PATTERNS:
-        needles = vendor._needles(pattern.regex)
+        needles = prefilter._needles(pattern.regex)
         if pattern.regex.search(text) and needles is not None:
             assert any(n in folded for n in needles), (pattern.regex.pattern, text)
 
@@ -959,8 +960,8 @@ def small_regexes(draw: st.DrawFn) -> str:
 @given(data=st.data(), source=small_regexes())
 def test_needles_occur_in_every_match_of_any_regex(data: st.DataObject, source: str) -> None:
     regex = re.compile(source, re.IGNORECASE)
-    needles = vendor._needles(regex)
+    needles = prefilter._needles(regex)
     text = data.draw(st.from_regex(regex))
     if needles is not None and regex.search(text):
-        folded = vendor._fold(text)
+        folded = prefilter._fold(text)
         assert any(n in folded for n in needles), (source, text, needles)

@@ -13,8 +13,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sloopd import walk
-from sloopd.flow import Flow, parse
+from sloopd.flows import walk
+from sloopd.flows.flow import Flow, parse
 
 FLOW = parse(
     {},

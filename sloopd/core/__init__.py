@@ -1,0 +1,8 @@
+"""What every layer above shares: layout, configuration, state, rows, the log sink.
+
+Owns the repository and socket layout (``paths``), the validated
+``sloop.toml`` (``config``), the daemon's shared state (``state``), wire rows
+built from store rows (``rows``) and batched log ingestion (``logsink``).
+May import ``wire``, ``store``, ``util``, ``vendor``, ``flows`` and ``ops``;
+it names runs in flight by the ``LiveRun`` interface, never by the runs layer.
+"""

@@ -1,0 +1,120 @@
+"""``sloop.toml``: strict loading with errors that name the key and the reason.
+
+The daemon refuses to start on a bad file and keeps the last good
+configuration when a reload (SIGHUP) finds one.  Flows and the agent section
+are validated by sloopd.flow.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sloopd.flows.flow import AgentSettings, Flow, FlowError, default_flow
+from sloopd.flows.flow import parse as parse_flows
+from sloopd.vendor import Pattern, VendorConfigError, patterns_from_config
+
+CONFIG_FILE = "sloop.toml"
+
+
+class ConfigError(Exception):
+    """A sloop.toml that does not validate; the message names key and reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class RepoConfig:
+    main: str = "main"
+    tickets: str = "tickets"
+    parallel: int = 2
+    branch_prefix: str = "sloop/"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    repo: RepoConfig = field(default_factory=RepoConfig)
+    agent: AgentSettings = field(default_factory=AgentSettings)
+    flows: dict[str, Flow] = field(default_factory=lambda: {"default": default_flow()})
+    source: Path | None = None
+    # [[vendor.patterns]]: tried before the built-in table (sloopd.vendor.classify).
+    vendor_patterns: tuple[Pattern, ...] = ()
+
+
+_TOP_LEVEL = {"repo", "agent", "flows", "vendor"}
+
+
+def load(repo: Path) -> Config:
+    """Read ``<repo>/sloop.toml``; defaults when the file is absent."""
+    path = repo / CONFIG_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Config()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    return parse(document, path)
+
+
+def parse(document: dict[str, Any], path: Path | None = None) -> Config:
+    where = f"{path}: " if path else ""
+    unknown = sorted(set(document) - _TOP_LEVEL)
+    if unknown:
+        raise ConfigError(f"{where}unknown key '{unknown[0]}' (known: repo, agent, flows, vendor)")
+    repo = _repo_section(document.get("repo", {}), where)
+    agent = document.get("agent", {})
+    flows = document.get("flows", {})
+    for key, value in (("agent", agent), ("flows", flows)):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}'{key}' must be a table")
+    try:
+        parsed = parse_flows(agent, flows)
+    except FlowError as exc:
+        raise ConfigError(f"{where}{exc}") from exc
+    return Config(
+        repo=repo,
+        agent=parsed.agent,
+        flows=parsed.flows,
+        source=path,
+        vendor_patterns=_vendor_section(document.get("vendor", {}), where),
+    )
+
+
+def _vendor_section(section: Any, where: str) -> tuple[Pattern, ...]:
+    if not isinstance(section, dict):
+        raise ConfigError(f"{where}'vendor' must be a table")
+    unknown = sorted(set(section) - {"patterns"})
+    if unknown:
+        raise ConfigError(f"{where}unknown key 'vendor.{unknown[0]}'")
+    try:
+        return patterns_from_config(section.get("patterns", []))
+    except VendorConfigError as exc:
+        raise ConfigError(f"{where}{exc}") from exc
+
+
+def _repo_section(section: Any, where: str) -> RepoConfig:
+    if not isinstance(section, dict):
+        raise ConfigError(f"{where}'repo' must be a table")
+    defaults = RepoConfig()
+    allowed = set(RepoConfig.__dataclass_fields__)
+    unknown = sorted(set(section) - allowed)
+    if unknown:
+        raise ConfigError(f"{where}unknown key 'repo.{unknown[0]}'")
+    values: dict[str, Any] = {}
+    for key in ("main", "tickets", "branch_prefix"):
+        value = section.get(key, getattr(defaults, key))
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{where}'repo.{key}' must be a non-empty string")
+        values[key] = value
+    parallel = section.get("parallel", defaults.parallel)
+    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+        raise ConfigError(f"{where}'repo.parallel' must be an integer of at least 1")
+    values["parallel"] = parallel
+    tickets = Path(values["tickets"])
+    if tickets.is_absolute() or ".." in tickets.parts:
+        raise ConfigError(f"{where}'repo.tickets' must be a folder inside the repository")
+    return RepoConfig(**values)

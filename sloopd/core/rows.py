@@ -1,0 +1,146 @@
+"""Wire rows built from store rows: ticket, trigger and run (DESIGN "Wire shapes")."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from sloopd.store import Store
+from sloopd.store.db import Row
+from sloopd.wire.api import TERMINAL_RUN_STATES, TERMINAL_TICKET_STATES
+
+# Column order of the ticket_* queries.
+TicketRecord = Row
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    state: str = "open"
+    until_ms: int | None = None
+    reason: str | None = None
+
+    def row(self) -> dict[str, Any]:
+        return {"state": self.state, "until_ms": self.until_ms, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class QueueFacts:
+    """What a ticket's ``waiting`` is derived from, read once per response."""
+
+    now_ms: int
+    gate: Gate
+    parallel: int
+    in_flight: int
+    triggers_by_ticket: Mapping[str, tuple[Any, ...]]
+
+
+def trigger_row(record: Row) -> dict[str, Any]:
+    trigger_id, ticket, due_at_ms, created_at_ms = record
+    return {
+        "id": trigger_id,
+        "ticket": ticket,
+        "due_at_ms": due_at_ms,
+        "created_at_ms": created_at_ms,
+    }
+
+
+def ticket_row(record: TicketRecord, facts: QueueFacts) -> dict[str, Any]:
+    ticket_id, name, title, path, project, flow, priority, state, created, updated = record
+    return {
+        "id": ticket_id,
+        "name": name,
+        "title": title,
+        "path": path,
+        "project": project,
+        "flow": flow,
+        "priority": priority,
+        "state": state,
+        "created_at_ms": created,
+        "updated_at_ms": updated,
+        "waiting": waiting(ticket_id, state, facts),
+    }
+
+
+def waiting(ticket_id: str, state: str, facts: QueueFacts) -> dict[str, Any] | None:
+    """Why a ticket that is not running is not running (null: it is, or is about to)."""
+    if state == "running":
+        return None
+    if state in TERMINAL_TICKET_STATES:
+        hint = "" if state == "merged" else "; 'run' starts a new attempt"
+        return {"reason": "terminal", "message": f"the ticket is {state}{hint}"}
+    if state == "held":
+        return {"reason": "held", "message": "held; 'ready' releases it"}
+    trigger = facts.triggers_by_ticket.get(ticket_id)
+    if trigger is None:
+        return {"reason": "no_trigger", "message": "no trigger queued; 'run' queues one"}
+    due_at_ms = int(trigger[2])
+    if due_at_ms > facts.now_ms:
+        return {
+            "reason": "scheduled",
+            "message": f"trigger {trigger[0]} is due later",
+            "until_ms": due_at_ms,
+        }
+    if facts.gate.state != "open":
+        message = f"the gate is in {facts.gate.state}"
+        if facts.gate.reason:
+            message += f": {facts.gate.reason}"
+        return {"reason": "cooldown", "message": message, "until_ms": facts.gate.until_ms}
+    if facts.in_flight >= facts.parallel:
+        return {
+            "reason": "parallel_limit",
+            "message": f"{facts.in_flight} of {facts.parallel} runs in flight",
+        }
+    return None
+
+
+def run_row(store: Store, run_id: str) -> dict[str, Any] | None:
+    record = store.one("run_by_id", (run_id,))
+    return None if record is None else run_row_of(record)
+
+
+def run_row_of(record: Row) -> dict[str, Any]:
+    """A run row from a ``run_by_id``-shaped store row."""
+    (
+        rid,
+        alias,
+        ticket,
+        attempt,
+        state,
+        trigger,
+        flow,
+        _snapshot,
+        branch,
+        worktree,
+        claimed,
+        started,
+        finished,
+        agent_exit_code,
+        halt,
+        reason,
+        classification,
+    ) = record
+    diagnosis = orjson.loads(classification) if classification else None
+    return {
+        "id": rid,
+        "alias": alias,
+        "ticket": ticket,
+        "attempt": attempt,
+        "state": state,
+        "terminal": state in TERMINAL_RUN_STATES,
+        "trigger": trigger,
+        "flow": flow,
+        "branch": branch,
+        "worktree": worktree or None,
+        "claimed_at_ms": claimed,
+        "started_at_ms": started,
+        "finished_at_ms": finished,
+        "agent_exit_code": agent_exit_code,
+        "halt": halt,
+        "reason": reason,
+        "classification": diagnosis.get("classification") if diagnosis else None,
+        "diagnosis": diagnosis,
+        "stall": None,
+    }

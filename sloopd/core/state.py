@@ -1,0 +1,124 @@
+"""The daemon's shared state: what every verb handler reads and writes through.
+
+It names what it holds by narrow interfaces (``LiveRun``), never by the layers
+that fill it in, so every layer above can import it and it imports none of them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+
+from sloopd.core.config import Config
+from sloopd.core.paths import Layout
+from sloopd.core.rows import Gate, QueueFacts
+from sloopd.ops.metrics import Metrics
+from sloopd.store import Store
+from sloopd.util.clock import now_ms
+from sloopd.wire import api
+
+
+class LiveRun(Protocol):
+    """What the read side asks of a run in flight (the runs layer keeps the rest)."""
+
+    def silent_for_ms(self) -> int | None: ...
+
+    def stall(self) -> dict[str, Any] | None: ...
+
+
+def _nothing() -> None:
+    pass
+
+
+@dataclass
+class Daemon:
+    layout: Layout
+    config: Config
+    store: Store | None
+    # Why the store is not served (a store newer than this binary); None when healthy.
+    refused: str | None = None
+    started_at_ms: int = field(default_factory=now_ms)
+    gate: Gate = field(default_factory=Gate)
+    # Runs in flight, kept by the RunManager; read by show for live fields.
+    active_runs: Mapping[str, LiveRun] = field(default_factory=dict)
+    # Tells the scheduler that work may have become claimable.
+    poke: Callable[[], None] = _nothing
+    metrics: Metrics | None = None
+
+    def stalled_runs(self) -> int:
+        return sum(1 for run in self.active_runs.values() if run.stall() is not None)
+
+    def gate_state(self) -> tuple[str, int | None]:
+        """The gate's state and, in cooldown, when it ends (metrics read this)."""
+        until = self.gate.until_ms if self.gate.state == "cooldown" else None
+        return self.gate.state, until
+
+    def require_store(self) -> Store:
+        """The store, or the refusal every verb but ``show`` answers with."""
+        if self.store is None:
+            raise api.ProtocolError(
+                api.ErrorCode.DAEMON_UNAVAILABLE,
+                f"the daemon is running but serves only 'show': {self.refused}",
+                {"reason": self.refused},
+            )
+        return self.store
+
+    def info(self) -> dict[str, Any]:
+        now = now_ms()
+        return {
+            "version": api.SOFTWARE_VERSION,
+            "protocol": api.PROTOCOL_VERSION,
+            "pid": os.getpid(),
+            "repo": str(self.layout.repo),
+            "state_dir": str(self.layout.state_dir),
+            "socket": str(self.layout.operator_socket),
+            "started_at_ms": self.started_at_ms,
+            "uptime_ms": now - self.started_at_ms,
+            "store": "refused" if self.refused else "ok",
+            "schema_version": self.store.schema_version if self.store else None,
+            "reason": self.refused,
+        }
+
+    def queue_facts(self, queued: list[tuple[Any, ...]] | None = None) -> QueueFacts:
+        """``queued``: the triggers_queued rows, when the caller already read them."""
+        store = self.require_store()
+        if queued is None:
+            queued = store.all("triggers_queued")
+        first_by_ticket: dict[str, tuple[Any, ...]] = {}
+        for trigger in queued:
+            first_by_ticket.setdefault(trigger[1], trigger)
+        count = store.one("runs_in_flight_count")
+        return QueueFacts(
+            now_ms=now_ms(),
+            gate=self.gate,
+            parallel=self.config.repo.parallel,
+            in_flight=int(count[0]) if count else 0,
+            triggers_by_ticket=first_by_ticket,
+        )
+
+    def append_event(
+        self,
+        kind: str,
+        *,
+        ticket: str | None = None,
+        run: str | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        store = self.require_store()
+        with store.writer.transaction() as tx:
+            tx.run(
+                "event_insert",
+                {
+                    "kind": kind,
+                    "at": now_ms(),
+                    "ticket": ticket,
+                    "run": run,
+                    "data": orjson.dumps(data or {}).decode(),
+                },
+            )
+        if self.metrics is not None:
+            self.metrics.events.inc()

@@ -1,0 +1,8 @@
+"""Flows and their walk: the stage log replayed against a run's flow.
+
+Owns flow validation (``flow``), the pure replay that decides a run's next
+step (``walk``), reading and appending stage-log rows (``stagelog``) and the
+reasons derived from a replay (``explain``).  It may import ``wire``,
+``store`` and ``util``; both the read side (``views``) and the run driver
+(``runs``) import it, so it never imports either.
+"""

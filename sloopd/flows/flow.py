@@ -1,0 +1,294 @@
+"""Flows and the agent section of ``sloop.toml``, validated strictly.
+
+A run admits a snapshot of its flow (``Flow.to_json``) when it is claimed and
+replays its stage log against that snapshot only, so editing sloop.toml never
+changes a run in flight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from sloopd.util.durations import parse_ms
+
+Action = Literal["agent", "command", "sync", "ff_only"]
+Check = Literal["exit_code", "reported", "panel"]
+
+ACTIONS: tuple[Action, ...] = ("agent", "command", "sync", "ff_only")
+CHECKS: tuple[Check, ...] = ("exit_code", "reported", "panel")
+FAIL_ACTIONS = ("fail", "continue")
+SYNC_MODES = ("merge", "rebase")
+DEFAULT_AGENT_COMMAND = ("claude", "-p", "{prompt}")
+DEFAULT_PROMPT = "Implement the ticket. Commit your work."
+_STAGE_KEYS = {
+    "name",
+    "action",
+    "prompt",
+    "command",
+    "result_check",
+    "fail_action",
+    "return_to",
+    "returns",
+    "quorum",
+    "reviewers",
+    "mode",
+}
+_AGENT_KEYS = {"command", "stall_after", "stall_kill_after", "cooldown"}
+
+
+class FlowError(Exception):
+    """A flow or agent section that does not validate; names the key and reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reviewer:
+    target: str
+    command: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    name: str
+    action: Action
+    result_check: Check = "exit_code"
+    fail_action: str = "fail"
+    prompt: str | None = None
+    command: tuple[str, ...] | None = None
+    return_to: str | None = None
+    returns: int = 0
+    quorum: int = 0
+    reviewers: tuple[Reviewer, ...] = ()
+    mode: str = "merge"
+
+    @property
+    def advisory(self) -> bool:
+        return self.fail_action == "continue"
+
+
+@dataclass(frozen=True, slots=True)
+class Flow:
+    name: str
+    stages: tuple[Stage, ...]
+
+    def stage(self, name: str) -> Stage | None:
+        return next((s for s in self.stages if s.name == name), None)
+
+    def index(self, name: str) -> int:
+        return next(i for i, s in enumerate(self.stages) if s.name == name)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Flow:
+        stages = []
+        for raw in data["stages"]:
+            raw = dict(raw)
+            raw["reviewers"] = tuple(
+                Reviewer(r["target"], tuple(r["command"])) for r in raw.get("reviewers", ())
+            )
+            if raw.get("command") is not None:
+                raw["command"] = tuple(raw["command"])
+            stages.append(Stage(**raw))
+        return cls(name=data["name"], stages=tuple(stages))
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    command: tuple[str, ...] = DEFAULT_AGENT_COMMAND
+    stall_after_ms: int = 20 * 60_000
+    stall_kill_after_ms: int = 2 * 3_600_000
+    # How long the gate stays closed after a vendor limit that names no reset time.
+    cooldown_ms: int = 30 * 60_000
+
+
+@dataclass(frozen=True, slots=True)
+class Flows:
+    agent: AgentSettings = field(default_factory=AgentSettings)
+    flows: dict[str, Flow] = field(default_factory=dict)
+
+
+def default_flow() -> Flow:
+    """Without ``flows.default`` in sloop.toml: implement → sync → merge."""
+    return Flow(
+        "default",
+        (
+            Stage("implement", "agent", prompt=DEFAULT_PROMPT),
+            Stage("sync", "sync"),
+            Stage("merge", "ff_only", return_to="sync", returns=3),
+        ),
+    )
+
+
+def parse(agent: dict[str, Any], flows: dict[str, Any]) -> Flows:
+    settings = _agent(agent)
+    parsed = {"default": default_flow()}
+    for name, body in flows.items():
+        parsed[name] = _flow(name, body)
+    return Flows(agent=settings, flows=parsed)
+
+
+def _agent(section: dict[str, Any]) -> AgentSettings:
+    unknown = sorted(set(section) - _AGENT_KEYS)
+    if unknown:
+        raise FlowError(f"unknown key 'agent.{unknown[0]}'")
+    defaults = AgentSettings()
+    command = _argv(section.get("command", list(defaults.command)), "agent.command")
+    durations = {}
+    for key, default in (
+        ("stall_after", defaults.stall_after_ms),
+        ("stall_kill_after", defaults.stall_kill_after_ms),
+        ("cooldown", defaults.cooldown_ms),
+    ):
+        value = section.get(key)
+        if value is None:
+            durations[key] = default
+            continue
+        if not isinstance(value, str):
+            raise FlowError(f"'agent.{key}' must be a duration string like \"20m\"")
+        try:
+            durations[key] = parse_ms(value)
+        except ValueError as exc:
+            raise FlowError(f"'agent.{key}': {exc}") from exc
+    if durations["stall_kill_after"] < durations["stall_after"]:
+        raise FlowError("'agent.stall_kill_after' must not be shorter than 'agent.stall_after'")
+    return AgentSettings(
+        command, durations["stall_after"], durations["stall_kill_after"], durations["cooldown"]
+    )
+
+
+def _argv(value: Any, key: str) -> tuple[str, ...]:
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(part, str) and part for part in value)
+    ):
+        raise FlowError(f"'{key}' must be a non-empty list of strings (an argv)")
+    return tuple(value)
+
+
+def _flow(name: str, body: Any) -> Flow:
+    where = f"flows.{name}"
+    if not isinstance(body, dict):
+        raise FlowError(f"'{where}' must be a table")
+    unknown = sorted(set(body) - {"stages"})
+    if unknown:
+        raise FlowError(f"unknown key '{where}.{unknown[0]}'")
+    raw_stages = body.get("stages")
+    if not isinstance(raw_stages, list) or not raw_stages:
+        raise FlowError(f"'{where}.stages' must list at least one stage")
+    stages: list[Stage] = []
+    for index, raw in enumerate(raw_stages):
+        stages.append(_stage(f"{where}.stages[{index}]", raw, stages))
+    return Flow(name, tuple(stages))
+
+
+def _stage(where: str, raw: Any, earlier: list[Stage]) -> Stage:
+    if not isinstance(raw, dict):
+        raise FlowError(f"'{where}' must be a table")
+    unknown = sorted(set(raw) - _STAGE_KEYS)
+    if unknown:
+        raise FlowError(f"unknown key '{where}.{unknown[0]}'")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name or "#" in name or name != name.strip():
+        raise FlowError(f"'{where}.name' must be a non-empty name without '#'")
+    if any(s.name == name for s in earlier):
+        raise FlowError(f"'{where}.name': stage '{name}' is defined twice")
+    action = _choice(raw, "action", ACTIONS, where, None)
+    check = _choice(raw, "result_check", CHECKS, where, "exit_code")
+    fail_action = _choice(raw, "fail_action", FAIL_ACTIONS, where, "fail")
+    _check_fits_action(where, action, check)
+    prompt = raw.get("prompt")
+    if prompt is not None and (not isinstance(prompt, str) or action != "agent"):
+        raise FlowError(f"'{where}.prompt' must be a string, on an agent stage")
+    command = raw.get("command")
+    if command is not None or action == "command":
+        if action not in ("agent", "command"):
+            raise FlowError(f"'{where}.command' is only for agent and command stages")
+        command = _argv(command, f"{where}.command")
+    return_to, returns = _return_edge(where, raw, name, earlier, fail_action)
+    reviewers, quorum = _panel(where, raw, check)
+    mode = _choice(raw, "mode", SYNC_MODES, where, "merge")
+    if "mode" in raw and action != "sync":
+        raise FlowError(f"'{where}.mode' is only for sync stages")
+    return Stage(
+        name=name,
+        action=action,
+        result_check=check,
+        fail_action=fail_action,
+        prompt=prompt,
+        command=command,
+        return_to=return_to,
+        returns=returns,
+        quorum=quorum,
+        reviewers=reviewers,
+        mode=mode,
+    )
+
+
+def _choice(
+    raw: dict[str, Any], key: str, allowed: tuple[Any, ...], where: str, default: Any
+) -> Any:
+    value = raw.get(key, default)
+    if value is None:
+        raise FlowError(f"'{where}.{key}' is required ({' | '.join(allowed)})")
+    if value not in allowed:
+        raise FlowError(f"'{where}.{key}' must be one of {' | '.join(allowed)}, not {value!r}")
+    return value
+
+
+def _check_fits_action(where: str, action: str, check: str) -> None:
+    if action in ("sync", "ff_only") and check != "exit_code":
+        raise FlowError(f"'{where}.result_check': {action} stages are decided by git")
+    if check == "panel" and action != "agent":
+        raise FlowError(f"'{where}.result_check': a panel needs an agent stage")
+
+
+def _return_edge(
+    where: str, raw: dict[str, Any], name: str, earlier: list[Stage], fail_action: str
+) -> tuple[str | None, int]:
+    return_to = raw.get("return_to")
+    if return_to is None:
+        if "returns" in raw:
+            raise FlowError(f"'{where}.returns' needs 'return_to'")
+        return None, 0
+    if not isinstance(return_to, str):
+        raise FlowError(f"'{where}.return_to' must be a stage name")
+    if fail_action == "continue":
+        raise FlowError(
+            f"'{where}': 'fail_action = \"continue\"' cannot be combined with 'return_to'"
+        )
+    if return_to != name and not any(s.name == return_to for s in earlier):
+        raise FlowError(
+            f"'{where}.return_to': '{return_to}' is not this stage or an earlier "
+            "one (unknown, or it points forward)"
+        )
+    returns = raw.get("returns", 1)
+    if isinstance(returns, bool) or not isinstance(returns, int) or returns < 1:
+        raise FlowError(f"'{where}.returns' must be an integer of at least 1")
+    return return_to, returns
+
+
+def _panel(where: str, raw: dict[str, Any], check: str) -> tuple[tuple[Reviewer, ...], int]:
+    if check != "panel":
+        for key in ("reviewers", "quorum"):
+            if key in raw:
+                raise FlowError(f"'{where}.{key}' is only for result_check = \"panel\"")
+        return (), 0
+    listed = raw.get("reviewers")
+    if not isinstance(listed, list) or not listed:
+        raise FlowError(f"'{where}.reviewers': a panel needs at least one reviewer")
+    reviewers = []
+    for index, entry in enumerate(listed):
+        key = f"{where}.reviewers[{index}]"
+        if not isinstance(entry, dict) or set(entry) - {"target", "command"}:
+            raise FlowError(f"'{key}' must be a table with 'target' and 'command'")
+        target = entry.get("target")
+        if not isinstance(target, str) or not target:
+            raise FlowError(f"'{key}.target' must be a non-empty string")
+        reviewers.append(Reviewer(target, _argv(entry.get("command"), f"{key}.command")))
+    quorum = raw.get("quorum", len(reviewers))
+    if isinstance(quorum, bool) or not isinstance(quorum, int) or not 1 <= quorum <= len(reviewers):
+        raise FlowError(f"'{where}.quorum' must be between 1 and {len(reviewers)}")
+    return tuple(reviewers), quorum

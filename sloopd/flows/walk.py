@@ -1,0 +1,288 @@
+"""Replaying a run's stage log against its flow snapshot.
+
+The stage log is the source of truth for a run's progress: ``replay`` turns
+it into the executions so far and the one next step, and both ``show`` and
+the run driver use that result, so what an operator sees is exactly what the
+daemon will do.  Replay never trusts the log: a row that does not fit the
+flow makes the whole log ``corrupt``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sloopd.flows.flow import Flow, Stage
+
+STAGE_STARTED = "stage_started"
+STAGE_FINISHED = "stage_finished"
+SEAT_STARTED = "seat_started"
+SEAT_FINISHED = "seat_finished"
+VERDICT = "verdict"
+RETURNED = "returned"
+HALTED = "halted"
+NOTE = "note"
+
+
+@dataclass(frozen=True, slots=True)
+class LogRow:
+    seq: int
+    kind: str
+    stage: str | None
+    attempt: int | None
+    seat: int | None
+    at_ms: int
+    data: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Execution:
+    """One execution of a stage: one row of ``stages`` on the wire."""
+
+    stage: Stage
+    attempt: int
+    started_at_ms: int
+    finished_at_ms: int | None = None
+    passed: bool | None = None  # None while running
+    exit_code: int | None = None
+    verdict_source: str | None = None
+    reason: str | None = None
+    confidence: str | None = None
+    verdict: dict[str, Any] | None = None  # a reported stage's first verdict
+    diagnosis: dict[str, Any] | None = None  # a failed agent's classified output
+    seats: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def running(self) -> bool:
+        return self.passed is None
+
+
+Next = Literal["start", "running", "return", "halt", "done"]
+
+
+@dataclass(slots=True)
+class Walk:
+    """The replayed state: executions in order and the single next step."""
+
+    flow: Flow
+    executions: list[Execution] = field(default_factory=list)
+    returns_used: dict[str, int] = field(default_factory=dict)
+    next: Next = "start"
+    next_stage: Stage | None = None  # for start / return (the target)
+    outcome: str | None = None  # merged | failed | needs_review (halt / done)
+    halt: str | None = None  # fail_action | return_budget_exhausted | corrupt_log
+    corrupt: str | None = None
+    settled: dict[str, Any] | None = None  # the halted row's data, once written
+    notes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def current(self) -> Execution | None:
+        if self.executions and self.executions[-1].running:
+            return self.executions[-1]
+        return None
+
+    def attempts_of(self, stage_name: str) -> int:
+        return sum(1 for e in self.executions if e.stage.name == stage_name)
+
+    def executions_of(self, stage_name: str) -> list[Execution]:
+        return [e for e in self.executions if e.stage.name == stage_name]
+
+
+class CorruptLog(Exception):
+    pass
+
+
+def replay(flow: Flow, rows: Iterable[LogRow]) -> Walk:
+    walk = Walk(flow=flow, next_stage=flow.stages[0])
+    try:
+        for row in rows:
+            _apply(walk, row)
+    except CorruptLog as exc:
+        walk.corrupt = str(exc)
+        walk.next, walk.outcome, walk.halt = "halt", "failed", "corrupt_log"
+    return walk
+
+
+def _apply(walk: Walk, row: LogRow) -> None:
+    if walk.settled is not None:
+        raise CorruptLog(f"row {row.seq} ({row.kind}) follows the run's end")
+    handler = _HANDLERS.get(row.kind)
+    if handler is None:
+        raise CorruptLog(f"row {row.seq} has unknown kind '{row.kind}'")
+    handler(walk, row)
+
+
+def _on_started(walk: Walk, row: LogRow) -> None:
+    expected = walk.next_stage
+    if walk.next not in ("start",) or expected is None:
+        raise CorruptLog(f"row {row.seq} starts '{row.stage}' while the walk expects {walk.next}")
+    if row.stage != expected.name:
+        raise CorruptLog(
+            f"row {row.seq} starts '{row.stage}' where the flow continues with '{expected.name}'"
+        )
+    if row.attempt != walk.attempts_of(expected.name) + 1:
+        raise CorruptLog(
+            f"row {row.seq} starts '{row.stage}' as execution {row.attempt}, "
+            f"not {walk.attempts_of(expected.name) + 1}"
+        )
+    walk.executions.append(Execution(stage=expected, attempt=row.attempt, started_at_ms=row.at_ms))
+    walk.next, walk.next_stage = "running", None
+
+
+def _running(walk: Walk, row: LogRow) -> Execution:
+    current = walk.current
+    if current is None or current.stage.name != row.stage or current.attempt != row.attempt:
+        raise CorruptLog(
+            f"row {row.seq} ({row.kind}) names '{row.stage}#{row.attempt}', which is not executing"
+        )
+    return current
+
+
+def _sitting_seat(current: Execution, row: LogRow) -> dict[str, Any]:
+    seat = current.seats.get(row.seat if row.seat is not None else -1)
+    if seat is None or seat["done"]:
+        raise CorruptLog(f"row {row.seq} ({row.kind}) names seat {row.seat}, which is not sitting")
+    return seat
+
+
+def _on_verdict(walk: Walk, row: LogRow) -> None:
+    current = _running(walk, row)
+    if row.seat is not None:
+        seat = _sitting_seat(current, row)
+        if seat["verdict"] is not None:
+            raise CorruptLog(f"row {row.seq} reports twice for seat {row.seat}")
+        seat.update(
+            verdict=row.data.get("verdict"),
+            confidence=row.data.get("confidence"),
+            reason=row.data.get("reason"),
+        )
+        return
+    if current.stage.result_check != "reported" or current.verdict is not None:
+        raise CorruptLog(f"row {row.seq} reports a verdict '{row.stage}' cannot take")
+    current.verdict = dict(row.data)
+
+
+def _on_note(walk: Walk, row: LogRow) -> None:
+    current = _running(walk, row)
+    if row.seat is not None:
+        _sitting_seat(current, row)
+    walk.notes.append(
+        {
+            "stage": row.stage,
+            "attempt": row.attempt,
+            "reviewer": row.seat,
+            "at_ms": row.at_ms,
+            "text": row.data.get("text"),
+        }
+    )
+
+
+def _on_seat_started(walk: Walk, row: LogRow) -> None:
+    current = _running(walk, row)
+    seat = row.seat
+    if (
+        current.stage.result_check != "panel"
+        or seat is None
+        or seat in current.seats
+        or seat != len(current.seats)
+        or seat >= len(current.stage.reviewers)
+        or any(not s["done"] for s in current.seats.values())
+    ):
+        raise CorruptLog(f"row {row.seq} starts seat {seat} out of order")
+    reviewer = current.stage.reviewers[seat]
+    current.seats[seat] = {
+        "reviewer": seat,
+        "target": reviewer.target,
+        "verdict": None,
+        "confidence": None,
+        "reason": None,
+        "done": False,
+    }
+
+
+def _on_seat_finished(walk: Walk, row: LogRow) -> None:
+    seat = _sitting_seat(_running(walk, row), row)
+    # A seat that never reported is the fail the quorum counts, with no confidence.
+    if seat["verdict"] is None:
+        seat["verdict"] = "fail"
+    seat["done"] = True
+
+
+def _on_finished(walk: Walk, row: LogRow) -> None:
+    current = _running(walk, row)
+    if any(not seat["done"] for seat in current.seats.values()):
+        raise CorruptLog(f"row {row.seq} finishes '{row.stage}' while a seat still sits")
+    data = row.data
+    passed = data.get("passed")
+    if not isinstance(passed, bool):
+        raise CorruptLog(f"row {row.seq} finishes '{row.stage}' without an outcome")
+    current.passed = passed
+    current.finished_at_ms = row.at_ms
+    current.exit_code = data.get("exit_code")
+    current.verdict_source = data.get("verdict_source")
+    current.reason = data.get("reason")
+    current.confidence = data.get("confidence")
+    current.diagnosis = data.get("diagnosis")
+    _decide_after(walk, current)
+
+
+def _decide_after(walk: Walk, done: Execution) -> None:
+    """What follows a finished execution: the flow's rules, nothing else."""
+    stage = done.stage
+    if done.passed or stage.advisory:
+        position = walk.flow.index(stage.name) + 1
+        if position < len(walk.flow.stages):
+            walk.next, walk.next_stage = "start", walk.flow.stages[position]
+            return
+        walk.next = "done"
+        walk.outcome = "merged" if _merged(walk) else "needs_review"
+        return
+    if stage.return_to is not None:
+        if walk.returns_used.get(stage.name, 0) < stage.returns:
+            walk.next, walk.next_stage = "return", walk.flow.stage(stage.return_to)
+            return
+        walk.next, walk.outcome, walk.halt = "halt", "needs_review", "return_budget_exhausted"
+        return
+    walk.next, walk.outcome, walk.halt = "halt", "failed", "fail_action"
+
+
+def _merged(walk: Walk) -> bool:
+    """The walk reached its end and its last merge stage advanced main."""
+    merges = [e for e in walk.executions if e.stage.action == "ff_only"]
+    return bool(merges) and merges[-1].passed is True
+
+
+def _on_returned(walk: Walk, row: LogRow) -> None:
+    target = walk.next_stage
+    last = walk.executions[-1] if walk.executions else None
+    if walk.next != "return" or target is None or last is None or row.stage != last.stage.name:
+        raise CorruptLog(
+            f"row {row.seq} returns from '{row.stage}' without a failed stage that may return"
+        )
+    if row.data.get("to") != target.name:
+        raise CorruptLog(
+            f"row {row.seq} returns to '{row.data.get('to')}', the flow says '{target.name}'"
+        )
+    walk.returns_used[last.stage.name] = walk.returns_used.get(last.stage.name, 0) + 1
+    walk.next = "start"
+
+
+def _on_halted(walk: Walk, row: LogRow) -> None:
+    # The settling row may end a walk anywhere (abort, restart, corrupt log).
+    walk.settled = dict(row.data)
+    current = walk.current
+    if current is not None:
+        raise CorruptLog(f"row {row.seq} ends the run while '{current.stage.name}' executes")
+
+
+_HANDLERS = {
+    STAGE_STARTED: _on_started,
+    STAGE_FINISHED: _on_finished,
+    SEAT_STARTED: _on_seat_started,
+    SEAT_FINISHED: _on_seat_finished,
+    VERDICT: _on_verdict,
+    RETURNED: _on_returned,
+    HALTED: _on_halted,
+    NOTE: _on_note,
+}

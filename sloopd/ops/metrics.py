@@ -1,0 +1,217 @@
+"""Prometheus metrics, served from the event loop on ``--metrics HOST:PORT``.
+
+Counters and histograms are updated where things happen; gauges that mirror
+the store (tickets by state, queue depth, gate) are read at scrape time by a
+collector, so they can never drift from the truth.  No run or ticket ids are
+ever labels.  Serving from the loop (not prometheus-client's thread) keeps
+every store read on the one thread that owns the connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Protocol
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
+from prometheus_client.core import GaugeMetricFamily
+
+# generate_latest writes the 0.0.4 text format; say so whatever the library's default.
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.registry import Collector
+
+from sloopd.store import Store
+from sloopd.util.clock import now_ms
+from sloopd.wire import api
+
+log = logging.getLogger(__name__)
+
+# The *_created series double every counter's cardinality for no operator value.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+STAGE_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400)
+REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30)
+
+
+class Observed(Protocol):
+    """What the scrape-time gauges read; the daemon's shared state provides it."""
+
+    @property
+    def store(self) -> Store | None: ...
+
+    def gate_state(self) -> tuple[str, int | None]: ...
+
+    def stalled_runs(self) -> int: ...
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.runs_finished = Counter(
+            "sloop_runs_finished", "Runs settled, by final state.", ["state"], registry=r
+        )
+        self.stage_duration = Histogram(
+            "sloop_stage_duration_seconds",
+            "Duration of stage executions.",
+            ["flow", "stage", "state"],
+            buckets=STAGE_BUCKETS,
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "sloop_queue_wait_seconds",
+            "Time from a trigger being due to its claim.",
+            buckets=STAGE_BUCKETS,
+            registry=r,
+        )
+        self.requests = Counter(
+            "sloop_requests",
+            "Requests answered, by verb and code ('ok' or the error code).",
+            ["verb", "code"],
+            registry=r,
+        )
+        self.request_duration = Histogram(
+            "sloop_request_duration_seconds",
+            "Time to answer a request, by verb.",
+            ["verb"],
+            buckets=REQUEST_BUCKETS,
+            registry=r,
+        )
+        self.log_records = Counter("sloop_log_records", "Log records appended.", registry=r)
+        self.events = Counter("sloop_events", "Events appended.", registry=r)
+        build = Gauge("sloop_build_info", "Build information.", ["version"], registry=r)
+        build.labels(api.SOFTWARE_VERSION).set(1)
+        self._request_children: dict[tuple[str, str], Counter] = {}
+        self._duration_children: dict[str, Histogram] = {}
+
+    def observe_request(self, verb: str, code: str, seconds: float) -> None:
+        # Label children are looked up once: this runs on every request.
+        key = (verb, code)
+        child = self._request_children.get(key)
+        if child is None:
+            child = self._request_children[key] = self.requests.labels(verb, code)
+        child.inc()
+        timer = self._duration_children.get(verb)
+        if timer is None:
+            timer = self._duration_children[verb] = self.request_duration.labels(verb)
+        timer.observe(seconds)
+
+    def watch(self, daemon: Observed) -> None:
+        self.registry.register(_StoreCollector(daemon))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _StoreCollector(Collector):
+    """Gauges read from the store at scrape time."""
+
+    def __init__(self, daemon: Observed) -> None:
+        self.daemon = daemon
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        daemon = self.daemon
+        store = daemon.store
+        if store is None:
+            return
+        tickets = GaugeMetricFamily("sloop_tickets", "Tickets by state.", labels=["state"])
+        counts: dict[str, int] = {str(r[0]): int(r[1]) for r in store.all("ticket_state_counts")}
+        for state in api.TICKET_STATES:
+            tickets.add_metric([state], counts.get(state, 0))
+        yield tickets
+        now = now_ms()
+        queued = store.all("triggers_queued")
+        yield GaugeMetricFamily("sloop_triggers_queued", "Queued triggers.", value=len(queued))
+        yield GaugeMetricFamily(
+            "sloop_triggers_due",
+            "Queued triggers already due.",
+            value=sum(1 for t in queued if t[2] <= now),
+        )
+        in_flight = store.one("runs_in_flight_count")
+        yield GaugeMetricFamily(
+            "sloop_runs_in_flight",
+            "Runs claimed or running.",
+            value=int(in_flight[0]) if in_flight else 0,
+        )
+        gate = GaugeMetricFamily(
+            "sloop_gate_state", "1 for the gate's current state.", labels=["state"]
+        )
+        current, until = daemon.gate_state()
+        for state in api.GATE_STATES:
+            gate.add_metric([state], 1 if current == state else 0)
+        yield gate
+        yield GaugeMetricFamily(
+            "sloop_gate_cooldown_until_seconds",
+            "When the cooldown ends (epoch seconds), 0 when none.",
+            value=(until or 0) / 1000,
+        )
+        yield GaugeMetricFamily(
+            "sloop_runs_stalled", "Runs whose stage is stalled.", value=daemon.stalled_runs()
+        )
+        yield GaugeMetricFamily(
+            "sloop_store_size_bytes", "Store file size with its WAL.", value=store.size_bytes()
+        )
+
+
+async def serve_metrics(metrics: Metrics, host: str, port: int) -> asyncio.AbstractServer:
+    """A minimal HTTP/1.1 endpoint: GET /metrics (and /) → the exposition."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            method, _, rest = request.partition(b" ")
+            path = rest.split(b" ", 1)[0]
+            if method not in (b"GET", b"HEAD"):
+                status, body, ctype = b"405 Method Not Allowed", b"GET only\n", b"text/plain"
+            elif path.split(b"?")[0] not in (b"/metrics", b"/"):
+                status, body, ctype = b"404 Not Found", b"try /metrics\n", b"text/plain"
+            else:
+                status, body, ctype = (
+                    b"200 OK",
+                    metrics.exposition(),
+                    CONTENT_TYPE_PLAIN_0_0_4.encode(),
+                )
+            head = (
+                b"HTTP/1.1 "
+                + status
+                + b"\r\nContent-Type: "
+                + ctype
+                + b"\r\nContent-Length: "
+                + str(len(body)).encode()
+                + b"\r\nConnection: close\r\n\r\n"
+            )
+            writer.write(head if method == b"HEAD" else head + body)
+            await writer.drain()
+        except (
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            TimeoutError,
+            ConnectionError,
+        ):
+            pass
+        except Exception:
+            log.exception("metrics request failed")
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    return await asyncio.start_server(handle, host, port)
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"--metrics wants HOST:PORT, not '{text}'")
+    return host.strip("[]") or "127.0.0.1", int(port)

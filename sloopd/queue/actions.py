@@ -1,0 +1,176 @@
+"""The operator's queue: ``post``, ``hold``, ``ready`` and ``run``.
+
+Each verb is one write transaction that reads what it decides on inside the
+same transaction, so two requests can never queue two triggers for a ticket.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sloopd.core import rows
+from sloopd.core.state import Daemon
+from sloopd.queue import refs, tickets
+from sloopd.store import Transaction
+from sloopd.util.clock import now_ms
+from sloopd.wire import api
+from sloopd.wire.api import ErrorCode, ProtocolError
+
+
+def known_flows(daemon: Daemon) -> set[str]:
+    return set(daemon.config.flows)
+
+
+def post(daemon: Daemon, args: dict[str, Any]) -> dict[str, Any]:
+    store = daemon.require_store()
+    repo = daemon.layout.repo
+    ticket = tickets.read(repo, daemon.config.repo.tickets, args["path"], known_flows(daemon))
+    hold = bool(args.get("hold"))
+    manual = bool(args.get("manual"))
+    now = now_ms()
+    due = args.get("trigger", {}).get("at_ms", now)
+    fields = {
+        "title": ticket.title,
+        "body": ticket.body,
+        "project": ticket.project,
+        "flow": ticket.flow,
+        "priority": ticket.priority,
+        "manual": int(manual),
+        "now": now,
+    }
+    with store.writer.transaction() as tx:
+        existing = tx.one("ticket_by_path", (ticket.path,))
+        if existing is None:
+            clash = tx.one("ticket_by_name", (ticket.name,))
+            if clash is not None:
+                raise ProtocolError(
+                    ErrorCode.CONFLICT,
+                    f"{ticket.path}: a ticket named '{ticket.name}' is already registered "
+                    f"from {clash[3]} ({clash[0]}); ticket names must be unique",
+                    {"ticket": clash[0], "path": clash[3]},
+                )
+            row = tx.one(
+                "ticket_insert",
+                {
+                    **fields,
+                    "name": ticket.name,
+                    "path": ticket.path,
+                    "state": "held" if hold else "ready",
+                },
+            )
+            assert row is not None
+            ticket_id, created = str(row[0]), True
+        else:
+            ticket_id, created = str(existing[0]), False
+            tx.run("ticket_refresh", {**fields, "id": ticket_id})
+            if hold and existing[7] == "ready":
+                tx.run("ticket_set_state", {"id": ticket_id, "state": "held", "now": now})
+        state = _state(tx, ticket_id)
+        trigger: dict[str, Any] | None = None
+        suppressed: dict[str, Any] | None = None
+        if not (hold or manual):
+            if state == "ready":
+                trigger = _queue_trigger(tx, ticket_id, due, now)
+            else:
+                suppressed = _suppression(state)
+        record = tx.one("ticket_by_id", (ticket_id,))
+    assert record is not None
+    return {
+        "ticket": rows.ticket_row(record, daemon.queue_facts()),
+        "created": created,
+        "trigger": trigger,
+        "trigger_suppressed": suppressed,
+    }
+
+
+def _suppression(state: str) -> dict[str, Any]:
+    """Why a post that asked for a trigger got none (``trigger_suppressed``)."""
+    if state in api.TERMINAL_TICKET_STATES:
+        return {"reason": "terminal_ticket", "state": state}
+    return {"reason": f"{state}_ticket", "state": state}
+
+
+def _state(tx: Transaction, ticket_id: str) -> str:
+    row = tx.one("ticket_state_manual", (ticket_id,))
+    assert row is not None
+    return str(row[0])
+
+
+def _queue_trigger(tx: Transaction, ticket_id: str, due: int, now: int) -> dict[str, Any]:
+    """The ticket's queued trigger; a new one only when it has none."""
+    queued = tx.one("trigger_queued_for_ticket", (ticket_id,))
+    if queued is None:
+        queued = tx.one("trigger_insert", {"ticket": ticket_id, "due": due, "now": now})
+        assert queued is not None
+    return rows.trigger_row(queued)
+
+
+def hold(daemon: Daemon, args: dict[str, Any]) -> dict[str, Any]:
+    return _set_state(daemon, args["ref"], target="held", allowed={"ready", "held"})
+
+
+def ready(daemon: Daemon, args: dict[str, Any]) -> dict[str, Any]:
+    return _set_state(daemon, args["ref"], target="ready", allowed={"ready", "held"})
+
+
+def _set_state(daemon: Daemon, ref: str, target: str, allowed: set[str]) -> dict[str, Any]:
+    store = daemon.require_store()
+    ticket_id = refs.ticket_id(store, daemon.layout.repo, ref)
+    now = now_ms()
+    with store.writer.transaction() as tx:
+        row = tx.one("ticket_state_manual", (ticket_id,))
+        assert row is not None
+        state, manual = str(row[0]), bool(row[1])
+        if state not in allowed:
+            raise ProtocolError(
+                ErrorCode.CONFLICT,
+                _refusal(ticket_id, state, target),
+                {"ticket": ticket_id, "state": state},
+            )
+        if state != target:
+            tx.run("ticket_set_state", {"id": ticket_id, "state": target, "now": now})
+            # Releasing a held ticket puts it back in the queue, unless it was
+            # posted --manual: then only 'run' queues it.
+            if target == "ready" and not manual:
+                _queue_trigger(tx, ticket_id, now, now)
+        record = tx.one("ticket_by_id", (ticket_id,))
+    assert record is not None
+    return {"ticket": rows.ticket_row(record, daemon.queue_facts())}
+
+
+def _refusal(ticket_id: str, state: str, target: str) -> str:
+    verb = "hold" if target == "held" else "ready"
+    if state == "running":
+        return f"{ticket_id} is running; 'abort' its run first"
+    if state == "merged":
+        return f"{ticket_id} is merged; there is nothing to {verb}"
+    return f"{ticket_id} is {state}; 'run' starts its next attempt"
+
+
+def run(daemon: Daemon, args: dict[str, Any]) -> dict[str, Any]:
+    store = daemon.require_store()
+    ticket_id = refs.ticket_id(store, daemon.layout.repo, args["ref"])
+    gate = daemon.gate
+    if gate.state == "cooldown":
+        raise ProtocolError(
+            ErrorCode.COOLDOWN_ACTIVE,
+            f"the gate is in cooldown until {gate.until_ms}: {gate.reason}",
+            {"until_ms": gate.until_ms, "reason": gate.reason},
+        )
+    now = now_ms()
+    due = args.get("trigger", {}).get("at_ms", now)
+    with store.writer.transaction() as tx:
+        state = _state(tx, ticket_id)
+        if state in ("merged", "running"):
+            raise ProtocolError(
+                ErrorCode.CONFLICT,
+                f"{ticket_id} is {state}; 'run' starts attempts of failed, needs_review, "
+                "ready or held tickets",
+                {"ticket": ticket_id, "state": state},
+            )
+        if state in ("failed", "needs_review"):
+            tx.run("ticket_set_state", {"id": ticket_id, "state": "ready", "now": now})
+        trigger = _queue_trigger(tx, ticket_id, due, now)
+        record = tx.one("ticket_by_id", (ticket_id,))
+    assert record is not None
+    return {"ticket": rows.ticket_row(record, daemon.queue_facts()), "trigger": trigger}

@@ -1,0 +1,64 @@
+"""The gate: whether the scheduler may claim work.
+
+``cooldown`` is closed by a vendor rate or usage limit until a deadline and
+reopens by itself; ``paused`` is closed by an operator until they reopen it.
+The gate lives in the store, so a restart keeps it and its deadline, and
+every change is a repository-wide ``gate_changed`` event.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sloopd.core.rows import Gate
+from sloopd.core.state import Daemon
+from sloopd.util.clock import now_ms
+
+log = logging.getLogger(__name__)
+
+
+def load(daemon: Daemon) -> None:
+    row = daemon.require_store().one("gate_read")
+    if row is not None:
+        daemon.gate = Gate(state=row[0], until_ms=row[1], reason=row[2])
+
+
+def change(daemon: Daemon, state: str, until_ms: int | None, reason: str | None) -> Gate:
+    previous = daemon.gate
+    gate = Gate(state=state, until_ms=until_ms, reason=reason)
+    store = daemon.require_store()
+    with store.writer.transaction() as tx:
+        tx.run("gate_write", {"state": state, "until": until_ms, "reason": reason, "now": now_ms()})
+    daemon.gate = gate
+    daemon.append_event("gate_changed", data={"from": previous.state, **gate.row()})
+    log.info("gate %s -> %s%s", previous.state, state, f" ({reason})" if reason else "")
+    daemon.poke()
+    return gate
+
+
+def reopen_by_hand(daemon: Daemon) -> Gate:
+    """The operator ends a pause or a cooldown early; tickets queued for the
+    cooldown's end become due now instead of waiting for the old deadline."""
+    previous = daemon.gate
+    if previous.state == "open":
+        return previous
+    if previous.state == "cooldown" and previous.until_ms is not None:
+        with daemon.require_store().writer.transaction() as tx:
+            tx.run("triggers_due_now", {"due": previous.until_ms, "now": now_ms()})
+    return change(daemon, "open", None, None)
+
+
+def cool_down(daemon: Daemon, until_ms: int, reason: str) -> Gate:
+    """A vendor limit: close until ``until_ms``; a later deadline wins, a pause stays."""
+    current = daemon.gate
+    if current.state == "paused":
+        return current
+    if current.state == "cooldown" and (current.until_ms or 0) >= until_ms:
+        return current
+    return change(daemon, "cooldown", until_ms, reason)
+
+
+def reopen_if_due(daemon: Daemon) -> None:
+    gate = daemon.gate
+    if gate.state == "cooldown" and gate.until_ms is not None and gate.until_ms <= now_ms():
+        change(daemon, "open", None, None)

@@ -1,0 +1,123 @@
+"""The scheduler: turns due triggers of ready tickets into runs.
+
+Claims happen in one write transaction (highest priority, then the oldest
+due trigger first) while fewer than ``parallel`` runs are in flight and the
+gate is open.  It sleeps until the next due trigger or until poked by a verb
+that may have made work claimable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import orjson
+
+from sloopd.core.state import Daemon
+from sloopd.queue import gate
+from sloopd.util.clock import now_ms
+
+log = logging.getLogger(__name__)
+
+IDLE_SECONDS = 60.0
+
+
+class Scheduler:
+    def __init__(self, daemon: Daemon, start_run: Callable[[str], None]) -> None:
+        self.daemon = daemon
+        self._start_run = start_run
+        self._poked = asyncio.Event()
+
+    def poke(self) -> None:
+        self._poked.set()
+
+    async def loop(self) -> None:
+        while True:
+            self._poked.clear()
+            try:
+                for run_id in self.claim_due():
+                    self._start_run(run_id)
+            except Exception:
+                log.exception("claiming due triggers failed; retrying shortly")
+                await asyncio.sleep(1.0)
+                continue
+            await self._sleep_until_next()
+
+    async def _sleep_until_next(self) -> None:
+        wake = next_wake(self.daemon)
+        timeout = IDLE_SECONDS
+        if wake is not None:
+            timeout = min(timeout, max(0.0, (wake - now_ms()) / 1000))
+        # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a
+        # cancellation that races a poke, and shutdown would wait forever.
+        try:
+            async with asyncio.timeout(timeout):
+                await self._poked.wait()
+        except TimeoutError:
+            pass
+
+    def claim_due(self) -> list[str]:
+        daemon = self.daemon
+        store = daemon.require_store()
+        gate.reopen_if_due(daemon)
+        if daemon.gate.state != "open":
+            return []
+        settings = daemon.config
+        claimed: list[tuple[str, str]] = []
+        now = now_ms()
+        with store.writer.transaction() as tx:
+            in_flight = tx.one("runs_in_flight_count")
+            slots = settings.repo.parallel - (int(in_flight[0]) if in_flight else 0)
+            if slots <= 0:
+                return []
+            for trigger_id, ticket_id, due_at_ms in tx.all("claimable_triggers", (now, slots)):
+                facts = tx.one("ticket_claim_facts", (ticket_id,))
+                assert facts is not None
+                name, flow_name, last_attempt = facts
+                flow = settings.flows.get(flow_name)
+                if flow is None:
+                    # The flow vanished from sloop.toml since the post; leave the
+                    # trigger queued so a reload that restores it runs the ticket.
+                    continue
+                attempt = int(last_attempt) + 1
+                row = tx.one(
+                    "run_insert",
+                    {
+                        "alias": f"{name}#{attempt}",
+                        "ticket": ticket_id,
+                        "attempt": attempt,
+                        "trigger": trigger_id,
+                        "flow": flow_name,
+                        "snapshot": orjson.dumps(flow.to_json()).decode(),
+                        "branch": f"{settings.repo.branch_prefix}{name}/{attempt}",
+                        "now": now,
+                    },
+                )
+                assert row is not None
+                run_id = str(row[0])
+                tx.run(
+                    "run_set_worktree",
+                    (str(daemon.layout.state_dir / "worktrees" / run_id), run_id),
+                )
+                tx.run("trigger_claim", {"id": trigger_id, "run": run_id})
+                tx.run("ticket_set_state", {"id": ticket_id, "state": "running", "now": now})
+                claimed.append((run_id, ticket_id))
+                if daemon.metrics is not None:
+                    daemon.metrics.queue_wait.observe(max(0, now - int(due_at_ms)) / 1000)
+        for run_id, ticket_id in claimed:
+            daemon.append_event("run_claimed", ticket=ticket_id, run=run_id)
+        return [run_id for run_id, _ in claimed]
+
+
+def next_wake(daemon: Daemon) -> int | None:
+    """When the daemon will next look at the queue by itself (epoch ms)."""
+    store = daemon.require_store()
+    now = now_ms()
+    candidates: list[int] = []
+    row = store.one("trigger_next_wake", (now,))
+    if row is not None and row[0] is not None:
+        candidates.append(int(row[0]))
+    if daemon.gate.until_ms is not None and daemon.gate.until_ms > now:
+        candidates.append(daemon.gate.until_ms)
+    return min(candidates) if candidates else None

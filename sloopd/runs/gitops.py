@@ -1,0 +1,243 @@
+"""Git operations for the walk: run worktrees, the ``sync`` stage and the ``ff_only`` merge.
+
+Every call is ``git -C <dir> …`` through ``asyncio.create_subprocess_exec`` (never a shell),
+so a path or branch name is never interpreted. Expected outcomes of a stage (a conflict, a
+moved ``main``, a dirty checkout) come back as a ``GitResult`` with a reason for a person;
+``GitError`` is kept for git failing in a way the walk cannot explain.
+
+This module imports nothing from ``sloopd``: the walker calls it, and tests drive it on real
+repositories alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+# Fallback identity for the merge commits ``sync`` makes on CI hosts with no git identity.
+FALLBACK_NAME = "sloop"
+FALLBACK_EMAIL = "sloop@localhost"
+
+# Inherited from a hook or a wrapper, these would point git at another repository than -C.
+_REPO_LOCATING_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR")
+
+
+@dataclass(frozen=True)
+class GitResult:
+    ok: bool
+    reason: str | None = None  # one sentence for a person, set when not ok
+    paths: tuple[str, ...] = ()  # conflicting paths for sync; empty otherwise
+    head: str | None = None  # resulting commit sha when ok (branch tip / new main)
+
+
+class GitError(Exception):
+    """Git failed in a way that is no verdict on the run (missing repository, ref, lock…)."""
+
+
+async def _git(
+    cwd: Path, *args: str, identity: bool = False, check: bool = True
+) -> tuple[int, str, str]:
+    """Run ``git -C cwd args``; raise ``GitError`` on a non-zero exit when ``check``.
+
+    ``identity`` marks commands that write commits or refs: for those, a repository without
+    ``user.email`` gets the fallback identity, so a merge on a bare CI host does not stop at
+    "Please tell me who you are". A configured identity is never overridden.
+    """
+    env = {k: v for k, v in os.environ.items() if k not in _REPO_LOCATING_VARS}
+    env["GIT_TERMINAL_PROMPT"] = "0"  # a credential prompt would hang the walk forever
+    if identity:
+        _, email, _ = await _git(cwd, "config", "user.email", check=False)
+        if not email.strip():
+            for role in ("AUTHOR", "COMMITTER"):
+                env[f"GIT_{role}_NAME"] = FALLBACK_NAME
+                env[f"GIT_{role}_EMAIL"] = FALLBACK_EMAIL
+    argv = ["git", "-C", str(cwd), *args]
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    out, err = await proc.communicate()
+    code = proc.returncode if proc.returncode is not None else -1
+    stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
+    if check and code != 0:
+        raise GitError(f"{shlex.join(argv)} exited {code}: {stderr.strip() or stdout.strip()}")
+    return code, stdout, stderr
+
+
+def _nul_split(text: str) -> list[str]:
+    return [item for item in text.split("\0") if item]
+
+
+async def _status_paths(worktree: Path, *options: str) -> list[str]:
+    """Paths from ``git status --porcelain -z``; -z keeps odd file names unquoted."""
+    _, out, _ = await _git(worktree, "status", "--porcelain", "-z", *options)
+    items = _nul_split(out)
+    paths: list[str] = []
+    i = 0
+    while i < len(items):
+        entry = items[i]
+        paths.append(entry[3:])
+        # A rename or copy is followed by its source path as a separate item.
+        i += 2 if entry[0] in "RC" or entry[1] in "RC" else 1
+    return paths
+
+
+async def rev_parse(repo: Path, rev: str) -> str | None:
+    """The commit ``rev`` names, or None when it names none (callers decide if that is fatal)."""
+    code, out, _ = await _git(
+        repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False
+    )
+    return out.strip() if code == 0 and out.strip() else None
+
+
+async def list_worktrees(repo: Path) -> list[tuple[Path, str | None]]:
+    """(path, branch ref or None when detached or bare), the main working tree first."""
+    _, out, _ = await _git(repo, "worktree", "list", "--porcelain")
+    entries: list[tuple[Path, str | None]] = []
+    for block in out.strip().split("\n\n"):
+        lines = block.splitlines()
+        if not lines or not lines[0].startswith("worktree "):
+            continue
+        branch = next((ln[7:] for ln in lines if ln.startswith("branch ")), None)
+        entries.append((Path(lines[0][9:]), branch))
+    return entries
+
+
+async def create_worktree(repo: Path, path: Path, branch: str, base: str) -> str:
+    """Check out a new ``branch`` at ``base`` in ``path``; return the base commit.
+
+    ``base`` is resolved first and the worktree is made from that sha, so the returned commit
+    is exactly where the branch starts even if ``base`` moves meanwhile.
+    """
+    sha = await rev_parse(repo, base)
+    if sha is None:
+        raise GitError(f"cannot create worktree {path}: base {base!r} names no commit in {repo}")
+    await _git(repo, "worktree", "add", "--quiet", "-b", branch, str(path), sha)
+    return sha
+
+
+async def remove_worktree(repo: Path, path: Path) -> None:
+    """Remove a run's worktree, keeping its branch; removing one already gone is fine.
+
+    A directory git has forgotten (its admin entry pruned) is deleted too, but only when it
+    still looks like a worktree (a ``.git`` file) or is empty, so a wrong path never wipes
+    something that is not ours.
+    """
+    code, _, err = await _git(repo, "worktree", "remove", "--force", str(path), check=False)
+    await _git(repo, "worktree", "prune")
+    if code == 0:
+        return
+    target = path.resolve()
+    if any(known.resolve() == target for known, _ in await list_worktrees(repo)):
+        raise GitError(f"cannot remove worktree {path}: {err.strip()}")
+    if not path.exists():
+        return
+    if (path / ".git").is_file() or not any(path.iterdir()):
+        shutil.rmtree(path)
+    else:
+        raise GitError(f"refusing to delete {path}: git does not know it as a worktree")
+
+
+async def sync(worktree: Path, main: str, mode: Literal["merge", "rebase"] = "merge") -> GitResult:
+    """Bring ``main`` into the run branch; a conflict is aborted so the worktree stays usable.
+
+    Aborting leaves the branch exactly as the agent left it, so a return to an earlier stage
+    (or a person) starts from a clean tree rather than from conflict markers.
+    """
+    dirty = await _status_paths(worktree, "--untracked-files=no")
+    if dirty:
+        return GitResult(
+            ok=False,
+            reason=f"the worktree {worktree} has uncommitted changes in: {', '.join(dirty)}",
+        )
+    if await rev_parse(worktree, main) is None:
+        raise GitError(f"cannot sync {worktree}: {main!r} names no commit")
+    if mode == "merge":
+        command, doing = ["merge", "--no-edit", main], f"merging {main} into the branch"
+    else:
+        command, doing = ["rebase", main], f"rebasing the branch onto {main}"
+    code, out, err = await _git(worktree, *command, identity=True, check=False)
+    if code == 0:
+        return GitResult(ok=True, head=await rev_parse(worktree, "HEAD"))
+    _, listed, _ = await _git(worktree, "diff", "--name-only", "-z", "--diff-filter=U")
+    conflicts = tuple(_nul_split(listed))
+    # Abort whatever was started, even for a non-conflict failure; with nothing in progress
+    # the abort itself fails harmlessly.
+    abort_code, _, abort_err = await _git(worktree, mode, "--abort", check=False)
+    if not conflicts:
+        raise GitError(
+            f"git -C {worktree} {shlex.join(command)} exited {code}: {err.strip() or out.strip()}"
+        )
+    if abort_code != 0:
+        raise GitError(f"cannot abort {mode} in {worktree}: {abort_err.strip()}")
+    return GitResult(
+        ok=False, reason=f"{doing} conflicts in: {', '.join(conflicts)}", paths=conflicts
+    )
+
+
+def _main_moved(main: str, sha: str) -> GitResult:
+    return GitResult(
+        ok=False,
+        reason=f"{main} moved since the branch was synced ({main} is at {sha[:12]}); sync again",
+    )
+
+
+async def ff_only(repo: Path, branch_tip_worktree: Path, main: str) -> GitResult:
+    """Fast-forward ``main`` to the worktree's HEAD, never past a commit someone else added.
+
+    The ref moves by compare-and-swap against the sha read at the start, so a ``main`` that
+    moved between the check and the write fails the stage (the flow returns to ``sync``)
+    instead of silently dropping the other commit. Where ``main`` is checked out, that
+    checkout moves with the ref, or a person's working tree would suddenly show the merged
+    files as reverted changes.
+    """
+    _, bare, _ = await _git(repo, "rev-parse", "--is-bare-repository")
+    if bare.strip() == "true":
+        raise GitError(f"cannot fast-forward {main}: {repo} is a bare repository")
+    ref = f"refs/heads/{main}"
+    old = await rev_parse(repo, ref)
+    if old is None:
+        raise GitError(f"cannot fast-forward {main}: no branch {main!r} in {repo}")
+    tip = await rev_parse(branch_tip_worktree, "HEAD")
+    if tip is None:
+        raise GitError(f"cannot fast-forward {main}: {branch_tip_worktree} has no HEAD commit")
+    if old == tip:
+        return GitResult(ok=True, head=tip)
+    code, _, err = await _git(repo, "merge-base", "--is-ancestor", old, tip, check=False)
+    if code == 1:
+        return _main_moved(main, old)
+    if code != 0:
+        raise GitError(f"cannot compare {main} with {tip} in {repo}: {err.strip()}")
+
+    checkout = next((p for p, branch in await list_worktrees(repo) if branch == ref), None)
+    if checkout is not None:
+        dirty = await _status_paths(checkout, "--untracked-files=no")
+        if dirty:
+            return GitResult(
+                ok=False,
+                reason=f"{main} is checked out at {checkout} with uncommitted changes: "
+                f"{', '.join(dirty)}",
+            )
+        command = ["merge", "--ff-only", "--quiet", tip]
+        code, _, err = await _git(checkout, *command, identity=True, check=False)
+    else:
+        command = ["update-ref", "-m", f"sloop: fast-forward to {tip}", ref, tip, old]
+        code, _, err = await _git(repo, *command, identity=True, check=False)
+
+    now = await rev_parse(repo, ref)
+    if now == tip:
+        return GitResult(ok=True, head=tip)
+    if now != old or code == 0:
+        # Someone moved main between our read and the write (the CAS or the ff refused), or
+        # the checkout's merge found main already past tip.
+        return _main_moved(main, now or old)
+    where = checkout or repo
+    raise GitError(f"git -C {where} {shlex.join(command)} exited {code}: {err.strip()}")

@@ -1,0 +1,161 @@
+"""A run's stored facts and its stage log, shared by the driver, the stages and the worker.
+
+The run driver, the stage executor and the worker verbs all read a run's row
+and replay its stage log, and all append to it; this one object does both, so
+none of them needs the others (or the whole run manager) to do it.  Settling
+lives here too: it is one transaction over the run, its ticket and its event.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from sloopd.core.logsink import LogSink
+from sloopd.core.state import Daemon
+from sloopd.flows import walk
+from sloopd.flows.explain import agent_exit_code, run_diagnosis, run_reason
+from sloopd.flows.flow import Flow, Stage
+from sloopd.flows.stagelog import append_step, read_log
+from sloopd.runs.runstate import RunFacts
+from sloopd.store import Store
+from sloopd.util.clock import now_ms
+
+
+class RunRecords:
+    def __init__(self, daemon: Daemon, sink: LogSink) -> None:
+        self.daemon = daemon
+        self.sink = sink
+
+    def read_log(self, run_id: str) -> list[walk.LogRow]:
+        return read_log(self.store, run_id)
+
+    def append_steps(
+        self,
+        run_id: str,
+        kind: str,
+        stage: str | None = None,
+        attempt: int | None = None,
+        seat: int | None = None,
+        data: dict[str, Any] | None = None,
+        at_ms: int | None = None,
+    ) -> None:
+        with self.store.writer.transaction() as tx:
+            append_step(tx, run_id, kind, stage, attempt, seat, data, at_ms)
+
+    @property
+    def store(self) -> Store:
+        return self.daemon.require_store()
+
+    def facts(self, run_id: str) -> RunFacts:
+        row = self.store.one("run_by_id", (run_id,))
+        assert row is not None
+        ticket_row = self.store.one("ticket_by_id", (row[2],))
+        assert ticket_row is not None
+        worktree = row[9] or str(self.daemon.layout.state_dir / "worktrees" / run_id)
+        return RunFacts(
+            run_id=run_id,
+            ticket=row[2],
+            ticket_name=ticket_row[1],
+            attempt=row[3],
+            branch=row[8],
+            worktree=Path(worktree),
+            flow=Flow.from_json(orjson.loads(row[7])),
+        )
+
+    def finish(
+        self,
+        run_id: str,
+        stage: Stage,
+        attempt: int,
+        result: dict[str, Any],
+        started_ms: int | None = None,
+    ) -> None:
+        """The stage_finished row, the stage's duration metric and its system record."""
+        self.append_steps(run_id, walk.STAGE_FINISHED, stage.name, attempt, data=result)
+        metrics = self.daemon.metrics
+        if metrics is not None and "started_at_ms" not in result:
+            facts_flow = self.store.one("run_by_id", (run_id,))
+            flow_name = str(facts_flow[6]) if facts_flow else "?"
+            started = started_ms or now_ms()
+            metrics.stage_duration.labels(
+                flow_name, stage.name, "passed" if result["passed"] else "failed"
+            ).observe(max(0, now_ms() - started) / 1000)
+        verdict = "passed" if result["passed"] else "failed"
+        detail = f": {result['reason']}" if result.get("reason") else ""
+        self.sink.append(
+            run_id,
+            stage.name,
+            attempt,
+            "system",
+            f"stage '{stage.name}' execution {attempt} {verdict}{detail}",
+        )
+
+    def settle(
+        self,
+        run_id: str,
+        outcome: str,
+        halt: str | None,
+        reason: str | None,
+        *,
+        requeue: bool = False,
+        state: walk.Walk | None = None,
+        requeue_at_ms: int | None = None,
+    ) -> None:
+        """End the run: its halted row, its row, its ticket and its event, atomically."""
+        facts = self.facts(run_id)
+        if state is None:
+            state = walk.replay(facts.flow, self.read_log(run_id))
+        if outcome != "merged" and reason is None:
+            reason = run_reason(state, outcome, halt, facts.branch)
+        diagnosis = run_diagnosis(state) if outcome != "merged" else None
+        now = now_ms()
+        with self.store.writer.transaction() as tx:
+            append_step(
+                tx, run_id, walk.HALTED, data={"state": outcome, "halt": halt, "reason": reason}
+            )
+            tx.run(
+                "run_settle",
+                {
+                    "id": run_id,
+                    "state": outcome,
+                    "now": now,
+                    "halt": halt,
+                    "reason": reason,
+                    "agent_exit_code": agent_exit_code(state),
+                    "classification": orjson.dumps(diagnosis).decode() if diagnosis else None,
+                },
+            )
+            ticket_state = outcome
+            # Queued again: after a restart or a stop now, after a vendor limit when it lifts.
+            requeue_due = now if outcome == "aborted" and requeue else requeue_at_ms
+            if outcome == "aborted":
+                ticket_state = "ready" if requeue else "held"
+            if requeue_at_ms is not None:
+                ticket_state = "ready"
+            if (
+                requeue_due is not None
+                and tx.one("trigger_queued_for_ticket", (facts.ticket,)) is None
+            ):
+                tx.one("trigger_insert", {"ticket": facts.ticket, "due": requeue_due, "now": now})
+            tx.run("ticket_set_state", {"id": facts.ticket, "state": ticket_state, "now": now})
+        # Tagged with the last execution, so every record belongs to a stage.
+        last = state.executions[-1] if state.executions else None
+        self.sink.append(
+            run_id,
+            last.stage.name if last else facts.flow.stages[0].name,
+            last.attempt if last else 1,
+            "system",
+            f"run settled {outcome}" + (f": {reason}" if reason else ""),
+        )
+        if self.daemon.metrics is not None:
+            self.daemon.metrics.runs_finished.labels(outcome).inc()
+        kind = "run_aborted" if outcome == "aborted" else "run_finished"
+        self.daemon.append_event(
+            kind,
+            ticket=facts.ticket,
+            run=run_id,
+            data={"state": outcome, "halt": halt, "reason": reason},
+        )

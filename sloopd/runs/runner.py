@@ -1,0 +1,308 @@
+"""Runs in flight: prepare the worktree, walk the flow, settle.
+
+The driver of a run appends to its stage log and asks ``walk.replay`` for the
+next step after every append, so the log alone decides what happens; a run
+interrupted by a crash is settled from its log on the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from sloopd import vendor
+from sloopd.core.logsink import LogSink
+from sloopd.core.state import Daemon
+from sloopd.flows import walk
+from sloopd.flows.flow import Stage
+from sloopd.queue import gate
+from sloopd.runs import gitops
+from sloopd.runs.children import ProcessGroups
+from sloopd.runs.execute import StageExecutor
+from sloopd.runs.records import RunRecords
+from sloopd.runs.runstate import ActiveRun, RunFacts
+from sloopd.runs.worker import Credentials, WorkerDispatcher, WorkerSockets, WorkerVerbs
+from sloopd.store import Store
+from sloopd.util.clock import now_ms
+
+log = logging.getLogger(__name__)
+
+STALL_CHECK_SECONDS = 1.0
+
+
+class RunManager:
+    """Starts, drives, aborts and settles runs; the scheduler hands it claims."""
+
+    def __init__(self, daemon: Daemon, groups: ProcessGroups, sink: LogSink) -> None:
+        self.daemon = daemon
+        self.groups = groups
+        self.sink = sink
+        self.records = RunRecords(daemon, sink)
+        self.active: dict[str, ActiveRun] = {}
+        daemon.active_runs = self.active
+        self.worktree_lock = asyncio.Lock()
+        self.on_settled: list[Any] = []
+        self.credentials = Credentials()
+        verbs = WorkerVerbs(daemon, self.records)
+        self.worker_sockets = WorkerSockets(
+            daemon.layout.worker_socket_dir,
+            lambda run: WorkerDispatcher(run, self.credentials, verbs.handlers()),
+        )
+        self.executor = StageExecutor(
+            daemon,
+            self.records,
+            groups,
+            self.credentials,
+            self.worker_sockets.path,
+            merge_lock=asyncio.Lock(),  # merges are serialised across runs
+        )
+
+    @property
+    def store(self) -> Store:
+        return self.daemon.require_store()
+
+    def start(self, run_id: str) -> None:
+        active = ActiveRun(run_id, stall_after_ms=self.daemon.config.agent.stall_after_ms)
+        self.active[run_id] = active
+        active.task = asyncio.get_running_loop().create_task(self._drive(active))
+
+    async def _drive(self, active: ActiveRun) -> None:
+        run_id = active.run_id
+        try:
+            facts = self.records.facts(run_id)
+            try:
+                await self._prepare(active, facts)
+            except gitops.GitError as exc:
+                self.records.settle(
+                    run_id, "failed", None, f"the run's worktree could not be created: {exc}"
+                )
+                return
+            while not await self._step(active, facts):
+                pass
+        except Exception as exc:
+            log.exception("run %s failed inside the daemon", run_id)
+            with contextlib.suppress(Exception):
+                self.records.settle(
+                    run_id,
+                    "failed",
+                    None,
+                    f"the daemon failed to drive the run: {exc.__class__.__name__}: {exc}",
+                )
+        finally:
+            self.credentials.revoke(run_id)
+            await self.worker_sockets.close(run_id)
+            self.active.pop(run_id, None)
+            self.sink.forget(run_id)
+            for callback in self.on_settled:
+                callback()
+
+    async def _prepare(self, active: ActiveRun, facts: RunFacts) -> None:
+        repo = self.daemon.layout.repo
+        for old_id, _old_path in self.store.all("run_worktrees_of_ticket", (facts.ticket,)):
+            await self.remove_worktree(old_id)
+        facts.worktree.parent.mkdir(parents=True, exist_ok=True)
+        await self.worker_sockets.open(facts.run_id)
+        # git's worktree bookkeeping is not safe against concurrent add/remove/prune.
+        async with self.worktree_lock:
+            await gitops.create_worktree(
+                repo, facts.worktree, facts.branch, self.daemon.config.repo.main
+            )
+        with self.store.writer.transaction() as tx:
+            tx.run("run_set_worktree", (str(facts.worktree), facts.run_id))
+            tx.run("run_started", {"id": facts.run_id, "now": now_ms()})
+        self.daemon.append_event(
+            "run_started",
+            ticket=facts.ticket,
+            run=facts.run_id,
+            data={"worktree": str(facts.worktree), "branch": facts.branch},
+        )
+
+    async def _step(self, active: ActiveRun, facts: RunFacts) -> bool:
+        """Take the walk's next step; True once the run is settled."""
+        state = walk.replay(facts.flow, self.records.read_log(facts.run_id))
+        merged = state.next == "done" and state.outcome == "merged"
+        if active.requeue_at_ms is not None and state.next != "running" and not merged:
+            self.records.settle(
+                facts.run_id,
+                "failed",
+                # The stage failed and the walk stops as if its fail_action were
+                # "fail": a vendor limit never spends a return_to budget.
+                "fail_action",
+                None,
+                state=state,
+                requeue_at_ms=active.requeue_at_ms,
+            )
+            return True
+        if active.cancel_reason is not None and state.next != "running" and not merged:
+            self.records.settle(
+                facts.run_id,
+                "aborted",
+                None,
+                active.cancel_reason,
+                requeue=active.requeue,
+                state=state,
+            )
+            return True
+        if state.next == "start":
+            assert state.next_stage is not None
+            stage = state.next_stage
+            await self._execute(active, facts, stage, state.attempts_of(stage.name) + 1)
+        elif state.next == "return":
+            assert state.next_stage is not None
+            last = state.executions[-1]
+            self.records.append_steps(
+                facts.run_id,
+                walk.RETURNED,
+                last.stage.name,
+                last.attempt,
+                data={"to": state.next_stage.name},
+            )
+            self.sink.append(
+                facts.run_id,
+                last.stage.name,
+                last.attempt,
+                "system",
+                f"returning to '{state.next_stage.name}'",
+            )
+        elif state.next == "running":
+            current = state.current
+            assert current is not None
+            self.records.finish(
+                facts.run_id,
+                current.stage,
+                current.attempt,
+                {"passed": False, "reason": "interrupted before it finished"},
+            )
+        else:
+            assert state.outcome is not None
+            if state.outcome == "merged":
+                # Gone before the run reads merged, so no one sees a merged run
+                # that still holds a worktree.
+                try:
+                    await self.remove_worktree(facts.run_id)
+                except gitops.GitError as exc:
+                    log.warning("%s merged but its worktree stays: %s", facts.run_id, exc)
+            self.records.settle(facts.run_id, state.outcome, state.halt, None, state=state)
+            return True
+        return False
+
+    async def _execute(
+        self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
+    ) -> None:
+        self.records.append_steps(facts.run_id, walk.STAGE_STARTED, stage.name, attempt)
+        active.stage, active.attempt, active.stage_started_ms = stage.name, attempt, now_ms()
+        self.sink.append(
+            facts.run_id,
+            stage.name,
+            attempt,
+            "system",
+            f"stage '{stage.name}' execution {attempt} started",
+        )
+        result = await self.executor.execute(active, facts, stage, attempt)
+        if active.cancel_reason is not None:
+            result = {**result, "passed": False, "reason": active.cancel_reason}
+        elif not result["passed"] and stage.action == "agent":
+            result["diagnosis"] = self.executor.diagnose(active)
+        active.child = None
+        active.stall_killed_after_ms = None
+        self.records.finish(facts.run_id, stage, attempt, result, active.stage_started_ms)
+        diagnosis = result.get("diagnosis") or {}
+        if diagnosis.get("classification") in vendor.LIMIT_CLASSES:
+            self._vendor_limit(facts, diagnosis)
+
+    def _vendor_limit(self, facts: RunFacts, diagnosis: dict[str, Any]) -> None:
+        """A rate or usage limit: close the gate, settle failed, queue the ticket again.
+
+        No return_to budget is spent and no agent is respawned before the
+        deadline: the ticket's next trigger is due when the cooldown ends.
+        """
+        now = now_ms()
+        until = diagnosis.get("reset_at_ms") or 0
+        if until <= now:
+            until = now + self.daemon.config.agent.cooldown_ms
+        kind = diagnosis["classification"].replace("_", " ")
+        gate.cool_down(self.daemon, until, f"{kind} reported by the agent of {facts.run_id}")
+        active = self.active.get(facts.run_id)
+        if active is not None:
+            active.requeue_at_ms = until
+
+    async def remove_worktree(self, run_id: str) -> None:
+        facts = self.records.facts(run_id)
+        async with self.worktree_lock:
+            await gitops.remove_worktree(self.daemon.layout.repo, facts.worktree)
+        with self.store.writer.transaction() as tx:
+            tx.run("run_clear_worktree", (run_id,))
+
+    async def watch_stalls(self) -> None:
+        """Stop a stage whose child has been silent past stall_kill_after."""
+        while True:
+            await asyncio.sleep(STALL_CHECK_SECONDS)
+            kill_after = self.daemon.config.agent.stall_kill_after_ms
+            for active in list(self.active.values()):
+                silent = active.silent_for_ms()
+                child = active.child
+                if (
+                    child is not None
+                    and silent is not None
+                    and silent >= kill_after
+                    and active.stall_killed_after_ms is None
+                ):
+                    active.stall_killed_after_ms = kill_after
+                    log.warning(
+                        "%s: stage %s silent for %d ms; stopping it",
+                        active.run_id,
+                        active.stage,
+                        silent,
+                    )
+                    asyncio.get_running_loop().create_task(child.stop())
+
+    async def collect_worktrees(self) -> list[str]:
+        """``gc``: remove the worktrees that settled runs kept for inspection."""
+        removed = []
+        for run_id, _path in self.store.all("run_worktrees_terminal"):
+            if run_id in self.active:
+                continue  # still settling: its driver removes or keeps it
+            await self.remove_worktree(run_id)
+            removed.append(run_id)
+        return removed
+
+    async def abort(self, run_id: str, reason: str, *, requeue: bool = False) -> None:
+        """Stop a run in flight and wait until it is settled."""
+        active = self.active.get(run_id)
+        if active is None:
+            return
+        if active.cancel_reason is None:
+            active.cancel_reason, active.requeue = reason, requeue
+        if active.child is not None:
+            await active.child.stop()
+        if active.task is not None:
+            await asyncio.shield(active.task)
+
+    async def stop_all(self, reason: str) -> None:
+        """A stopping daemon stops every run; each is settled and queued again."""
+        await asyncio.gather(
+            *(self.abort(run_id, reason, requeue=True) for run_id in list(self.active)),
+            return_exceptions=True,
+        )
+
+    def recover(self) -> list[str]:
+        """Settle runs a crashed daemon left in flight; their tickets are queued again."""
+        recovered = []
+        for (run_id,) in self.store.all("runs_active_ids"):
+            facts = self.records.facts(run_id)
+            state = walk.replay(facts.flow, self.records.read_log(run_id))
+            current = state.current
+            reason = "the daemon restarted while the run was in flight"
+            if current is not None:
+                reason += f" (stage '{current.stage.name}' execution {current.attempt})"
+                self.records.finish(
+                    run_id,
+                    current.stage,
+                    current.attempt,
+                    {"passed": False, "reason": "interrupted: the daemon restarted"},
+                )
+            self.records.settle(run_id, "aborted", None, reason, requeue=True)
+            recovered.append(run_id)
+        return recovered

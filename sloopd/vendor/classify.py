@@ -1,0 +1,197 @@
+"""Vendor diagnostics: why did the agent fail, and when may we try again?
+
+When an agent exits non-zero, the run driver hands its last output lines to
+:func:`classify`.  The answer decides what Sloop does next: a rate or usage
+limit closes the gate until the vendor's reset time (DESIGN "Vendor
+diagnostics") instead of burning the ticket's retry budget on an agent that
+cannot work; everything else is an ordinary failure with a readable reason.
+
+Choices that follow from that:
+
+* **The last matching line wins.**  Agents print transient errors, retry, and
+  recover; only the error nearest the end explains the exit.  Lines are
+  scanned backwards, so the common case stops early.
+* **One ordered table** (:data:`DEFAULT_PATTERNS`, kept with the rules for
+  writing it in ``sloopd.vendor.patterns``).  On a single line the earliest
+  pattern wins, so the table runs from the most specific diagnosis to the
+  least, and its generic patterns insist on error wording: a false
+  ``usage_limit`` would pause the whole repository.
+* **Never raise.**  This runs on the failure path of a run; a surprise in the
+  text must degrade to ``unknown`` or "no reset time", not crash the driver.
+
+Standard library only: the daemon wires it into the run driver and the gate.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import tzinfo
+from typing import Any, Final
+
+from sloopd.vendor.patterns import CLASSES, DEFAULT_PATTERNS, Pattern
+from sloopd.vendor.prefilter import Prefilter
+from sloopd.vendor.reset import clean_line, parse_reset
+
+LIMIT_CLASSES: Final = frozenset({"rate_limited", "usage_limit"})
+"""Classes that close the gate, and so the only ones whose reset time is read."""
+
+EVIDENCE_MAX: Final = 500
+RESET_LOOKAHEAD_LINES: Final = 5
+"""Lines after the evidence searched for a reset time when the evidence names none.
+
+Multi-line errors (Gemini's pretty-printed JSON with ``"retryDelay"``, a limit
+notice followed by "Please retry in 57s.") put the time on a later line.
+"""
+
+
+class VendorConfigError(Exception):
+    """A ``[[vendor.patterns]]`` entry that does not validate; names key and reason."""
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What :func:`classify` concluded, with the line that shows why."""
+
+    classification: str
+    evidence: str | None
+    vendor: str | None
+    reset_at_ms: int | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "classification": self.classification,
+            "evidence": self.evidence,
+            "vendor": self.vendor,
+            "reset_at_ms": self.reset_at_ms,
+        }
+
+
+UNKNOWN: Final = Diagnosis("unknown", None, None, None)
+
+
+# --------------------------------------------------------------------------- config
+
+_CONFIG_KEYS: Final = ("classification", "regex", "vendor")
+_USABLE: Final = tuple(c for c in CLASSES if c != "unknown")
+
+
+def patterns_from_config(section: Any) -> tuple[Pattern, ...]:
+    """The site's own patterns from sloop.toml's ``[[vendor.patterns]]``, validated.
+
+    The caller classifies with ``user + DEFAULT_PATTERNS``: user patterns are
+    tried first so a site can override how a line is read (a proxy that words
+    its 429 differently, a vendor we do not know).  ``section`` is the
+    ``patterns`` array, or the ``[vendor]`` table holding it, or None; keys of
+    ``[vendor]`` other than ``patterns`` belong to the caller.
+    """
+    if section is None:
+        return ()
+    if isinstance(section, dict):
+        entries = section.get("patterns", [])
+    elif isinstance(section, list):
+        entries = section
+    else:
+        raise VendorConfigError("vendor: must be a table")
+    if not isinstance(entries, list):
+        raise VendorConfigError("vendor.patterns: must be an array of tables")
+    return tuple(_config_pattern(entry, f"vendor.patterns[{i}]") for i, entry in enumerate(entries))
+
+
+def _config_pattern(entry: Any, where: str) -> Pattern:
+    if not isinstance(entry, dict):
+        raise VendorConfigError(f"{where}: must be a table")
+    for key in entry:
+        if key not in _CONFIG_KEYS:
+            known = ", ".join(_CONFIG_KEYS)
+            raise VendorConfigError(f"{where}.{key}: unknown key (known: {known})")
+    classification = entry.get("classification")
+    if classification is None:
+        raise VendorConfigError(f"{where}.classification: required")
+    if not isinstance(classification, str) or classification not in _USABLE:
+        raise VendorConfigError(
+            f"{where}.classification: {classification!r} is not one of {', '.join(_USABLE)}"
+        )
+    regex = _config_regex(entry.get("regex"), f"{where}.regex")
+    vendor = entry.get("vendor")
+    if vendor is not None and (not isinstance(vendor, str) or not vendor.strip()):
+        raise VendorConfigError(f"{where}.vendor: must be a non-empty string")
+    return Pattern(classification, regex, vendor)
+
+
+def _config_regex(source: Any, where: str) -> re.Pattern[str]:
+    if source is None:
+        raise VendorConfigError(f"{where}: required")
+    if not isinstance(source, str) or not source:
+        raise VendorConfigError(f"{where}: must be a non-empty string")
+    try:
+        compiled = re.compile(source, re.IGNORECASE)
+    except (re.error, OverflowError, RecursionError, ValueError) as exc:
+        raise VendorConfigError(f"{where}: not a valid regular expression: {exc}") from exc
+    if compiled.search("") is not None:
+        # It would match every line, so the last line of any output would win.
+        raise VendorConfigError(f"{where}: matches the empty string, so it would match every line")
+    return compiled
+
+
+# --------------------------------------------------------------------------- classify
+
+
+def classify(
+    lines: Iterable[str],
+    now_ms: int,
+    patterns: Sequence[Pattern] = DEFAULT_PATTERNS,
+    tz: tzinfo | None = None,
+) -> Diagnosis:
+    """Classify a failed agent's output (stdout and stderr lines, in order).
+
+    The last line matching any pattern is the cause; on that line the earliest
+    pattern in ``patterns`` decides.  Chunks holding several lines (or ``\\r``
+    redraws of a terminal UI) are split first.  For a rate or usage limit,
+    ``reset_at_ms`` is read from the evidence line, else from the few lines
+    after it; ``tz`` is the zone of clock times that name none (default UTC).
+    """
+    flat = [part for line in lines for part in line.splitlines()]
+    prefilter = Prefilter(patterns)
+    for index in range(len(flat) - 1, -1, -1):
+        line = clean_line(flat[index])
+        if not line:
+            continue
+        for candidate in prefilter.candidates(line):
+            pattern = patterns[candidate]
+            match = pattern.regex.search(line)
+            if match is None:
+                continue
+            reset = None
+            if pattern.classification in LIMIT_CLASSES:
+                following = flat[index + 1 : index + 1 + RESET_LOOKAHEAD_LINES]
+                reset = _reset_near(line, following, now_ms, tz)
+            return Diagnosis(pattern.classification, _evidence(line, match), pattern.vendor, reset)
+    return UNKNOWN
+
+
+def _reset_near(line: str, following: list[str], now_ms: int, tz: tzinfo | None) -> int | None:
+    for candidate in (line, *following):
+        reset = parse_reset(candidate, now_ms, tz)
+        if reset is not None:
+            return reset
+    return None
+
+
+def _evidence(line: str, match: re.Match[str]) -> str:
+    """The line, or the 500-character window of it that shows the match.
+
+    Stream-JSON lines run to kilobytes and the error may sit deep inside; the
+    first 500 characters would show the envelope and hide the reason.
+    """
+    if len(line) <= EVIDENCE_MAX:
+        return line
+    start = max(0, min(match.start() - 80, len(line) - EVIDENCE_MAX))
+    head = "\u2026" if start > 0 else ""
+    end = start + EVIDENCE_MAX - len(head)
+    tail = ""
+    if end < len(line):
+        tail = "\u2026"
+        end -= 1
+    return head + line[start:end] + tail

@@ -1,0 +1,109 @@
+"""A run as ``show`` gives it: the row, its timeline, and one row per stage execution."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from sloopd.core import rows
+from sloopd.core.state import Daemon, LiveRun
+from sloopd.flows import walk
+from sloopd.flows.explain import agent_exit_code
+from sloopd.flows.flow import Flow
+from sloopd.flows.stagelog import read_log
+from sloopd.wire.api import ErrorCode, ProtocolError
+
+
+def run_detail(daemon: Daemon, run_id: str, active: LiveRun | None) -> dict[str, Any]:
+    store = daemon.require_store()
+    row = rows.run_row(store, run_id)
+    snapshot = store.one("run_by_id", (run_id,))
+    if row is None or snapshot is None:
+        raise ProtocolError(ErrorCode.NOT_FOUND, f"no run '{run_id}'", {"ref": run_id})
+    flow = Flow.from_json(orjson.loads(snapshot[7]))
+    state = walk.replay(flow, read_log(store, run_id))
+    silent_for_ms = _silent_for_ms(active)
+    row["stages"] = stage_rows(state, silent_for_ms)
+    if row["terminal"]:
+        _close_interrupted(row["stages"], state)
+    row["stall"] = active.stall() if active is not None else None
+    row["notes"] = state.notes
+    # exit_code has always been the agent stage's exit; agent_exit_code says so.
+    row["exit_code"] = row["agent_exit_code"]
+    if not row["terminal"]:
+        row["agent_exit_code"] = row["exit_code"] = agent_exit_code(state)
+    return row
+
+
+def _close_interrupted(stages: list[dict[str, Any]], state: walk.Walk) -> None:
+    """A settled run has nothing running: an execution its log never finished
+    (a corrupt log stops the replay) is shown failed, saying why."""
+    for stage in stages:
+        if stage["state"] == "running":
+            stage["state"] = "failed"
+            stage["silent_for_ms"] = None
+            stage["reason"] = (
+                "the stage log does not replay past this execution"
+                if state.corrupt
+                else "the run ended while this execution was in flight"
+            )
+
+
+def _silent_for_ms(active: LiveRun | None) -> int | None:
+    return active.silent_for_ms() if active is not None else None
+
+
+def stage_rows(state: walk.Walk, silent_for_ms: int | None) -> list[dict[str, Any]]:
+    """Executions in the order the walk made them, then unreached stages in flow order."""
+    result = [_execution_row(execution, silent_for_ms) for execution in state.executions]
+    reached = {execution.stage.name for execution in state.executions}
+    for stage in state.flow.stages:
+        if stage.name not in reached:
+            result.append(
+                {
+                    "stage": stage.name,
+                    "state": "pending",
+                    "attempt": 0,
+                    "advisory": stage.advisory,
+                    "started_at_ms": None,
+                    "finished_at_ms": None,
+                    "duration_ms": None,
+                    "exit_code": None,
+                    "verdict_source": None,
+                    "reason": None,
+                    "confidence": None,
+                    "silent_for_ms": None,
+                    "reviewers": [],
+                }
+            )
+    return result
+
+
+def _execution_row(execution: walk.Execution, silent_for_ms: int | None) -> dict[str, Any]:
+    running = execution.running
+    if running:
+        state = "running"
+    else:
+        state = "passed" if execution.passed else "failed"
+    finished = execution.finished_at_ms
+    return {
+        "stage": execution.stage.name,
+        "state": state,
+        "attempt": execution.attempt,
+        "advisory": execution.stage.advisory,
+        "started_at_ms": execution.started_at_ms,
+        "finished_at_ms": finished,
+        "duration_ms": None if finished is None else finished - execution.started_at_ms,
+        "exit_code": execution.exit_code,
+        "verdict_source": execution.verdict_source,
+        "reason": execution.reason,
+        "confidence": execution.confidence if execution.stage.result_check == "reported" else None,
+        "silent_for_ms": silent_for_ms if running else None,
+        "reviewers": [
+            {key: seat[key] for key in ("reviewer", "target", "verdict", "confidence", "reason")}
+            for _, seat in sorted(execution.seats.items())
+        ]
+        if execution.stage.result_check == "panel"
+        else [],
+    }

@@ -1,0 +1,140 @@
+"""``show``: the dashboard, exact references, and the pattern rung."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sloopd.core import rows
+from sloopd.core.state import Daemon
+from sloopd.queue import refs
+from sloopd.queue.scheduler import next_wake
+from sloopd.views import runview
+from sloopd.wire import api
+
+
+def dashboard(daemon: Daemon, limit: int | None) -> dict[str, Any]:
+    """The status fields plus ``kind``/``recent``; empty lists on a refused store."""
+    recent_limit = limit or api.DEFAULT_RECENT_LIMIT
+    view: dict[str, Any] = {"kind": "dashboard", **status(daemon)}
+    store = daemon.store
+    if store is None:
+        view.update(recent=[], recent_total=0, recent_limit=recent_limit)
+        return view
+    recent = [rows.run_row_of(r) for r in store.all("runs_recent", (recent_limit,))]
+    total = store.one("runs_recent_count")
+    view.update(
+        recent=recent,
+        recent_total=int(total[0]) if total else 0,
+        recent_limit=recent_limit,
+    )
+    return view
+
+
+def status(daemon: Daemon) -> dict[str, Any]:
+    """The v1 status fields, shared by ``status`` and the dashboard."""
+    fields: dict[str, Any] = {"daemon": daemon.info(), "gate": daemon.gate.row()}
+    store = daemon.store
+    if store is None:
+        fields.update(runs=[], queued_triggers=[], tickets=[])
+        return fields
+    queued_records = store.all("triggers_queued")
+    facts = daemon.queue_facts(queued_records)
+    runs = [_live_run_row(daemon, r) for r in store.all("runs_in_flight")]
+    queued = [rows.trigger_row(r) for r in queued_records]
+    fields.update(
+        runs=runs,
+        queued_triggers=queued,
+        tickets=[rows.ticket_row(t, facts) for t in store.all("tickets_nonterminal")],
+    )
+    wake = next_wake(daemon)
+    if wake is not None:
+        fields["next_wake"] = wake
+    return fields
+
+
+def _live_run_row(daemon: Daemon, record: tuple[Any, ...]) -> dict[str, Any]:
+    row = rows.run_row_of(record)
+    active = daemon.active_runs.get(row["id"])
+    if active is not None:
+        row["stall"] = active.stall()
+    return row
+
+
+def show_ref(daemon: Daemon, ref: str, limit: int | None) -> dict[str, Any]:
+    """An exact reference's detail, else the pattern rung's matches."""
+    store = daemon.require_store()
+    exact = refs.resolve_exact(store, daemon.layout.repo, ref)
+    if exact is None:
+        return matches(daemon, ref, limit)
+    if exact.kind == "ticket":
+        return {"kind": "ticket", "value": ticket_detail(daemon, exact.key)}
+    if exact.kind == "run":
+        return {"kind": "run", "value": run_detail(daemon, exact.key)}
+    return {"kind": "project", "value": project_detail(daemon, exact.key)}
+
+
+def matches(daemon: Daemon, ref: str, limit: int | None) -> dict[str, Any]:
+    """The pattern rung: ticket rows whose id or name match, newest first."""
+    store = daemon.require_store()
+    expression = refs.pattern(ref)
+    facts = daemon.queue_facts()
+    found = [t for t in store.all("tickets_all") if refs.matches(expression, t[0], t[1])]
+    shown = found[:limit] if limit else found
+    return {
+        "kind": "matches",
+        "ref": ref,
+        "tickets": [rows.ticket_row(t, facts) for t in shown],
+        "total": len(found),
+    }
+
+
+def ticket_detail(daemon: Daemon, ticket_id: str) -> dict[str, Any]:
+    store = daemon.require_store()
+    record = store.one("ticket_by_id", (ticket_id,))
+    extra = store.one("ticket_extra", (ticket_id,))
+    assert record is not None and extra is not None
+    value = rows.ticket_row(record, daemon.queue_facts())
+    queued = store.one("trigger_queued_for_ticket", (ticket_id,))
+    value.update(
+        body=extra[0],
+        manual=bool(extra[1]),
+        trigger=rows.trigger_row(queued) if queued else None,
+        runs=[_run_summary(daemon, r[0]) for r in store.all("run_ids_for_ticket", (ticket_id,))],
+    )
+    return value
+
+
+def _run_summary(daemon: Daemon, run_id: str) -> dict[str, Any]:
+    """One entry of a ticket's ``value.runs`` (protocol: "Read a ticket's run history")."""
+    detail = run_detail(daemon, run_id)
+    keys = (
+        "id",
+        "alias",
+        "attempt",
+        "state",
+        "terminal",
+        "started_at_ms",
+        "finished_at_ms",
+        "reason",
+        "stall",
+    )
+    summary = {key: detail[key] for key in keys}
+    summary["stages"] = [
+        {key: stage[key] for key in ("stage", "state", "attempt", "advisory", "silent_for_ms")}
+        for stage in detail["stages"]
+    ]
+    return summary
+
+
+def run_detail(daemon: Daemon, run_id: str) -> dict[str, Any]:
+    return runview.run_detail(daemon, run_id, daemon.active_runs.get(run_id))
+
+
+def project_detail(daemon: Daemon, name: str) -> dict[str, Any]:
+    store = daemon.require_store()
+    facts = daemon.queue_facts()
+    members = [rows.ticket_row(t, facts) for t in store.all("tickets_in_project", (name,))]
+    counts = {state: 0 for state in api.TICKET_STATES}
+    for ticket in members:
+        counts[ticket["state"]] += 1
+    return {"name": name, "tickets": members, "counts": counts}

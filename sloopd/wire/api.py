@@ -1,0 +1,393 @@
+"""The wire schema: the one module every client of Sloop imports.
+
+It holds the envelope, the error codes, the verbs with their argument shapes,
+the state names and the rules for finding a repository's operator socket.
+It imports nothing else from the daemon, so ``sloopctl`` (and any other
+client) can depend on it without pulling in the store or the server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Final
+
+PROTOCOL_VERSION: Final = 1
+SUPPORTED_VERSIONS: Final = (1,)
+SOFTWARE_VERSION: Final = "0.5.0"
+
+# A request line longer than this is answered with invalid_request and skipped
+# up to its newline; the connection stays usable.  Ticket bodies travel as
+# paths, not text, so no legitimate request comes near it.
+MAX_REQUEST_BYTES: Final = 1024 * 1024
+
+# Integers on the wire stay exactly representable in every JSON client (and
+# in SQLite's 64-bit integers): 2**53 - 1.
+MAX_INTEGER: Final = 2**53 - 1
+
+OPERATOR_SOCKET_NAME: Final = "operator.sock"
+WORKER_SOCKET_DIR_NAME: Final = "w"
+DAEMON_INFO_NAME: Final = "daemon.json"
+
+
+class ErrorCode(StrEnum):
+    """The ten error codes of protocol v1; no others are ever sent."""
+
+    INVALID_ARGUMENTS = "invalid_arguments"
+    INVALID_REQUEST = "invalid_request"
+    UNSUPPORTED_VERSION = "unsupported_version"
+    UNKNOWN_VERB = "unknown_verb"
+    DAEMON_UNAVAILABLE = "daemon_unavailable"
+    UNAUTHORIZED = "unauthorized"
+    NOT_FOUND = "not_found"
+    CONFLICT = "conflict"
+    COOLDOWN_ACTIVE = "cooldown_active"
+    INTERNAL = "internal"
+
+
+class ProtocolError(Exception):
+    """An error answer: raised anywhere below dispatch, sent as one envelope."""
+
+    def __init__(
+        self, code: ErrorCode, message: str, details: Mapping[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details: dict[str, Any] = dict(details or {})
+
+    def as_error(self) -> dict[str, Any]:
+        return {"code": str(self.code), "message": self.message, "details": self.details}
+
+
+def invalid_arguments(message: str, **details: Any) -> ProtocolError:
+    return ProtocolError(ErrorCode.INVALID_ARGUMENTS, message, details)
+
+
+# --- states --------------------------------------------------------------
+
+TICKET_STATES: Final = ("ready", "held", "running", "merged", "failed", "needs_review")
+TERMINAL_TICKET_STATES: Final = frozenset({"merged", "failed", "needs_review"})
+RUN_STATES: Final = ("claimed", "running", "merged", "failed", "needs_review", "aborted")
+ACTIVE_RUN_STATES: Final = frozenset({"claimed", "running"})
+TERMINAL_RUN_STATES: Final = frozenset({"merged", "failed", "needs_review", "aborted"})
+STAGE_ROW_STATES: Final = ("passed", "failed", "running", "pending")
+GATE_STATES: Final = ("open", "cooldown", "paused")
+WAITING_REASONS: Final = (
+    "held",
+    "no_trigger",
+    "scheduled",
+    "parallel_limit",
+    "cooldown",
+    "terminal",
+)
+LOG_STREAMS: Final = ("stdout", "stderr", "note", "system")
+VERDICTS: Final = ("pass", "fail")
+CONFIDENCES: Final = ("low", "medium", "high")
+DEFAULT_CONFIDENCE: Final = "medium"
+DEFAULT_RECENT_LIMIT: Final = 10
+
+
+# --- argument shapes -------------------------------------------------------
+
+Validator = Callable[[str, Any], Any]
+
+
+def _string(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise invalid_arguments(f"'{name}' must be a string", field=name)
+    return value
+
+
+def _nonempty_string(name: str, value: Any) -> str:
+    text = _string(name, value)
+    if not text.strip():
+        raise invalid_arguments(f"'{name}' must not be empty", field=name)
+    return text
+
+
+def _boolean(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise invalid_arguments(f"'{name}' must be true or false", field=name)
+    return value
+
+
+def _integer(name: str, value: Any, minimum: int | None) -> int:
+    # bool is an int subclass in Python; JSON true is not a number.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid_arguments(f"'{name}' must be an integer", field=name)
+    if minimum is not None and value < minimum:
+        raise invalid_arguments(f"'{name}' must be at least {minimum}", field=name)
+    if value > MAX_INTEGER:
+        raise invalid_arguments(f"'{name}' must be at most {MAX_INTEGER}", field=name)
+    return value
+
+
+def _positive_integer(name: str, value: Any) -> int:
+    return _integer(name, value, 1)
+
+
+def _non_negative_integer(name: str, value: Any) -> int:
+    return _integer(name, value, 0)
+
+
+def _one_of(choices: tuple[str, ...]) -> Validator:
+    def check(name: str, value: Any) -> str:
+        if not isinstance(value, str) or value not in choices:
+            allowed = ", ".join(choices)
+            raise invalid_arguments(
+                f"'{name}' must be one of: {allowed}", field=name, allowed=list(choices)
+            )
+        return value
+
+    return check
+
+
+def _trigger(name: str, value: Any) -> dict[str, int]:
+    if not isinstance(value, dict):
+        raise invalid_arguments(f"'{name}' must be an object like {{\"at_ms\": 0}}", field=name)
+    unknown = sorted(set(value) - {"at_ms"})
+    if unknown:
+        raise invalid_arguments(
+            f"unknown field '{name}.{unknown[0]}'", field=f"{name}.{unknown[0]}"
+        )
+    if value.get("at_ms") is None:
+        return {}
+    return {"at_ms": _non_negative_integer(f"{name}.at_ms", value["at_ms"])}
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    validate: Validator
+    required: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Verb:
+    """A verb's argument shape and the socket it is served on."""
+
+    name: str
+    fields: Mapping[str, Field]
+    operator: bool = True
+    worker: bool = False
+    deprecated: bool = False
+
+    def parse(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate args, deny unknown fields; an explicit null means absent."""
+        unknown = sorted(set(args) - set(self.fields))
+        if unknown:
+            raise invalid_arguments(
+                f"unknown argument '{unknown[0]}' for verb '{self.name}'",
+                field=unknown[0],
+                allowed=sorted(self.fields),
+            )
+        parsed: dict[str, Any] = {}
+        for name, spec in self.fields.items():
+            value = args.get(name)
+            if value is None:
+                if spec.required:
+                    raise invalid_arguments(
+                        f"'{name}' is required for verb '{self.name}'", field=name
+                    )
+                continue
+            parsed[name] = spec.validate(name, value)
+        return parsed
+
+
+def _verb(
+    name: str,
+    operator: bool = True,
+    worker: bool = False,
+    deprecated: bool = False,
+    **fields: Field,
+) -> Verb:
+    return Verb(name, fields, operator=operator, worker=worker, deprecated=deprecated)
+
+
+_REF = Field(_nonempty_string, required=True)
+_TRIGGER = Field(_trigger)
+
+VERBS: Final[Mapping[str, Verb]] = {
+    v.name: v
+    for v in (
+        _verb("show", worker=True, ref=Field(_nonempty_string), limit=Field(_positive_integer)),
+        _verb(
+            "post",
+            path=Field(_nonempty_string, required=True),
+            hold=Field(_boolean),
+            manual=Field(_boolean),
+            trigger=_TRIGGER,
+        ),
+        _verb("run", ref=_REF, trigger=_TRIGGER),
+        _verb("hold", ref=_REF),
+        _verb("ready", ref=_REF),
+        _verb("abort", run=_REF),
+        _verb(
+            "logs",
+            run=_REF,
+            stage=Field(_nonempty_string),
+            tail=Field(_positive_integer),
+            after=Field(_string),
+        ),
+        _verb(
+            "events",
+            after=Field(_string),
+            tail=Field(_positive_integer),
+            scope=Field(_nonempty_string),
+        ),
+        _verb("brief", operator=False, worker=True),
+        _verb("note", operator=False, worker=True, text=Field(_nonempty_string, required=True)),
+        _verb(
+            "verdict",
+            operator=False,
+            worker=True,
+            verdict=Field(_one_of(VERDICTS), required=True),
+            reason=Field(_string),
+            confidence=Field(_one_of(CONFIDENCES)),
+        ),
+        _verb("status", deprecated=True),
+        _verb("list", deprecated=True, ref=Field(_nonempty_string), limit=Field(_positive_integer)),
+        _verb(
+            "wait",
+            deprecated=True,
+            run=_REF,
+            timeout_ms=Field(_non_negative_integer),
+        ),
+        # Additive in 0.4.0 (documented in docs/protocol.md).
+        _verb("gc"),
+        _verb("pause", reason=Field(_nonempty_string)),
+        _verb("resume"),
+    )
+}
+
+
+# --- envelope -------------------------------------------------------------
+
+RequestId = str | int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    id: RequestId
+    verb: Verb
+    args: dict[str, Any]
+    token: str | None
+
+
+def readable_id(message: Any) -> RequestId:
+    """The request id to echo, when the request carries a usable one."""
+    if not isinstance(message, dict):
+        return None
+    value = message.get("id")
+    if isinstance(value, str) or _is_int(value):
+        return value
+    return None
+
+
+def _bad_envelope(message: str, name: str) -> ProtocolError:
+    return ProtocolError(ErrorCode.INVALID_REQUEST, message, {"field": name})
+
+
+def _envelope_field(
+    message: dict[str, Any], name: str, valid: Callable[[Any], bool], expected: str
+) -> Any:
+    if name not in message:
+        raise _bad_envelope(f"missing envelope field '{name}'", name)
+    value = message[name]
+    if not valid(value):
+        raise _bad_envelope(f"envelope field '{name}' must be {expected}", name)
+    return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def parse_envelope(message: Any) -> Request:
+    """Check a decoded request line; raise ProtocolError naming what is wrong.
+
+    The version is checked before anything else the envelope carries, so a
+    client of another version is told so instead of being misparsed.
+    ``token`` may be omitted (the protocol text's own shell client does);
+    ``v``, ``id``, ``verb`` and ``args`` are required.  Unknown envelope
+    fields are ignored, so a newer client's additions do not break it.
+    """
+    if not isinstance(message, dict):
+        raise ProtocolError(ErrorCode.INVALID_REQUEST, "a request must be a JSON object")
+    version = _envelope_field(message, "v", _is_int, "an integer")
+    if version not in SUPPORTED_VERSIONS:
+        raise ProtocolError(
+            ErrorCode.UNSUPPORTED_VERSION,
+            f"protocol version {version} is not supported",
+            {"supported": list(SUPPORTED_VERSIONS)},
+        )
+    request_id = _envelope_field(
+        message, "id", lambda v: isinstance(v, str) or _is_int(v), "a string or an integer"
+    )
+    verb_name = _envelope_field(message, "verb", lambda v: isinstance(v, str), "a string")
+    verb = VERBS.get(verb_name)
+    if verb is None:
+        raise ProtocolError(
+            ErrorCode.UNKNOWN_VERB, f"unknown verb '{verb_name}'", {"verbs": sorted(VERBS)}
+        )
+    args = _envelope_field(message, "args", lambda v: isinstance(v, dict), "an object")
+    token = message.get("token")
+    if token is not None and not isinstance(token, str):
+        raise _bad_envelope("envelope field 'token' must be a string or null", "token")
+    return Request(request_id, verb, args, token)
+
+
+def request(
+    verb: str, args: Mapping[str, Any], request_id: RequestId = "1", token: str | None = None
+) -> dict[str, Any]:
+    """A request envelope, for clients."""
+    return {
+        "v": PROTOCOL_VERSION,
+        "id": request_id,
+        "verb": verb,
+        "args": dict(args),
+        "token": token,
+    }
+
+
+def ok(request_id: RequestId, data: Any) -> dict[str, Any]:
+    return {"id": request_id, "ok": True, "data": data}
+
+
+def error(request_id: RequestId, err: ProtocolError) -> dict[str, Any]:
+    return {"id": request_id, "ok": False, "error": err.as_error()}
+
+
+# --- references -------------------------------------------------------------
+
+TICKET_ID_RE: Final = re.compile(r"^T([1-9][0-9]*)$")
+RUN_ID_RE: Final = re.compile(r"^R([1-9][0-9]*)$")
+TRIGGER_ID_RE: Final = re.compile(r"^TR([1-9][0-9]*)$")
+RUN_ALIAS_RE: Final = re.compile(r"^(?P<ticket>.+)#(?P<attempt>[1-9][0-9]*)$")
+PROJECT_PREFIX: Final = "project:"
+# A ref holding any of these is a regular expression on the pattern rung.
+REGEX_METACHARACTERS: Final = frozenset(".^$*+?{}[]\\|()")
+
+
+# --- where the sockets live -------------------------------------------------
+
+
+def repo_id(repo: Path) -> str:
+    """First 12 hex digits of the SHA-256 of the repository's real path."""
+    real = os.path.realpath(repo)
+    return hashlib.sha256(real.encode()).hexdigest()[:12]
+
+
+def default_socket_dir(repo: Path, environ: Mapping[str, str] | None = None) -> Path:
+    """The socket directory a daemon for ``repo`` uses when not told otherwise."""
+    env = os.environ if environ is None else environ
+    if env.get("SLOOP_SOCKET_DIR"):
+        return Path(env["SLOOP_SOCKET_DIR"])
+    if env.get("XDG_RUNTIME_DIR"):
+        return Path(env["XDG_RUNTIME_DIR"]) / "sloop" / repo_id(repo)
+    return Path(f"/tmp/sloop-{os.getuid()}") / repo_id(repo)

@@ -1,0 +1,135 @@
+"""One client connection: NDJSON lines in, responses out in request order.
+
+A line is answered synchronously when its verb needs no waiting, which keeps
+the hot path free of task hand-offs; a line whose verb waits (``wait``) is
+queued, and every later reply waits behind it so order is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections import deque
+from collections.abc import Callable
+from typing import cast
+
+from sloopd.wire import api
+from sloopd.wire.dispatch import OVERLONG_LINE, Reply, error_line
+
+log = logging.getLogger(__name__)
+
+LineHandler = Callable[[bytes], Reply]
+
+
+class Connection(asyncio.Protocol):
+    def __init__(
+        self,
+        handle_line: LineHandler,
+        on_close: Callable[[Connection], None],
+        admit: Callable[[socket.socket], bool] | None = None,
+        refuse_line: LineHandler | None = None,
+    ) -> None:
+        self._handle_line = handle_line
+        self._admit = admit
+        self._refuse_line = refuse_line
+        self._on_close = on_close
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._discarding = False  # inside an over-long line, until its newline
+        self._queue: deque[bytes | asyncio.Future[bytes]] = deque()
+        self._drainer: asyncio.Task[None] | None = None
+        self._peer_done = False  # the client half-closed; close once replies are out
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self._transport = cast(asyncio.Transport, transport)
+        if self._admit is not None and self._refuse_line is not None:
+            sock = transport.get_extra_info("socket")
+            if sock is not None and not self._admit(sock):
+                # Answer (structured) instead of hanging up, so the refusal is legible.
+                self._handle_line = self._refuse_line
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        start = 0
+        while True:
+            end = buffer.find(b"\n", start)
+            if end < 0:
+                break
+            line = bytes(buffer[start:end])
+            start = end + 1
+            if self._discarding:
+                self._discarding = False
+                continue
+            if len(line) > api.MAX_REQUEST_BYTES:
+                # Whole in the buffer (its newline came in the same read): same answer.
+                self._submit(error_line(None, OVERLONG_LINE))
+                continue
+            if line.strip():
+                self._submit(self._handle_line(line))
+        del buffer[:start]
+        if len(buffer) > api.MAX_REQUEST_BYTES:
+            # Answer once, then drop bytes until the line ends.
+            if not self._discarding:
+                self._submit(error_line(None, OVERLONG_LINE))
+                self._discarding = True
+            buffer.clear()
+
+    def eof_received(self) -> bool | None:
+        # A last request without a trailing newline still counts.
+        if self._buffer.strip() and not self._discarding:
+            self._submit(self._handle_line(bytes(self._buffer)))
+        self._buffer.clear()
+        if self._queue:
+            self._peer_done = True
+            return True  # keep the transport open until the queued replies are written
+        return None
+
+    def _submit(self, reply: Reply) -> None:
+        if isinstance(reply, bytes) and not self._queue:
+            self._write(reply)
+            return
+        if not isinstance(reply, bytes):
+            reply = asyncio.ensure_future(reply)
+        self._queue.append(reply)
+        if self._drainer is None:
+            self._drainer = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            while self._queue:
+                head = self._queue[0]
+                data = head if isinstance(head, bytes) else await head
+                self._queue.popleft()
+                self._write(data)
+        finally:
+            self._drainer = None
+        if self._peer_done and self._transport is not None:
+            self._transport.close()
+
+    def _write(self, data: bytes) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(data)
+
+    def pause_writing(self) -> None:
+        # A client that stops reading stops being read: its replies cannot pile up.
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for item in self._queue:
+            if isinstance(item, asyncio.Future):
+                item.cancel()
+        self._queue.clear()
+        self._transport = None
+        self._on_close(self)
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()

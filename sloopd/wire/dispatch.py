@@ -1,0 +1,163 @@
+"""From a request line to a response line: envelope checks, authority, verbs.
+
+Every failure becomes one structured error envelope; nothing a client sends
+can raise out of here, so a bad line never costs the connection or the daemon.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import orjson
+
+from sloopd.wire import api
+from sloopd.wire.api import ErrorCode, ProtocolError
+
+log = logging.getLogger(__name__)
+
+Result = Any | Awaitable[Any]
+Handler = Callable[[dict[str, Any]], Result]
+Reply = bytes | Awaitable[bytes]
+
+
+def encode(envelope: dict[str, Any]) -> bytes:
+    return orjson.dumps(envelope) + b"\n"
+
+
+def error_line(request_id: api.RequestId, err: ProtocolError) -> bytes:
+    return encode(api.error(request_id, err))
+
+
+OVERLONG_LINE = ProtocolError(
+    ErrorCode.INVALID_REQUEST,
+    f"request line longer than {api.MAX_REQUEST_BYTES} bytes; it was skipped",
+    {"limit_bytes": api.MAX_REQUEST_BYTES},
+)
+
+
+class Dispatcher:
+    """Envelope checks and error mapping shared by both sockets.
+
+    Subclasses decide authority and call the verb: ``_call`` gets a parsed
+    envelope and returns the verb's data, or an awaitable of it.
+    """
+
+    # Told (verb, code, seconds) for every answered request; set by the server
+    # for metrics.  Lines that never name a known verb count as verb "-".
+    observer: Callable[[str, str, float], None] | None = None
+
+    def handle_line(self, line: bytes) -> Reply:
+        started = time.perf_counter()
+        verb = "-"
+        try:
+            message = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            err = ProtocolError(ErrorCode.INVALID_REQUEST, f"malformed JSON: {exc}")
+            return self._error(None, err, verb, started)
+        request_id = api.readable_id(message)
+        try:
+            try:
+                request = api.parse_envelope(message)
+            except ProtocolError as err:
+                raise self._envelope_error(err) from None
+            verb = request.verb.name
+            result = self._call(request)
+        except ProtocolError as err:
+            return self._error(request_id, err, verb, started)
+        except Exception:
+            log.exception("internal error handling request %r", request_id)
+            return self._error(request_id, _internal(), verb, started)
+        if isinstance(result, Awaitable):
+            return self._finish(request_id, result, verb, started)
+        reply = _encode_ok(request_id, result)
+        self._observe(verb, "ok", started)
+        return reply
+
+    def _call(self, request: api.Request) -> Result:
+        raise NotImplementedError
+
+    def _envelope_error(self, err: ProtocolError) -> ProtocolError:
+        """How an error found before authority is answered on this socket."""
+        return err
+
+    def _error(
+        self, request_id: api.RequestId, err: ProtocolError, verb: str, started: float
+    ) -> bytes:
+        self._observe(verb, str(err.code), started)
+        return error_line(request_id, err)
+
+    def _observe(self, verb: str, code: str, started: float) -> None:
+        if self.observer is not None:
+            self.observer(verb, code, time.perf_counter() - started)
+
+    async def _finish(
+        self, request_id: api.RequestId, pending: Awaitable[Any], verb: str, started: float
+    ) -> bytes:
+        try:
+            data = await pending
+            reply = _encode_ok(request_id, data)
+        except ProtocolError as err:
+            return self._error(request_id, err, verb, started)
+        except Exception:
+            log.exception("internal error handling request %r", request_id)
+            return self._error(request_id, _internal(), verb, started)
+        self._observe(verb, "ok", started)
+        return reply
+
+
+class OperatorDispatcher(Dispatcher):
+    """The operator socket: authority by transport, every operator verb."""
+
+    def __init__(self, handlers: Mapping[str, Handler]) -> None:
+        self._handlers = handlers
+
+    def _call(self, request: api.Request) -> Result:
+        # A token here means a worker is knocking on the wrong door.
+        if request.token is not None or not request.verb.operator:
+            raise ProtocolError(
+                ErrorCode.UNAUTHORIZED,
+                "worker tokens and worker verbs are not accepted on the operator socket",
+            )
+        args = request.verb.parse(request.args)
+        handler = self._handlers.get(request.verb.name)
+        if handler is None:
+            raise ProtocolError(
+                ErrorCode.UNKNOWN_VERB,
+                f"verb '{request.verb.name}' is not served by this daemon",
+                {"verbs": sorted(self._handlers)},
+            )
+        return handler(args)
+
+
+REFUSED_PEER = ProtocolError(
+    ErrorCode.UNAUTHORIZED,
+    "this connection comes from inside a run; agents use their worker socket",
+)
+
+
+class RefusingDispatcher(Dispatcher):
+    """For a peer that descends from a run's child: every request is unauthorized."""
+
+    def _envelope_error(self, err: ProtocolError) -> ProtocolError:
+        return REFUSED_PEER
+
+    def _call(self, request: api.Request) -> Result:
+        raise REFUSED_PEER
+
+
+def _encode_ok(request_id: api.RequestId, data: Any) -> bytes:
+    # A verb whose result cannot be encoded failed like any other verb.
+    try:
+        return encode(api.ok(request_id, data))
+    except orjson.JSONEncodeError:
+        log.exception("internal error encoding the reply to request %r", request_id)
+        return error_line(request_id, _internal())
+
+
+def _internal() -> ProtocolError:
+    return ProtocolError(
+        ErrorCode.INTERNAL, "the daemon failed to handle this request; see its log"
+    )
