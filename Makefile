@@ -40,3 +40,9 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# docs/protocol.md: its examples captured from a real daemon of this build.
+.PHONY: protocol-doc
+protocol-doc: $(STAMP)
+	$(BIN)/python scripts/protocol_doc/capture.py > scripts/protocol_doc/captured.txt
+	$(BIN)/python scripts/protocol_doc/render.py scripts/protocol_doc/protocol.md.in docs/protocol.md

@@ -111,7 +111,12 @@ def process_alive(pid: int) -> bool:
 
 
 def read_proc(pid: int, name: str) -> bytes | None:
-    """``/proc/<pid>/<name>``; None when it cannot be read (gone, not ours, no /proc)."""
+    """``/proc/<pid>/<name>``; None when it cannot be read (gone, not ours, no /proc).
+
+    The daemon reads /proc through ``sloopd.util.procfs``; sloopctl keeps this
+    reader of its own because it may import nothing of the daemon but the
+    wire schema (DESIGN rule 3).
+    """
     try:
         with open(f"/proc/{pid}/{name}", "rb") as f:
             return f.read()

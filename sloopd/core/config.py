@@ -2,7 +2,7 @@
 
 The daemon refuses to start on a bad file and keeps the last good
 configuration when a reload (SIGHUP) finds one.  Flows and the agent section
-are validated by sloopd.flow.
+are validated by sloopd.flows.flow.
 """
 
 from __future__ import annotations

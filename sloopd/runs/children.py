@@ -60,26 +60,26 @@ def _kill_if_marked(pid: int, marker: str, sig: int) -> bool:
     its environ was read, so the pid cannot have been reused in between.
     """
     entry = f"{MARKER_VAR}={marker}".encode()
+    pidfd: int | None
     try:
         pidfd = os.pidfd_open(pid)
     except ProcessLookupError:
         return False
     except OSError:  # no pidfd support: re-check and signal, accepting a tiny window
-        if not procfs.environ_has(pid, entry):
-            return False
-        with suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
-            return True
-        return False
+        pidfd = None
     try:
         if not procfs.environ_has(pid, entry):
             return False
         with suppress(ProcessLookupError, PermissionError):
-            signal.pidfd_send_signal(pidfd, sig)
+            if pidfd is None:
+                os.kill(pid, sig)
+            else:
+                signal.pidfd_send_signal(pidfd, sig)
             return True
         return False
     finally:
-        os.close(pidfd)
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 def _signal_group(pgid: int | None, marker: str, sig: int, leader_unreaped: bool) -> list[int]:

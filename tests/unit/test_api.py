@@ -31,7 +31,7 @@ PROTOCOL_VERBS = {
     "list",
     "wait",
 }
-# Additive operator verbs beyond the protocol text (docs/protocol-notes.md).
+# Additive operator verbs beyond the protocol text (docs/protocol.md).
 ADDITIVE_VERBS = {"gc", "pause", "resume"}
 ALL_VERBS = PROTOCOL_VERBS | ADDITIVE_VERBS
 WORKER_ONLY_VERBS = {"brief", "note", "verdict"}
