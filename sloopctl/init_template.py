@@ -29,6 +29,12 @@ SLOOP_TOML: Final = """\
 # optional keys, shown with an example value; uncomment to use them.
 # Reference: docs/configuration.md.
 
+# Every agent and command runs in a bubblewrap sandbox (docs/security.md): its own
+# process namespace, the system read-only, its checkout read-write, no view of
+# the store, the repository's .git or other runs.  "none" runs children without
+# it: unsafe with agents you do not trust; doctor and the dashboard say so.
+sandbox = "bwrap"
+
 [repo]
 # The branch the merge stage (ff_only) fast-forwards.  A non-empty string.
 main = "main"
@@ -60,6 +66,17 @@ stall_kill_after = "2h"
 # is claimed until the reset time the vendor's message names, or, when it names
 # none, for this long.  The ticket is queued again for when the gate reopens.
 cooldown = "30m"
+# A child's environment is an allowlist: PATH, the locale, its own HOME and the
+# SLOOP_* variables, plus the variables named here (passed through by name).
+env = []
+# Host folders every sandbox sees read-only (credentials, CLI settings) and
+# read-write (what runs may share on purpose: a package cache, a results
+# folder).  Absolute paths, or paths under ~/.  Vendor presets: docs/agents.md.
+ro_mounts = []
+rw_mounts = []
+# For example:
+#   env = ["ANTHROPIC_API_KEY"]
+#   ro_mounts = ["~/.claude"]
 
 # --- flows -------------------------------------------------------------------
 #
@@ -92,6 +109,13 @@ cooldown = "30m"
 #                   all of them).  A seat that never reports counts as a fail.
 #   reviewers     panel only, at least one: [{ target = "NAME", command = [argv] }]
 #   mode          sync only: merge (default) | rebase.
+#   network       agent and command stages: true (default) | false (no network
+#                   in the sandbox; test commands usually should not need it).
+#   commit        agent stages: manual (default: uncommitted changes left at
+#                   exit fail the stage, naming the paths) | auto (Sloop commits
+#                   them, with a message naming the ticket and the stage).
+#   allow_empty   ff_only only: false (default: a branch with nothing beyond
+#                   main fails, "nothing to merge") | true (that passes).
 #
 # A flow that ends without an ff_only stage leaves the branch for a person: the
 # run settles needs_review.
@@ -103,6 +127,8 @@ prompt = "Implement the ticket. Commit your work."
 result_check = "exit_code"
 # fail_action = "fail"
 # command = ["claude", "-p", "{prompt}"]
+# network = true
+# commit = "manual"
 
 # A test stage that sends failures back to the agent, twice at most:
 # [[flows.default.stages]]
@@ -110,6 +136,7 @@ result_check = "exit_code"
 # action = "command"
 # command = ["make", "test"]
 # result_check = "exit_code"
+# network = false
 # return_to = "implement"
 # returns = 2
 
@@ -148,6 +175,7 @@ action = "ff_only"
 # main moved since the sync (another run merged first): sync again, 3 times at most.
 return_to = "sync"
 returns = 3
+# allow_empty = false
 
 # --- vendor diagnostics ------------------------------------------------------
 #

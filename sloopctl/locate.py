@@ -93,7 +93,17 @@ def operator_endpoint(
     ``socket_dir`` stands in for the default socket directory, as
     ``sloopd serve --socket-dir`` would.
     """
-    env = os.environ if environ is None else environ
+    found = _operator_endpoint(option, os.environ if environ is None else environ, cwd, socket_dir)
+    # Whoever owns the directory could be serving a fake daemon there.
+    reason = api.untrusted_socket_path(found.socket)
+    if reason is not None:
+        raise LocateError(f"refusing to talk to {found.socket}: {reason}")
+    return found
+
+
+def _operator_endpoint(
+    option: str | None, env: Mapping[str, str], cwd: Path | None, socket_dir: str | None
+) -> Endpoint:
     if option:
         return Endpoint(Path(option), None, "--socket")
     if env.get(OPERATOR_SOCKET_ENV):

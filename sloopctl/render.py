@@ -171,6 +171,9 @@ def dashboard(data: Mapping[str, Any], now: int, paint: Paint) -> list[str]:
     if isinstance(data.get("next_wake"), int):
         head.append(f"next wake {relative(data['next_wake'], now)}")
     out = [" · ".join(head)]
+    warning = _mapping(daemon.get("sandbox")).get("warning")
+    if warning:
+        out.append(paint(f"UNSAFE: {text(warning)}", "red"))
 
     runs = [
         [

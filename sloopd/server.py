@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
@@ -25,9 +26,10 @@ from sloopd.ops.metrics import Metrics, parse_address, serve_metrics
 from sloopd.ops.notify import Notifier
 from sloopd.queue import gate
 from sloopd.queue.scheduler import Scheduler
-from sloopd.runs import peers
+from sloopd.runs import checkout, peers
 from sloopd.runs.children import ProcessGroups
 from sloopd.runs.runner import RunManager
+from sloopd.runs.sandbox import probe as sandbox_probe
 from sloopd.store import Store, StoreLock, StoreTooNew
 from sloopd.verbs import operator_handlers, refused_handlers
 from sloopd.wire import api
@@ -47,6 +49,24 @@ class ServeOptions:
     state_dir: Path | None = None
     socket_dir: Path | None = None
     metrics: str | None = None
+
+
+# Descriptors kept for the operator socket's clients, the store, the metrics
+# endpoint and the children's pipes, whatever the worker sockets hold.
+OPERATOR_FD_RESERVE = 512
+
+
+def raise_open_file_limit() -> int:
+    """Raise RLIMIT_NOFILE's soft limit to the hard one; the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (OSError, ValueError) as exc:
+            log.warning("cannot raise the open file limit above %d: %s", soft, exc)
+    return soft
 
 
 class StartupError(Exception):
@@ -153,8 +173,14 @@ class Server:
         if killed:
             log.warning("killed %d leftover processes of a previous daemon", len(killed))
         gate.load(self.daemon)
+        if self.daemon.config.sandbox != "none":
+            self.daemon.sandbox_problem = sandbox_probe()
+            if self.daemon.sandbox_problem is not None:
+                log.error("agents cannot be sandboxed here: %s", self.daemon.sandbox_problem)
         self._sink = LogSink(self.daemon.store, on_flush=self.metrics.log_records.inc)
         self.runs = RunManager(self.daemon, self._groups, self._sink)
+        # Whatever agents open on their worker sockets, the operator keeps room.
+        self.runs.worker_sockets.budget = max(64, raise_open_file_limit() - OPERATOR_FD_RESERVE)
         self.runs.worker_sockets.clear_stale()
         recovered = self.runs.recover()
         if recovered:
@@ -207,7 +233,7 @@ class Server:
         assert groups is not None
         while True:
             await asyncio.sleep(ORPHAN_REAP_SECONDS)
-            peers.reap_adopted_orphans(groups.leader_pids)
+            peers.reap_adopted_orphans(lambda: groups.leader_pids() | checkout.waited_pids())
 
     async def _listen(self) -> None:
         assert self.daemon is not None
@@ -265,6 +291,7 @@ class Server:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_stop_signal, sig)
         loop.add_signal_handler(signal.SIGHUP, self._reload)
+        loop.add_signal_handler(signal.SIGUSR1, _log_tasks)
 
     def _on_stop_signal(self, sig: signal.Signals) -> None:
         self._signals += 1
@@ -333,6 +360,14 @@ def _answers(path: Path) -> bool:
     finally:
         probe.close()
     return True
+
+
+def _log_tasks() -> None:
+    """SIGUSR1: every task's stack into the log, to see where a run or a stop waits."""
+    for task in asyncio.all_tasks():
+        frames = task.get_stack()
+        where = " <- ".join(f"{f.f_code.co_name}:{f.f_lineno}" for f in reversed(frames))
+        log.warning("task %s: %s", task.get_name(), where or "(no frames)")
 
 
 def configure_logging() -> None:

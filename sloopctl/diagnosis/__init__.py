@@ -22,7 +22,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from sloopctl.diagnosis.daemon_checks import check_clock, check_socket, check_store, check_version
+from sloopctl.diagnosis.daemon_checks import (
+    check_clock,
+    check_sandbox,
+    check_socket,
+    check_store,
+    check_version,
+)
 from sloopctl.diagnosis.facts import Doctor, Options, Probe
 from sloopctl.diagnosis.host import parse_worktrees
 from sloopctl.diagnosis.local_checks import check_git, check_groups, check_worktrees
@@ -46,6 +52,7 @@ __all__ = [
 CHECKS: Final[tuple[tuple[str, Callable[[Doctor], Check]], ...]] = (
     ("socket", check_socket),
     ("version", check_version),
+    ("sandbox", check_sandbox),
     ("store", check_store),
     ("git", check_git),
     ("worktrees", check_worktrees),

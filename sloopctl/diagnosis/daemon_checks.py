@@ -68,6 +68,31 @@ def check_version(d: Doctor) -> Check:
     )
 
 
+def check_sandbox(d: Doctor) -> Check:
+    """Whether agents run sandboxed: ``sandbox = "none"`` and a missing bwrap both fail."""
+    name = "sandbox"
+    if not d.up:
+        return Check(name, "warn", NOT_REACHABLE)
+    info = d.daemon.get("sandbox")
+    if not isinstance(info, dict):
+        return Check(name, "warn", "the daemon does not say how it runs agents (before 0.5.0)")
+    if info.get("mode") == "none":
+        return Check(
+            name,
+            "fail",
+            'sandbox = "none": agents run unsandboxed, with this daemon\'s authority',
+            'remove sandbox = "none" from sloop.toml (install bubblewrap first), then reload',
+        )
+    if not info.get("available"):
+        return Check(
+            name,
+            "fail",
+            str(info.get("warning") or "bubblewrap cannot start a sandbox"),
+            "install bubblewrap and allow user namespaces (docs/deploy.md)",
+        )
+    return Check(name, "ok", "every agent and command runs in a bubblewrap sandbox")
+
+
 def check_store(d: Doctor) -> Check:
     name = "store"
     if d.up:

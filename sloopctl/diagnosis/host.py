@@ -20,7 +20,8 @@ from sloopd.wire import api
 
 # Names inside the state directory (sloopd.core.paths, sloopd.runs.children, sloopd.runs.runner);
 # sloopctl may not import those modules, so they are repeated here.
-WORKTREES_DIR: Final = "worktrees"
+# Run checkouts, one repository per run (sloopd.runs.checkout).
+CHECKOUTS_DIR: Final = "checkouts"
 GROUPS_DIR: Final = "groups"
 MARKER_VAR: Final = "SLOOP_CHILD_MARKER"
 

@@ -17,10 +17,9 @@ from typing import Any, Final
 from sloopctl.client import ClientError
 from sloopctl.diagnosis.facts import Doctor, rows
 from sloopctl.diagnosis.host import (
+    CHECKOUTS_DIR,
     GROUPS_DIR,
-    WORKTREES_DIR,
     GitProblem,
-    Worktree,
     describe_group,
     git,
     live_pids,
@@ -113,72 +112,64 @@ def _fsck(repo: Path, found: Findings) -> str:
     return "git fsck --connectivity-only clean"
 
 
+def _checkouts(root: Path) -> tuple[set[Path], set[Path]]:
+    """(run checkouts, other directories) under ``<state dir>/checkouts``."""
+    try:
+        directories = {_resolved(p) for p in root.iterdir() if p.is_dir()}
+    except OSError:
+        directories = set()
+    live = {p for p in directories if (p / ".git").is_dir()}
+    return live, directories - live
+
+
 def check_worktrees(d: Doctor) -> Check:
+    """Each run's checkout (a repository of its own) against what the daemon says of its run."""
     name = "worktrees"
     if d.state_dir is None:
         return Check(name, "warn", d.elsewhere or "skipped: no repository, so no state directory")
-    try:
-        entries = d.listing()
-    except GitProblem as exc:
-        return Check(name, "warn", f"skipped: {exc}")
-    root = _resolved(d.state_dir / WORKTREES_DIR)
-    ours = {_resolved(e.path): e for e in entries if _resolved(e.path).parent == root}
+    root = _resolved(d.state_dir / CHECKOUTS_DIR)
+    live, strays = _checkouts(root)
     found = Findings()
-    for path, entry in ours.items():
-        if entry.prunable:
-            found.add("warn", f"git lists {path} but its directory is gone", "git worktree prune")
-    live = {path: e for path, e in ours.items() if not e.prunable}
-    try:
-        directories = {p for p in root.iterdir() if p.is_dir()}
-    except OSError:
-        directories = set()
+    for path in sorted(strays):
+        found.add("warn", f"{path} is not a run checkout", f"inspect it, then rm -r {path}")
     if not d.up:
-        for path in sorted(directories - set(live)):
-            found.add("warn", f"{path} is not a git worktree", f"inspect it, then rm -r {path}")
         if live:  # with the daemon down no run is in flight: only these are unchecked
             found.add(
                 "warn",
-                f"{NOT_REACHABLE}, so {plural(len(live), 'run worktree')} not compared with runs",
+                f"{NOT_REACHABLE}, so {plural(len(live), 'run checkout')} not compared with runs",
             )
-        return found.result(name, "" if live else "no run worktrees")
+        return found.result(name, "" if live else "no run checkouts")
     try:
-        summary = _compare_with_runs(d, live, directories, found)
+        summary = _compare_with_runs(d, root, live, found)
     except ClientError as exc:
         return Check(name, "warn", f"the daemon stopped answering: {exc.message}")
     return found.result(name, summary)
 
 
-def _compare_with_runs(
-    d: Doctor, live: dict[Path, Worktree], directories: set[Path], found: Findings
-) -> str:
+def _compare_with_runs(d: Doctor, root: Path, live: set[Path], found: Findings) -> str:
     in_flight = {str(r.get("id")): r for r in rows(d.dashboard.get("runs"))}
     counts: Counter[str] = Counter()
     for path in sorted(live):
         run = in_flight.get(path.name) or d.run(path.name)
-        counts[_worktree_of_run(path, run, found)] += 1
-    for path in sorted(directories - set(live)):
-        run = d.run(path.name)
-        recorded = run is not None and run.get("terminal") and _same(run.get("worktree"), path)
-        fix = GC_FIX if recorded else f"inspect it, then rm -r {path}"
-        found.add("warn", f"{path} is not a git worktree", fix)
-    _runs_without_worktree(d, in_flight.values(), set(live), found, counts)
+        counts[_checkout_of_run(path, run, found)] += 1
+    _runs_without_checkout(d, root, in_flight.values(), live, found, counts)
     if not live:
         preparing = counts["being prepared"]
-        return "no run worktrees" + (
+        return "no run checkouts" + (
             f" ({plural(preparing, 'run')} being prepared)" if preparing else ""
         )
     parts = [f"{n} {what}" for what, n in sorted(counts.items()) if what != "problem"]
     kept = " (sloopctl gc removes those)" if counts["kept for inspection"] else ""
-    return f"{plural(len(live), 'run worktree')}: {', '.join(parts) or 'none healthy'}{kept}"
+    return f"{plural(len(live), 'run checkout')}: {', '.join(parts) or 'none healthy'}{kept}"
 
 
 def _same(recorded: Any, path: Path) -> bool:
     return isinstance(recorded, str) and _resolved(recorded) == path
 
 
-def _worktree_of_run(path: Path, run: dict[str, Any] | None, found: Findings) -> str:
-    """Sort one worktree under <state dir>/worktrees by what the daemon says of its run."""
-    remove = f"git worktree remove --force {path}"
+def _checkout_of_run(path: Path, run: dict[str, Any] | None, found: Findings) -> str:
+    """Sort one checkout under <state dir>/checkouts by what the daemon says of its run."""
+    remove = f"rm -r {path}"
     if run is None:
         found.add("warn", f"{path}: the daemon knows no run {path.name}", remove)
         return "problem"
@@ -188,24 +179,25 @@ def _worktree_of_run(path: Path, run: dict[str, Any] | None, found: Findings) ->
     if not _same(run.get("worktree"), path):
         found.add(
             "warn",
-            f"{run_id} is {state} and its worktree was removed, yet git has one at {path}",
+            f"{run_id} is {state} and its checkout was removed, yet one is at {path}",
             remove,
         )
         return "problem"
     if state == "merged":
-        found.add("warn", f"{run_id} is merged but its worktree is still at {path}", GC_FIX)
+        found.add("warn", f"{run_id} is merged but its checkout is still at {path}", GC_FIX)
         return "problem"
     return "kept for inspection"
 
 
-def _runs_without_worktree(
+def _runs_without_checkout(
     d: Doctor,
+    root: Path,
     runs: Iterable[dict[str, Any]],
     listed: set[Path],
     found: Findings,
     counts: Counter[str],
 ) -> None:
-    """Runs in flight whose worktree git does not list, asked again before blaming them."""
+    """Runs in flight whose checkout is missing, asked again before blaming them."""
     suspects = []
     for run in runs:
         where = run.get("worktree")
@@ -215,8 +207,8 @@ def _runs_without_worktree(
             suspects.append(str(run.get("id")))
     if not suspects:
         return
-    # A run may have settled, or got its worktree, since the dashboard was read.
-    relisted = {_resolved(e.path) for e in d.listing(refresh=True) if not e.prunable}
+    # A run may have settled, or got its checkout, since the dashboard was read.
+    relisted, _ = _checkouts(root)
     for run_id in suspects:
         fresh = d.run(run_id)
         if fresh is None or fresh.get("terminal"):
@@ -228,7 +220,7 @@ def _runs_without_worktree(
             continue
         found.add(
             "fail",
-            f"{run_id} is {fresh.get('state')} but has no worktree"
+            f"{run_id} is {fresh.get('state')} but has no checkout"
             + (f" at {where}" if isinstance(where, str) else ""),
             f"sloopctl abort {run_id}, then 'sloopctl run {fresh.get('ticket')}' for a new attempt",
         )

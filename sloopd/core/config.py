@@ -39,9 +39,12 @@ class Config:
     source: Path | None = None
     # [[vendor.patterns]]: tried before the built-in table (sloopd.vendor.classify).
     vendor_patterns: tuple[Pattern, ...] = ()
+    # "bwrap": every child in a bubblewrap sandbox; "none": unsafe, flagged by doctor.
+    sandbox: str = "bwrap"
 
 
-_TOP_LEVEL = {"repo", "agent", "flows", "vendor"}
+SANDBOX_MODES = ("bwrap", "none")
+_TOP_LEVEL = {"repo", "agent", "flows", "vendor", "sandbox"}
 
 
 def load(repo: Path) -> Config:
@@ -64,7 +67,11 @@ def parse(document: dict[str, Any], path: Path | None = None) -> Config:
     where = f"{path}: " if path else ""
     unknown = sorted(set(document) - _TOP_LEVEL)
     if unknown:
-        raise ConfigError(f"{where}unknown key '{unknown[0]}' (known: repo, agent, flows, vendor)")
+        known = ", ".join(sorted(_TOP_LEVEL))
+        raise ConfigError(f"{where}unknown key '{unknown[0]}' (known: {known})")
+    sandbox = document.get("sandbox", "bwrap")
+    if sandbox not in SANDBOX_MODES:
+        raise ConfigError(f"{where}'sandbox' must be one of {' | '.join(SANDBOX_MODES)}")
     repo = _repo_section(document.get("repo", {}), where)
     agent = document.get("agent", {})
     flows = document.get("flows", {})
@@ -81,6 +88,7 @@ def parse(document: dict[str, Any], path: Path | None = None) -> Config:
         flows=parsed.flows,
         source=path,
         vendor_patterns=_vendor_section(document.get("vendor", {}), where),
+        sandbox=sandbox,
     )
 
 

@@ -60,8 +60,15 @@ def resolve(repo: Path | None, state_dir: Path | None, socket_dir: Path | None) 
 
 
 def make_private_dir(path: Path) -> None:
-    """Create ``path`` (and a missing parent) owner-only; tighten an existing one."""
+    """Create ``path`` (and a missing parent) owner-only; refuse one we cannot trust.
+
+    The parent is checked too: it is the fallback ``/tmp/sloop-<uid>`` (or
+    ``$XDG_RUNTIME_DIR/sloop``) that another user could have created first.
+    """
     for directory in (path.parent, path):
+        reason = api.untrusted_directory(directory)
+        if reason is not None:
+            raise RepoError(reason)
         if not directory.exists():
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.chmod(directory, 0o700)

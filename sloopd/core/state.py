@@ -48,6 +48,8 @@ class Daemon:
     # Tells the scheduler that work may have become claimable.
     poke: Callable[[], None] = _nothing
     metrics: Metrics | None = None
+    # Why a sandbox cannot start on this host (the last probe), None when it can.
+    sandbox_problem: str | None = None
 
     def stalled_runs(self) -> int:
         return sum(1 for run in self.active_runs.values() if run.stall() is not None)
@@ -81,7 +83,19 @@ class Daemon:
             "store": "refused" if self.refused else "ok",
             "schema_version": self.store.schema_version if self.store else None,
             "reason": self.refused,
+            "sandbox": self.sandbox_info(),
         }
+
+    def sandbox_info(self) -> dict[str, Any]:
+        """Additive in 0.5.0: how children run, flagged when it is unsafe or impossible."""
+        mode = self.config.sandbox
+        if mode == "none":
+            warning: str | None = 'sandbox = "none": agents run unsandboxed, as this daemon\'s user'
+        elif self.sandbox_problem is not None:
+            warning = f"no stage can start: {self.sandbox_problem}"
+        else:
+            warning = None
+        return {"mode": mode, "available": self.sandbox_problem is None, "warning": warning}
 
     def queue_facts(self, queued: list[tuple[Any, ...]] | None = None) -> QueueFacts:
         """``queued``: the triggers_queued rows, when the caller already read them."""

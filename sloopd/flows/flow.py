@@ -33,8 +33,20 @@ _STAGE_KEYS = {
     "quorum",
     "reviewers",
     "mode",
+    "network",
+    "commit",
+    "allow_empty",
 }
-_AGENT_KEYS = {"command", "stall_after", "stall_kill_after", "cooldown"}
+_AGENT_KEYS = {
+    "command",
+    "stall_after",
+    "stall_kill_after",
+    "cooldown",
+    "env",
+    "ro_mounts",
+    "rw_mounts",
+}
+COMMIT_MODES = ("manual", "auto")
 
 
 class FlowError(Exception):
@@ -60,6 +72,12 @@ class Stage:
     quorum: int = 0
     reviewers: tuple[Reviewer, ...] = ()
     mode: str = "merge"
+    # The child's network (agents need their vendor; tests usually should not).
+    network: bool = True
+    # "auto": Sloop commits what an agent left uncommitted; "manual": that fails.
+    commit: str = "manual"
+    # ff_only only: merging nothing beyond main passes instead of failing.
+    allow_empty: bool = False
 
     @property
     def advisory(self) -> bool:
@@ -90,6 +108,7 @@ class Flow:
             )
             if raw.get("command") is not None:
                 raw["command"] = tuple(raw["command"])
+            # Snapshots taken before 0.5.0 lack the newer keys: their defaults apply.
             stages.append(Stage(**raw))
         return cls(name=data["name"], stages=tuple(stages))
 
@@ -101,6 +120,11 @@ class AgentSettings:
     stall_kill_after_ms: int = 2 * 3_600_000
     # How long the gate stays closed after a vendor limit that names no reset time.
     cooldown_ms: int = 30 * 60_000
+    # Variables passed through to every child by name (the rest is an allowlist).
+    env: tuple[str, ...] = ()
+    # Host paths every sandbox sees read-only / read-write (credentials, caches).
+    ro_mounts: tuple[str, ...] = ()
+    rw_mounts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,9 +177,36 @@ def _agent(section: dict[str, Any]) -> AgentSettings:
             raise FlowError(f"'agent.{key}': {exc}") from exc
     if durations["stall_kill_after"] < durations["stall_after"]:
         raise FlowError("'agent.stall_kill_after' must not be shorter than 'agent.stall_after'")
+    env = _names(section.get("env", []), "agent.env")
+    ro_mounts = _paths(section.get("ro_mounts", []), "agent.ro_mounts")
+    rw_mounts = _paths(section.get("rw_mounts", []), "agent.rw_mounts")
     return AgentSettings(
-        command, durations["stall_after"], durations["stall_kill_after"], durations["cooldown"]
+        command,
+        durations["stall_after"],
+        durations["stall_kill_after"],
+        durations["cooldown"],
+        env,
+        ro_mounts,
+        rw_mounts,
     )
+
+
+def _names(value: Any, key: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(name, str) and name.isidentifier() for name in value
+    ):
+        raise FlowError(f"'{key}' must be a list of environment variable names")
+    if any(name.startswith("SLOOP_") for name in value):
+        raise FlowError(f"'{key}': SLOOP_* variables are set by the daemon, not passed through")
+    return tuple(value)
+
+
+def _paths(value: Any, key: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(path, str) and path.startswith(("/", "~/")) for path in value
+    ):
+        raise FlowError(f"'{key}' must be a list of absolute paths (or paths under ~/)")
+    return tuple(value)
 
 
 def _argv(value: Any, key: str) -> tuple[str, ...]:
@@ -212,6 +263,15 @@ def _stage(where: str, raw: Any, earlier: list[Stage]) -> Stage:
     mode = _choice(raw, "mode", SYNC_MODES, where, "merge")
     if "mode" in raw and action != "sync":
         raise FlowError(f"'{where}.mode' is only for sync stages")
+    network = _flag(raw, "network", where, True)
+    if "network" in raw and action not in ("agent", "command"):
+        raise FlowError(f"'{where}.network' is only for agent and command stages")
+    commit = _choice(raw, "commit", COMMIT_MODES, where, "manual")
+    if "commit" in raw and action != "agent":
+        raise FlowError(f"'{where}.commit' is only for agent stages")
+    allow_empty = _flag(raw, "allow_empty", where, False)
+    if "allow_empty" in raw and action != "ff_only":
+        raise FlowError(f"'{where}.allow_empty' is only for ff_only stages")
     return Stage(
         name=name,
         action=action,
@@ -224,7 +284,17 @@ def _stage(where: str, raw: Any, earlier: list[Stage]) -> Stage:
         quorum=quorum,
         reviewers=reviewers,
         mode=mode,
+        network=network,
+        commit=commit,
+        allow_empty=allow_empty,
     )
+
+
+def _flag(raw: dict[str, Any], key: str, where: str, default: bool) -> bool:
+    value = raw.get(key, default)
+    if not isinstance(value, bool):
+        raise FlowError(f"'{where}.{key}' must be true or false")
+    return value
 
 
 def _choice(

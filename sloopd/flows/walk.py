@@ -52,6 +52,10 @@ class Execution:
     verdict: dict[str, Any] | None = None  # a reported stage's first verdict
     diagnosis: dict[str, Any] | None = None  # a failed agent's classified output
     seats: dict[int, dict[str, Any]] = field(default_factory=dict)
+    commit: str | None = None  # the commit it ran on, or (a producing stage) ended on
+    discarded: list[dict[str, Any]] | None = None  # what a reviewing stage left, not merged
+    # Failed for a reason no return can mend (nothing to merge): the run ends failed.
+    final: bool = False
 
     @property
     def running(self) -> bool:
@@ -80,6 +84,13 @@ class Walk:
     def current(self) -> Execution | None:
         if self.executions and self.executions[-1].running:
             return self.executions[-1]
+        return None
+
+    def merge_target(self) -> str | None:
+        """The commit the last passing gating stage ran on: what ff_only may merge."""
+        for execution in reversed(self.executions):
+            if execution.passed and not execution.stage.advisory and execution.commit:
+                return execution.commit
         return None
 
     def attempts_of(self, stage_name: str) -> int:
@@ -224,6 +235,9 @@ def _on_finished(walk: Walk, row: LogRow) -> None:
     current.reason = data.get("reason")
     current.confidence = data.get("confidence")
     current.diagnosis = data.get("diagnosis")
+    current.commit = data.get("commit")
+    current.discarded = data.get("discarded")
+    current.final = data.get("final") is True
     _decide_after(walk, current)
 
 
@@ -238,7 +252,7 @@ def _decide_after(walk: Walk, done: Execution) -> None:
         walk.next = "done"
         walk.outcome = "merged" if _merged(walk) else "needs_review"
         return
-    if stage.return_to is not None:
+    if stage.return_to is not None and not done.final:
         if walk.returns_used.get(stage.name, 0) < stage.returns:
             walk.next, walk.next_stage = "return", walk.flow.stage(stage.return_to)
             return

@@ -98,7 +98,7 @@ class Scheduler:
                 run_id = str(row[0])
                 tx.run(
                     "run_set_worktree",
-                    (str(daemon.layout.state_dir / "worktrees" / run_id), run_id),
+                    (str(daemon.layout.state_dir / "checkouts" / run_id), run_id),
                 )
                 tx.run("trigger_claim", {"id": trigger_id, "run": run_id})
                 tx.run("ticket_set_state", {"id": ticket_id, "state": "running", "now": now})

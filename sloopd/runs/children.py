@@ -28,19 +28,17 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+from sloopd.runs.lines import LineSplitter, OnLine
 from sloopd.util import procfs
 
 log = logging.getLogger(__name__)
 
 MARKER_VAR = "SLOOP_CHILD_MARKER"
-MAX_LINE_BYTES = 64 * 1024
 # Small reads keep one flooding child from holding the loop for long.
 CHUNK_BYTES = 16 * 1024
 DRAIN_SECONDS = 1.0  # a grandchild may hold the pipes open forever; read on this long
 KILL_WAIT_SECONDS = 5.0  # after SIGKILL, how long to wait before calling a group stuck
 POLL_SECONDS = 0.05
-
-OnLine = Callable[[str, str, bool], None]
 
 
 class ChildSpawnError(Exception):
@@ -103,67 +101,22 @@ def _signal_group(pgid: int | None, marker: str, sig: int, leader_unreaped: bool
     return [pid for pid in pids if pid in hit or _kill_if_marked(pid, marker, sig)]
 
 
-class _LineSplitter:
-    """Turns chunks into lines; a line longer than MAX_LINE_BYTES leaves in split pieces."""
-
-    def __init__(self, stream: str, on_line: OnLine) -> None:
-        self._stream = stream
-        self._on_line = on_line
-        self._pending = b""
-        self._splitting = False  # pieces of the current line were already delivered
-
-    def feed(self, data: bytes) -> None:
-        parts = data.split(b"\n")
-        parts[0] = self._pending + parts[0]
-        self._pending = parts.pop()
-        for line in parts:
-            self._line(line)
-        while len(self._pending) > MAX_LINE_BYTES:
-            cut = _cut(self._pending)
-            self._emit(self._pending[:cut], True)
-            self._pending = self._pending[cut:]
-            self._splitting = True
-
-    def close(self) -> None:
-        if self._pending or self._splitting:
-            self._line(self._pending)
-        self._pending = b""
-
-    def _line(self, line: bytes) -> None:
-        if not self._splitting and len(line) <= MAX_LINE_BYTES:
-            self._emit(line, False)
-            return
-        while len(line) > MAX_LINE_BYTES:
-            cut = _cut(line)
-            self._emit(line[:cut], True)
-            line = line[cut:]
-        self._emit(line, True)
-        self._splitting = False
-
-    def _emit(self, piece: bytes, split: bool) -> None:
-        try:
-            self._on_line(self._stream, piece.decode("utf-8", errors="replace"), split)
-        except Exception:  # a broken consumer must not stop the capture
-            log.exception("on_line callback failed for %s", self._stream)
-
-
-def _cut(data: bytes) -> int:
-    """Where to cut a long line: at most MAX_LINE_BYTES, not inside a UTF-8 character."""
-    cut = MAX_LINE_BYTES
-    for _ in range(3):
-        if data[cut] & 0xC0 != 0x80:
-            return cut
-        cut -= 1
-    return cut if data[cut] & 0xC0 != 0x80 else MAX_LINE_BYTES
-
-
 class Child:
     """One spawned process group: output capture, exit status, and stopping."""
 
     def __init__(
-        self, popen: subprocess.Popen[bytes], marker: str, grace: float, on_line: OnLine
+        self,
+        popen: subprocess.Popen[bytes],
+        marker: str,
+        grace: float,
+        on_line: OnLine,
+        sandboxed: bool = False,
     ) -> None:
         self.pid = popen.pid
+        # The leader is bwrap, outside the sandbox: SIGTERM goes to the marked
+        # processes inside only (bwrap would die of it and SIGKILL them at once);
+        # SIGKILL to the group ends bwrap, and with it the whole PID namespace.
+        self.sandboxed = sandboxed
         self.pgid = popen.pid  # start_new_session: the child leads its own group
         self.marker = marker
         self.last_output_monotonic = time.monotonic()  # stall clock starts at spawn
@@ -173,11 +126,11 @@ class Child:
         self._exited: asyncio.Future[int] = self._loop.create_future()
         self._drained: asyncio.Future[None] = self._loop.create_future()
         self._stop_task: asyncio.Task[bool] | None = None
-        self._pipes: dict[str, tuple[int, _LineSplitter]] = {}
+        self._pipes: dict[str, tuple[int, LineSplitter]] = {}
         for name, pipe in (("stdout", popen.stdout), ("stderr", popen.stderr)):
             assert pipe is not None
             os.set_blocking(pipe.fileno(), False)
-            self._pipes[name] = (pipe.fileno(), _LineSplitter(name, on_line))
+            self._pipes[name] = (pipe.fileno(), LineSplitter(name, on_line))
             self._loop.add_reader(pipe.fileno(), self._on_readable, name)
         self._pidfd: int | None = None
         try:
@@ -206,7 +159,11 @@ class Child:
         return asyncio.shield(self._stop_task)
 
     async def _terminate_once(self) -> bool:
-        self._signal(signal.SIGTERM)
+        if self.sandboxed:
+            for pid in find_marked(self.marker):
+                _kill_if_marked(pid, self.marker, signal.SIGTERM)
+        else:
+            self._signal(signal.SIGTERM)
         if await self._gone_within(self._grace):
             return True
         self._signal(signal.SIGKILL)
@@ -268,6 +225,8 @@ class Child:
             self._loop.remove_reader(self._pidfd)
             os.close(self._pidfd)
             self._pidfd = None
+        if self.sandboxed and 128 < code <= 128 + 64:
+            code = 128 - code  # bwrap reports death by signal N as 128+N, as a shell does
         if not self._exited.done():
             self._exited.set_result(code)
 
@@ -282,12 +241,21 @@ class ProcessGroups:
         registry_dir.mkdir(parents=True, exist_ok=True)
 
     async def spawn(
-        self, argv: list[str], *, cwd: Path, env: dict[str, str], owner: str, on_line: OnLine
+        self,
+        argv: list[str],
+        *,
+        cwd: Path,
+        env: dict[str, str],
+        owner: str,
+        on_line: OnLine,
+        sandbox: Callable[[list[str], dict[str, str]], list[str]] | None = None,
     ) -> Child:
         """Start ``argv`` as the leader of a new group, recorded before any output is read.
 
         The record is written once before the fork (marker only) so a daemon crash at any
         point leaves something the next start can find, then again with the pid.
+        ``sandbox`` turns (argv, the child's environment) into the command that runs
+        it sandboxed; the marker is then in the sandboxed processes' environment only.
         """
         if not argv:
             raise ChildSpawnError("cannot start a child: empty command")
@@ -301,11 +269,15 @@ class ProcessGroups:
             "owner": owner,
         }
         self._write(record)
+        child_env = {**env, MARKER_VAR: marker}
+        command, spawn_env = argv, child_env
+        if sandbox is not None:
+            command, spawn_env = sandbox(argv, child_env), {"PATH": os.defpath}
         try:
             popen = subprocess.Popen(
-                argv,
+                command,
                 cwd=cwd,
-                env={**env, MARKER_VAR: marker},
+                env=spawn_env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -320,7 +292,7 @@ class ProcessGroups:
             self._write(record)
         except OSError as exc:  # the marker-only record still lets a restart find it
             log.warning("cannot record group %d: %s", popen.pid, exc)
-        child = Child(popen, marker, self.grace_seconds, on_line)
+        child = Child(popen, marker, self.grace_seconds, on_line, sandboxed=sandbox is not None)
         self._children[marker] = child
         return child
 

@@ -2,16 +2,14 @@
 
 The run driver (sloopd.runs.runner) decides *which* stage runs from the replayed
 stage log; this module runs it and returns the facts its stage_finished row
-records: passed, exit_code, verdict_source, reason, and a diagnosis.
+records: passed, exit_code, verdict_source, reason, the commit it ran on (or,
+producing work, ended on), what a reviewing stage discarded, and a diagnosis.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Literal
 
 from sloopd import vendor
@@ -19,10 +17,11 @@ from sloopd.core.state import Daemon
 from sloopd.flows import walk
 from sloopd.flows.flow import Stage
 from sloopd.runs import gitops
-from sloopd.runs.children import ChildSpawnError, ProcessGroups
+from sloopd.runs.branch import RunBranches, produces
+from sloopd.runs.checkout import CheckoutError
 from sloopd.runs.records import RunRecords
-from sloopd.runs.runstate import SCRUBBED_ENV, ActiveRun, RunFacts
-from sloopd.runs.worker import Credentials
+from sloopd.runs.runstate import ActiveRun, RunFacts
+from sloopd.runs.spawning import ChildStarter
 from sloopd.util.clock import now_ms
 
 
@@ -33,39 +32,49 @@ class StageExecutor:
         self,
         daemon: Daemon,
         records: RunRecords,
-        groups: ProcessGroups,
-        credentials: Credentials,
-        socket_path: Callable[[str], Path],
+        children: ChildStarter,
+        branches: RunBranches,
         *,
         merge_lock: asyncio.Lock,
     ) -> None:
         self.daemon = daemon
         self.records = records
-        self.groups = groups
-        self.credentials = credentials
-        self.socket_path = socket_path
+        self.children = children
+        self.branches = branches
         self.merge_lock = merge_lock
 
     async def execute(
         self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
     ) -> dict[str, Any]:
-        if stage.action in ("agent", "command"):
-            return await self._run_child(active, facts, stage, attempt)
-        return await self._run_git(facts, stage)
-
-    async def _run_git(self, facts: RunFacts, stage: Stage) -> dict[str, Any]:
-        main = self.daemon.config.repo.main
         try:
-            if stage.action == "sync":
-                mode: Literal["merge", "rebase"] = "rebase" if stage.mode == "rebase" else "merge"
-                return _git_result(await gitops.sync(facts.worktree, main, mode))
-            async with self.merge_lock:
-                return _git_result(
-                    await gitops.ff_only(self.daemon.layout.repo, facts.worktree, main)
-                )
-        except gitops.GitError as exc:
-            # git refused for a reason that is not a conflict; the stage fails with it.
+            if stage.action in ("agent", "command"):
+                return await self._run_child(active, facts, stage, attempt)
+            return await self._run_git(facts, stage, attempt)
+        except (gitops.GitError, CheckoutError) as exc:
+            # git refused for a reason that is not a verdict; the stage fails with it.
             return {"passed": False, "exit_code": None, "verdict_source": "git", "reason": str(exc)}
+
+    def _pinned(self, facts: RunFacts, base: str) -> str:
+        """The commit the work stands at: the last passing gating stage's, else the base."""
+        state = walk.replay(facts.flow, self.records.read_log(facts.run_id))
+        return state.merge_target() or base
+
+    async def _run_git(self, facts: RunFacts, stage: Stage, attempt: int) -> dict[str, Any]:
+        main = self.daemon.config.repo.main
+        name = self.branches.execution_name(facts, stage, attempt, None)
+        if stage.action == "sync":
+            mode: Literal["merge", "rebase"] = "rebase" if stage.mode == "rebase" else "merge"
+            result = _git_result(await self.branches.sync(facts, main, mode))
+            if result["passed"]:
+                result["commit"] = await self.branches.bring_back(facts, name)
+                await self.branches.advance(facts, result["commit"])
+            return result
+        tip = self._pinned(facts, await self.branches.base(facts))
+        async with self.merge_lock:
+            outcome = await gitops.ff_only(
+                self.daemon.layout.repo, tip, main, allow_empty=stage.allow_empty
+            )
+        return {**_git_result(outcome), "commit": tip}
 
     def diagnose(self, active: ActiveRun) -> dict[str, Any]:
         """Why an agent failed, in vendor terms, from its own recent output."""
@@ -92,72 +101,61 @@ class StageExecutor:
     async def _run_child(
         self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
     ) -> dict[str, Any]:
+        pinned = ""
+        if not produces(stage):
+            # A reviewer reviews exactly this commit; what it changes is not merged.
+            pinned = self._pinned(facts, await self.branches.base(facts))
+            await self.branches.reset_to(facts, pinned)
         if stage.result_check == "panel":
-            return await self._run_panel(active, facts, stage, attempt)
-        base = stage.command or (
+            return await self._run_panel(active, facts, stage, attempt, pinned)
+        command = stage.command or (
             self.daemon.config.agent.command if stage.action == "agent" else ()
         )
-        code = await self._spawn_and_wait(active, facts, stage, attempt, None, base)
-        if code is None or isinstance(code, str):
+        code = await self.children.run(active, facts, stage, attempt, None, command)
+        if isinstance(code, str):
             return {
                 "passed": False,
                 "exit_code": None,
                 "verdict_source": "exit_code",
-                "reason": code or "cancelled",
+                "reason": code,
             }
-        return self._judge(facts, stage, attempt, code)
+        result = self._judge(facts, stage, attempt, code)
+        name = self.branches.execution_name(facts, stage, attempt, None)
+        if not produces(stage):
+            left = await self.branches.review_leftovers(facts, pinned, name)
+            return {**result, "commit": pinned, **_discarded([left.row(None)] if left else [])}
+        return await self._collect_work(facts, stage, attempt, name, result)
 
-    async def _spawn_and_wait(
-        self,
-        active: ActiveRun,
-        facts: RunFacts,
-        stage: Stage,
-        attempt: int,
-        seat: int | None,
-        base: tuple[str, ...],
-    ) -> int | str | None:
-        """Run one child under a fresh credential; its exit code, or why it never ran."""
-        prompt_file, prompt = self._write_prompt(facts, stage, attempt)
-        argv = [part.replace("{prompt}", prompt) for part in base]
-        credential = self.credentials.mint(facts.run_id, stage.name, attempt, seat)
-        env = self._child_env(facts, stage, attempt, prompt_file)
-        env.update(
-            SLOOP_SOCKET=str(self.socket_path(facts.run_id)),
-            SLOOP_TOKEN=credential.token,
-        )
-
-        recent = active.recent_output
-        recent.clear()
-
-        def on_line(stream: str, text: str, split: bool) -> None:
-            recent.append(text)
-            self.records.sink.append(facts.run_id, stage.name, attempt, stream, text, split)
-
-        owner = f"{facts.run_id}/{stage.name}#{attempt}" + (
-            f"/seat{seat}" if seat is not None else ""
-        )
-        try:
-            child = await self.groups.spawn(
-                argv, cwd=facts.worktree, env=env, owner=owner, on_line=on_line
-            )
-        except ChildSpawnError as exc:
-            self.credentials.revoke(facts.run_id, credential)
-            return str(exc)
-        active.child = child
-        try:
-            if active.cancel_reason is not None:
-                await child.stop()
-            code = await child.wait()
-            await self.groups.reap_leftovers(child)
-        finally:
-            self.credentials.revoke(facts.run_id, credential)
-            active.child = None
-        return code
+    async def _collect_work(
+        self, facts: RunFacts, stage: Stage, attempt: int, name: str, result: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A producing stage's commit, once nothing is left uncommitted."""
+        if stage.action == "agent":
+            dirty = await self.branches.uncommitted(facts)
+            if dirty and stage.commit == "auto":
+                message = (
+                    f"sloop: {facts.ticket_name} ({facts.ticket}), "
+                    f"stage '{stage.name}' execution {attempt}"
+                )
+                await self.branches.commit_all(facts, message)
+            elif dirty and result["passed"]:
+                result = {
+                    **result,
+                    "passed": False,
+                    "reason": "the agent left uncommitted changes in: "
+                    + ", ".join(dirty)
+                    + ' (commit them, or set commit = "auto" on the stage)',
+                    "paths": dirty,
+                }
+        commit = await self.branches.bring_back(facts, name)
+        await self.branches.advance(facts, commit)
+        return {**result, "commit": commit}
 
     async def _run_panel(
-        self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
+        self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int, pinned: str
     ) -> dict[str, Any]:
         """Seats one after another, each with its own credential; passes ≥ quorum."""
+        discarded: list[dict[str, Any]] = []
         for seat, reviewer in enumerate(stage.reviewers):
             if active.cancel_reason is not None:
                 break
@@ -169,10 +167,14 @@ class StageExecutor:
                 seat,
                 {"target": reviewer.target},
             )
-            code = await self._spawn_and_wait(active, facts, stage, attempt, seat, reviewer.command)
+            code = await self.children.run(active, facts, stage, attempt, seat, reviewer.command)
             result: dict[str, Any] = {"exit_code": code if isinstance(code, int) else None}
             if isinstance(code, str):
                 result["error"] = code
+            name = self.branches.execution_name(facts, stage, attempt, seat)
+            left = await self.branches.review_leftovers(facts, pinned, name)
+            if left is not None:
+                discarded.append(left.row(seat))
             self.records.append_steps(
                 facts.run_id, walk.SEAT_FINISHED, stage.name, attempt, seat, result
             )
@@ -187,6 +189,8 @@ class StageExecutor:
             "exit_code": None,
             "verdict_source": "panel",
             "reason": f"{passes} of {total} reviewers passed (quorum {stage.quorum})",
+            "commit": pinned,
+            **_discarded(discarded),
         }
 
     def _judge(self, facts: RunFacts, stage: Stage, attempt: int, code: int) -> dict[str, Any]:
@@ -225,37 +229,9 @@ class StageExecutor:
             "reason": "panel stages need reviewer seats",
         }
 
-    def _write_prompt(self, facts: RunFacts, stage: Stage, attempt: int) -> tuple[Path, str]:
-        """The rendered prompt, written where SLOOP_PROMPT_FILE points."""
-        record = self.records.store.one("ticket_by_id", (facts.ticket,))
-        extra = self.records.store.one("ticket_extra", (facts.ticket,))
-        assert record is not None and extra is not None
-        directory = self.daemon.layout.state_dir / "runs" / facts.run_id
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"prompt-{stage.name}-{attempt}.md"
-        instructions = stage.prompt or ""
-        prompt = (
-            f"{instructions}\n\n# {record[2]}\n\nTicket {facts.ticket} "
-            f"({facts.ticket_name}), run {facts.run_id}, stage '{stage.name}' "
-            f"execution {attempt}.\n\n{extra[0]}\n".lstrip("\n")
-        )
-        path.write_text(prompt, encoding="utf-8")
-        return path, prompt
 
-    def _child_env(
-        self, facts: RunFacts, stage: Stage, attempt: int, prompt_file: Path
-    ) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV}
-        env.update(
-            SLOOP_RUN=facts.run_id,
-            SLOOP_TICKET=facts.ticket,
-            SLOOP_STAGE=stage.name,
-            SLOOP_ATTEMPT=str(attempt),
-            SLOOP_RUN_ATTEMPT=str(facts.attempt),
-            SLOOP_WORKTREE=str(facts.worktree),
-            SLOOP_PROMPT_FILE=str(prompt_file),
-        )
-        return env
+def _discarded(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"discarded": entries} if entries else {}
 
 
 def _exit_reason(code: int) -> str:
@@ -273,6 +249,8 @@ def _git_result(outcome: gitops.GitResult) -> dict[str, Any]:
     }
     if outcome.paths:
         result["paths"] = list(outcome.paths)
+    if outcome.final:
+        result["final"] = True
     return result
 
 

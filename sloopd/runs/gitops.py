@@ -33,6 +33,7 @@ class GitResult:
     reason: str | None = None  # one sentence for a person, set when not ok
     paths: tuple[str, ...] = ()  # conflicting paths for sync; empty otherwise
     head: str | None = None  # resulting commit sha when ok (branch tip / new main)
+    final: bool = False  # no return_to can mend it: the run ends failed
 
 
 class GitError(Exception):
@@ -96,6 +97,14 @@ async def rev_parse(repo: Path, rev: str) -> str | None:
         repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False
     )
     return out.strip() if code == 0 and out.strip() else None
+
+
+async def update_ref(repo: Path, ref: str, sha: str, expect: str | None = None) -> None:
+    """Point ``ref`` at ``sha``; with ``expect`` only if it is there now ("" : absent)."""
+    args = ["update-ref", "-m", "sloop", ref, sha]
+    if expect is not None:
+        args.append(expect or "0" * 40)
+    await _git(repo, *args)
 
 
 async def list_worktrees(repo: Path) -> list[tuple[Path, str | None]]:
@@ -190,8 +199,13 @@ def _main_moved(main: str, sha: str) -> GitResult:
     )
 
 
-async def ff_only(repo: Path, branch_tip_worktree: Path, main: str) -> GitResult:
-    """Fast-forward ``main`` to the worktree's HEAD, never past a commit someone else added.
+async def ff_only(repo: Path, tip: str, main: str, *, allow_empty: bool = False) -> GitResult:
+    """Fast-forward ``main`` to ``tip``, never past a commit someone else added.
+
+    ``tip`` is the commit the run's last gating stage ran on (never a checkout's
+    HEAD, which the agent controls).  A ``tip`` that is main itself is "nothing to
+    merge", a failure unless ``allow_empty``: an agent that did nothing must not
+    show up as merged.
 
     The ref moves by compare-and-swap against the sha read at the start, so a ``main`` that
     moved between the check and the write fails the stage (the flow returns to ``sync``)
@@ -206,11 +220,14 @@ async def ff_only(repo: Path, branch_tip_worktree: Path, main: str) -> GitResult
     old = await rev_parse(repo, ref)
     if old is None:
         raise GitError(f"cannot fast-forward {main}: no branch {main!r} in {repo}")
-    tip = await rev_parse(branch_tip_worktree, "HEAD")
-    if tip is None:
-        raise GitError(f"cannot fast-forward {main}: {branch_tip_worktree} has no HEAD commit")
     if old == tip:
-        return GitResult(ok=True, head=tip)
+        if allow_empty:
+            return GitResult(ok=True, head=tip)
+        return GitResult(
+            ok=False,
+            reason=f"nothing to merge: the branch has no commit beyond {main} ({tip[:12]})",
+            final=True,
+        )
     code, _, err = await _git(repo, "merge-base", "--is-ancestor", old, tip, check=False)
     if code == 1:
         return _main_moved(main, old)

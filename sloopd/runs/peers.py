@@ -23,7 +23,9 @@ from sloopd.util import procfs
 log = logging.getLogger(__name__)
 
 PR_SET_CHILD_SUBREAPER = 36
-_MAX_DEPTH = 256
+# No real ancestry is this deep (a login session is a few dozen); a walk that
+# gets here is a fork chain built to exhaust the check, and is refused.
+_MAX_DEPTH = 1024
 
 
 def become_subreaper() -> bool:
@@ -68,7 +70,7 @@ def inside_a_run(pid: int, daemon_pid: int | None = None) -> bool:
         if parent <= 1:
             return False
         current = parent
-    return False
+    return True  # cannot decide: fail closed
 
 
 def admit_operator_peer(sock: socket.socket) -> bool:

@@ -54,7 +54,7 @@ class RunRecords:
         assert row is not None
         ticket_row = self.store.one("ticket_by_id", (row[2],))
         assert ticket_row is not None
-        worktree = row[9] or str(self.daemon.layout.state_dir / "worktrees" / run_id)
+        worktree = row[9] or str(self.daemon.layout.state_dir / "checkouts" / run_id)
         return RunFacts(
             run_id=run_id,
             ticket=row[2],

@@ -19,10 +19,14 @@ from sloopd.flows import walk
 from sloopd.flows.flow import Stage
 from sloopd.queue import gate
 from sloopd.runs import gitops
+from sloopd.runs.branch import RunBranches
 from sloopd.runs.children import ProcessGroups
 from sloopd.runs.execute import StageExecutor
+from sloopd.runs.launch import HostLauncher, SandboxLauncher
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
+from sloopd.runs.sandbox import probe as sandbox_probe
+from sloopd.runs.spawning import ChildStarter
 from sloopd.runs.worker import Credentials, WorkerDispatcher, WorkerSockets, WorkerVerbs
 from sloopd.store import Store
 from sloopd.util.clock import now_ms
@@ -30,6 +34,10 @@ from sloopd.util.clock import now_ms
 log = logging.getLogger(__name__)
 
 STALL_CHECK_SECONDS = 1.0
+
+
+class SandboxUnavailable(Exception):
+    """bubblewrap or user namespaces are missing: stages must not start unsandboxed."""
 
 
 class RunManager:
@@ -50,12 +58,30 @@ class RunManager:
             daemon.layout.worker_socket_dir,
             lambda run: WorkerDispatcher(run, self.credentials, verbs.handlers()),
         )
+        settings = lambda: daemon.config.agent  # noqa: E731
+        self.launchers = {
+            "bwrap": SandboxLauncher(daemon.layout, settings, groups),
+            "none": HostLauncher(daemon.layout, settings, groups),
+        }
+        sandbox = self.launchers["bwrap"]
+        assert isinstance(sandbox, SandboxLauncher)
+        self.branches = RunBranches(
+            daemon.layout,
+            sandboxed=lambda: daemon.config.sandbox != "none",
+            protected=tuple(sandbox.protected()),
+        )
+        children = ChildStarter(
+            daemon.layout,
+            self.records,
+            self.credentials,
+            self.worker_sockets.path,
+            lambda: self.launchers[daemon.config.sandbox],
+        )
         self.executor = StageExecutor(
             daemon,
             self.records,
-            groups,
-            self.credentials,
-            self.worker_sockets.path,
+            children,
+            self.branches,
             merge_lock=asyncio.Lock(),  # merges are serialised across runs
         )
 
@@ -74,9 +100,12 @@ class RunManager:
             facts = self.records.facts(run_id)
             try:
                 await self._prepare(active, facts)
+            except SandboxUnavailable as exc:
+                self.records.settle(run_id, "failed", None, str(exc))
+                return
             except gitops.GitError as exc:
                 self.records.settle(
-                    run_id, "failed", None, f"the run's worktree could not be created: {exc}"
+                    run_id, "failed", None, f"the run's checkout could not be created: {exc}"
                 )
                 return
             while not await self._step(active, facts):
@@ -99,16 +128,20 @@ class RunManager:
                 callback()
 
     async def _prepare(self, active: ActiveRun, facts: RunFacts) -> None:
-        repo = self.daemon.layout.repo
+        if self.daemon.config.sandbox != "none":
+            missing = await asyncio.to_thread(sandbox_probe)
+            self.daemon.sandbox_problem = missing
+            if missing is not None:
+                raise SandboxUnavailable(
+                    f"the sandbox cannot start, so no stage of this run was started: {missing} "
+                    'Or set sandbox = "none" in sloop.toml to run agents unsandboxed (unsafe).'
+                )
         for old_id, _old_path in self.store.all("run_worktrees_of_ticket", (facts.ticket,)):
             await self.remove_worktree(old_id)
-        facts.worktree.parent.mkdir(parents=True, exist_ok=True)
+        facts.worktree.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         await self.worker_sockets.open(facts.run_id)
-        # git's worktree bookkeeping is not safe against concurrent add/remove/prune.
         async with self.worktree_lock:
-            await gitops.create_worktree(
-                repo, facts.worktree, facts.branch, self.daemon.config.repo.main
-            )
+            await self.branches.create(facts, self.daemon.config.repo.main)
         with self.store.writer.transaction() as tx:
             tx.run("run_set_worktree", (str(facts.worktree), facts.run_id))
             tx.run("run_started", {"id": facts.run_id, "now": now_ms()})
@@ -231,7 +264,7 @@ class RunManager:
     async def remove_worktree(self, run_id: str) -> None:
         facts = self.records.facts(run_id)
         async with self.worktree_lock:
-            await gitops.remove_worktree(self.daemon.layout.repo, facts.worktree)
+            await self.branches.remove(facts.worktree)
         with self.store.writer.transaction() as tx:
             tx.run("run_clear_worktree", (run_id,))
 

@@ -16,7 +16,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sloopd.core.state import Daemon
 from sloopd.flows import walk
@@ -28,7 +28,7 @@ from sloopd.views import show
 from sloopd.wire import api
 from sloopd.wire.api import ErrorCode, ProtocolError
 from sloopd.wire.connection import Connection
-from sloopd.wire.dispatch import Dispatcher, Result
+from sloopd.wire.dispatch import Dispatcher, Result, error_line
 
 UNAUTHORIZED = ProtocolError(ErrorCode.UNAUTHORIZED, "not authorized")
 
@@ -173,11 +173,18 @@ class WorkerVerbs:
         daemon = self.daemon
         facts = self.records.facts(credential.run)
         ref = args.get("ref")
-        if ref is None:
-            return {"kind": "run", "value": show.run_detail(daemon, credential.run)}
-        exact = refs.resolve_exact(daemon.require_store(), daemon.layout.repo, ref)
-        if exact is not None and exact.kind == "run" and exact.key == credential.run:
-            return {"kind": "run", "value": show.run_detail(daemon, credential.run)}
+        exact = (
+            None
+            if ref is None
+            else refs.resolve_exact(daemon.require_store(), daemon.layout.repo, ref)
+        )
+        if ref is None or (
+            exact is not None and exact.kind == "run" and exact.key == credential.run
+        ):
+            return {
+                "kind": "run",
+                "value": _independent(show.run_detail(daemon, credential.run), credential),
+            }
         if exact is not None and exact.kind == "ticket" and exact.key == facts.ticket:
             return {"kind": "ticket", "value": show.ticket_detail(daemon, facts.ticket)}
         raise UNAUTHORIZED
@@ -240,13 +247,79 @@ class WorkerVerbs:
         return {"verdict": {**placed, **report}}
 
 
+# An agent that opens connections without end must not take the daemon's file
+# descriptors from the operator and the other runs: past this many on one
+# socket (or the shared budget), a connection is answered with one error and closed.
+WORKER_CONNECTIONS_MAX = 32
+
+
+def _refusal(limit: int) -> bytes:
+    return error_line(
+        None,
+        ProtocolError(
+            ErrorCode.DAEMON_UNAVAILABLE,
+            f"too many connections on this worker socket (at most {limit}); close some",
+            {"limit": limit},
+        ),
+    )
+
+
+class _Refused(asyncio.Protocol):
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        cast(asyncio.Transport, transport).write(_refusal(self._limit))
+        transport.close()
+
+
+def _independent(detail: dict[str, Any], credential: Credential) -> dict[str, Any]:
+    """A panel seat sees no other seat's verdict until its panel's stage has finished.
+
+    Reviewers that could read each other's verdicts would not be independent:
+    the last seat could simply agree with the majority.
+    """
+    if credential.seat is None:
+        return detail
+    # Nor another seat's notes: a note is as good as a verdict to the next seat.
+    detail["notes"] = [
+        note
+        for note in detail.get("notes", ())
+        if not (note.get("stage") == credential.stage and note.get("attempt") == credential.attempt)
+        or note.get("reviewer") == credential.seat
+    ]
+    for row in detail.get("stages", ()):
+        if row["stage"] == credential.stage and row["attempt"] == credential.attempt:
+            row["reviewers"] = [
+                seat
+                if seat["reviewer"] == credential.seat
+                else {**seat, "verdict": None, "confidence": None, "reason": None}
+                for seat in row["reviewers"]
+            ]
+    return detail
+
+
 class WorkerSockets:
     """Creates a run's socket when it starts and removes it when it settles."""
 
-    def __init__(self, directory: Path, dispatcher_for: Callable[[str], WorkerDispatcher]) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        dispatcher_for: Callable[[str], WorkerDispatcher],
+        *,
+        per_socket: int = WORKER_CONNECTIONS_MAX,
+        budget: int = 512,
+    ) -> None:
         self.directory = directory
         self._dispatcher_for = dispatcher_for
         self._servers: dict[str, tuple[asyncio.AbstractServer, set[Connection]]] = {}
+        self._per_socket = per_socket
+        # Worker connections of every run together: what is left for them once the
+        # operator socket, the store and the children's pipes have their share.
+        self.budget = budget
+
+    def _open_connections(self) -> int:
+        return sum(len(connections) for _, connections in self._servers.values())
 
     def path(self, run: str) -> Path:
         return self.directory / f"{run}.sock"
@@ -260,7 +333,9 @@ class WorkerSockets:
         dispatcher = self._dispatcher_for(run)
         connections: set[Connection] = set()
 
-        def factory() -> Connection:
+        def factory() -> asyncio.Protocol:
+            if len(connections) >= self._per_socket or self._open_connections() >= self.budget:
+                return _Refused(self._per_socket)
             conn = Connection(dispatcher.handle_line, connections.discard)
             connections.add(conn)
             return conn

@@ -7,6 +7,7 @@ run on the event loop between writes and see the last committed state.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -83,10 +84,15 @@ class Store:
         NeedsMigration when ``migrate`` is false and the store is older.
         """
         path = state_dir / STORE_FILE
-        state_dir.mkdir(parents=True, exist_ok=True)
+        # Owner only: the store holds every ticket, log line and verdict.
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(state_dir, 0o700)
         conn = apsw.Connection(str(path))
         try:
             conn.execute("PRAGMA journal_mode = WAL")
+            for name in (STORE_FILE, f"{STORE_FILE}-wal", f"{STORE_FILE}-shm"):
+                if (state_dir / name).exists():
+                    os.chmod(state_dir / name, 0o600)
             conn.execute("PRAGMA synchronous = NORMAL")
             _tune(conn)
             if migrations.is_empty(conn):

@@ -75,6 +75,8 @@ def stage_rows(state: walk.Walk, silent_for_ms: int | None) -> list[dict[str, An
                     "confidence": None,
                     "silent_for_ms": None,
                     "reviewers": [],
+                    "commit": None,
+                    "discarded": [],
                 }
             )
     return result
@@ -106,4 +108,8 @@ def _execution_row(execution: walk.Execution, silent_for_ms: int | None) -> dict
         ]
         if execution.stage.result_check == "panel"
         else [],
+        # Additive in 0.5.0: the commit the execution ran on (a producing stage: the one
+        # it ended on), and what a reviewing stage committed or left that is not merged.
+        "commit": execution.commit,
+        "discarded": execution.discarded or [],
     }

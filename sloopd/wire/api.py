@@ -391,3 +391,33 @@ def default_socket_dir(repo: Path, environ: Mapping[str, str] | None = None) -> 
     if env.get("XDG_RUNTIME_DIR"):
         return Path(env["XDG_RUNTIME_DIR"]) / "sloop" / repo_id(repo)
     return Path(f"/tmp/sloop-{os.getuid()}") / repo_id(repo)
+
+
+def untrusted_directory(path: Path) -> str | None:
+    """Why a socket directory may not be trusted, or None when it may.
+
+    Another local user who creates ``/tmp/sloop-<uid>`` first would receive the
+    operator's requests and answer them, so daemon and client alike refuse a
+    directory (or symlink) owned by anyone but this uid or root, or writable by
+    group or others; a root-owned sticky parent (``/tmp``) is trusted.
+    """
+    try:
+        link, info = os.lstat(path), os.stat(path)
+    except FileNotFoundError:
+        return None  # nothing there yet: whoever creates it makes it ours
+    except OSError as exc:
+        return f"{path} cannot be checked: {exc.strerror}"
+    owner = next((s.st_uid for s in (link, info) if s.st_uid not in (os.getuid(), 0)), None)
+    if owner is not None:
+        return f"{path} belongs to uid {owner}, not to uid {os.getuid()}: remove it"
+    if info.st_mode & 0o022 and not (info.st_uid == 0 and info.st_mode & 0o1000):
+        return f"{path} is writable by group or others (mode {info.st_mode & 0o7777:o})"
+    return None
+
+
+def untrusted_socket_path(socket: Path) -> str | None:
+    """The first reason, from the socket's parent's parent down, not to trust ``socket``."""
+    for directory in (socket.parent.parent, socket.parent):
+        if (reason := untrusted_directory(directory)) is not None:
+            return reason
+    return None

@@ -286,7 +286,6 @@ UNIT_EXPECTED = {
         "NoNewPrivileges": "yes",
         "PrivateTmp": "yes",
         "ProtectSystem": "full",
-        "ProtectKernelTunables": "yes",
         "ProtectKernelModules": "yes",
         "ProtectControlGroups": "yes",
         "RestrictSUIDSGID": "yes",

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 import uvloop
 
-from sloopd.runs.children import MAX_LINE_BYTES, Child, ChildSpawnError, ProcessGroups
+from sloopd.runs.children import Child, ChildSpawnError, ProcessGroups
+from sloopd.runs.lines import MAX_LINE_BYTES
 
 Runner = Callable[[Coroutine[Any, Any, None]], None]
 GRACE = 0.5
@@ -171,7 +172,7 @@ def test_broken_consumer_does_not_stop_capture(
         )
         assert await finish(groups, child) == 0
 
-    with caplog.at_level(logging.ERROR, logger="sloopd.runs.children"):
+    with caplog.at_level(logging.ERROR, logger="sloopd.runs.lines"):
         run(body())
     assert seen == ["a", "boom", "b"]
     assert any("on_line callback failed" in r.getMessage() for r in caplog.records)

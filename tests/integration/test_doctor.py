@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from tests.support.daemon import (
     set_user_version,
 )
 
-CHECKS = ["socket", "version", "store", "git", "worktrees", "groups", "clock", "metrics"]
+CHECKS = ["socket", "version", "sandbox", "store", "git", "worktrees", "groups", "clock", "metrics"]
 # The developer's own daemon and settings must not leak into the runs.
 UNSET = ("SLOOP_OPERATOR_SOCKET", "SLOOP_SOCKET", "SLOOP_TOKEN", "SLOOP_METRICS_URL")
 
@@ -110,7 +111,7 @@ def test_a_healthy_daemon_passes_every_check(repo: Path, daemon: DaemonProcess) 
     assert "sloopd 0.5.0, protocol v1" in report.check("version")["detail"]
     assert "schema version" in report.check("store")["detail"]
     assert "main branch 'main' at" in report.check("git")["detail"]
-    assert report.check("worktrees")["detail"] == "no run worktrees"
+    assert report.check("worktrees")["detail"] == "no run checkouts"
     assert report.check("groups")["detail"] == "no child process groups recorded"
     dashboard = "from the dashboard: runs in flight 0, triggers queued 0 (due 0), gate open"
     assert dashboard in report.check("metrics")["detail"]
@@ -190,7 +191,7 @@ def test_with_the_daemon_down_the_socket_fails_and_the_store_is_checked(
     assert report.check("worktrees") == {
         "name": "worktrees",
         "status": "ok",
-        "detail": "no run worktrees",
+        "detail": "no run checkouts",
         "fix": None,
     }
     assert report.status("groups") == "ok"
@@ -346,12 +347,12 @@ def test_stale_worktrees_warn_and_kept_ones_are_fine(bench: Bench) -> None:
     worktrees = report.check("worktrees")
     assert worktrees["status"] == "ok", worktrees
     assert worktrees["detail"] == (
-        "1 run worktree: 1 kept for inspection (sloopctl gc removes those)"
+        "1 run checkout: 1 kept for inspection (sloopctl gc removes those)"
     )
 
-    # The merged run's worktree, recreated at its old path, and a stray directory.
+    # The merged run's checkout, recreated at its old path, and a stray directory.
     stale = bench.worktree_of(merged["id"])
-    git(bench.repo, "worktree", "add", "--detach", str(stale), "main")
+    git(bench.repo, "init", "-q", str(stale))
     stray = bench.worktree_of("R99")
     stray.mkdir()
     report = doctor(bench.repo, "--socket", socket)
@@ -362,15 +363,15 @@ def test_stale_worktrees_warn_and_kept_ones_are_fine(bench: Bench) -> None:
     worktrees = report.check("worktrees")
     assert worktrees["status"] == "warn", worktrees
     assert (
-        f"{merged['id']} is merged and its worktree was removed, yet git has one at {stale}"
+        f"{merged['id']} is merged and its checkout was removed, yet one is at {stale}"
         in worktrees["detail"]
     )
-    assert f"{stray} is not a git worktree" in worktrees["detail"]
-    assert f"git worktree remove --force {stale}" in worktrees["fix"]
+    assert f"{stray} is not a run checkout" in worktrees["detail"]
+    assert f"rm -r {stale}" in worktrees["fix"]
     assert f"rm -r {stray}" in worktrees["fix"]
 
     # The fixes it names clear the warnings.
-    git(bench.repo, "worktree", "remove", "--force", str(stale))
+    shutil.rmtree(stale)
     stray.rmdir()
     assert doctor_json(bench.repo, "--socket", socket).status("worktrees") == "ok"
 
@@ -384,18 +385,18 @@ def test_a_run_in_flight_without_its_worktree_fails(bench: Bench) -> None:
 
     report = doctor_json(bench.repo, "--socket", socket)
     assert report.code == 0, report.stdout
-    assert report.check("worktrees")["detail"] == "1 run worktree: 1 in flight"
+    assert report.check("worktrees")["detail"] == "1 run checkout: 1 in flight"
     groups = report.check("groups")
     assert groups["status"] == "ok"
     assert groups["detail"].startswith(f"1 recorded, 1 live: {run['id']}/implement#1: pid ")
     assert "runs in flight 1" in report.check("metrics")["detail"]
 
-    git(bench.repo, "worktree", "remove", "--force", run["worktree"])
+    shutil.rmtree(run["worktree"])
     report = doctor_json(bench.repo, "--socket", socket)
     assert report.code == 1
     worktrees = report.check("worktrees")
     assert worktrees["status"] == "fail", worktrees
-    missing = f"{run['id']} is running but has no worktree at {run['worktree']}"
+    missing = f"{run['id']} is running but has no checkout at {run['worktree']}"
     assert missing in worktrees["detail"]
     assert worktrees["fix"].startswith(f"sloopctl abort {run['id']}, then 'sloopctl run T")
 

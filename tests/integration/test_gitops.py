@@ -190,7 +190,7 @@ def test_ff_only_moves_main_when_not_checked_out(repo: Path) -> None:
     work = new_worktree(repo)
     tip = commit(work, {"branch.txt": "x\n"})
 
-    result = asyncio.run(gitops.ff_only(repo, work, "main"))
+    result = asyncio.run(gitops.ff_only(repo, head(work), "main"))
 
     assert result == gitops.GitResult(ok=True, head=tip)
     assert head(repo, "main") == tip
@@ -201,7 +201,7 @@ def test_ff_only_moves_a_clean_checkout_of_main(repo: Path) -> None:
     work = new_worktree(repo)
     tip = commit(work, {"branch.txt": "x\n", "a.txt": "a, changed\n"})
 
-    result = asyncio.run(gitops.ff_only(repo, work, "main"))
+    result = asyncio.run(gitops.ff_only(repo, head(work), "main"))
 
     assert result.ok and result.head == tip
     assert head(repo, "main") == tip == head(repo)
@@ -216,7 +216,7 @@ def test_ff_only_refuses_a_dirty_checkout_of_main(repo: Path) -> None:
     commit(work, {"branch.txt": "x\n"})
     (repo / "a.txt").write_text("someone is editing\n")
 
-    result = asyncio.run(gitops.ff_only(repo, work, "main"))
+    result = asyncio.run(gitops.ff_only(repo, head(work), "main"))
 
     assert not result.ok and result.head is None
     assert result.reason is not None
@@ -230,7 +230,7 @@ def test_ff_only_refuses_when_main_moved_then_sync_fixes_it(repo: Path) -> None:
     commit(work, {"branch.txt": "x\n"})
     moved = commit(repo, {"main.txt": "y\n"})
 
-    refused = asyncio.run(gitops.ff_only(repo, work, "main"))
+    refused = asyncio.run(gitops.ff_only(repo, head(work), "main"))
 
     assert not refused.ok
     assert refused.reason == (
@@ -239,7 +239,7 @@ def test_ff_only_refuses_when_main_moved_then_sync_fixes_it(repo: Path) -> None:
     assert head(repo, "main") == moved
 
     assert asyncio.run(gitops.sync(work, "main")).ok
-    merged = asyncio.run(gitops.ff_only(repo, work, "main"))
+    merged = asyncio.run(gitops.ff_only(repo, head(work), "main"))
     assert merged.ok and merged.head == head(work) == head(repo, "main")
     assert (repo / "branch.txt").exists()
 
@@ -267,7 +267,7 @@ def test_ff_only_loses_the_race_to_another_writer(
         return await real_git(cwd, *args, **kw)
 
     monkeypatch.setattr(gitops, "_git", racing_git)
-    result = asyncio.run(gitops.ff_only(repo, work, "main"))
+    result = asyncio.run(gitops.ff_only(repo, head(work), "main"))
 
     assert raced, "the write was never attempted"
     assert not result.ok and result.reason is not None
@@ -277,20 +277,23 @@ def test_ff_only_loses_the_race_to_another_writer(
     assert head(repo, "main") == raced[0] != tip
 
 
-def test_ff_only_when_main_is_already_the_tip(repo: Path) -> None:
+def test_ff_only_with_nothing_beyond_main_is_nothing_to_merge(repo: Path) -> None:
     work = new_worktree(repo)
-    result = asyncio.run(gitops.ff_only(repo, work, "main"))
-    assert result == gitops.GitResult(ok=True, head=head(repo, "main"))
+    result = asyncio.run(gitops.ff_only(repo, head(work), "main"))
+    assert not result.ok and result.reason is not None
+    assert result.reason.startswith("nothing to merge")
+    allowed = asyncio.run(gitops.ff_only(repo, head(work), "main", allow_empty=True))
+    assert allowed == gitops.GitResult(ok=True, head=head(repo, "main"))
 
 
 def test_ff_only_git_errors(root: Path, repo: Path) -> None:
     work = new_worktree(repo)
     with pytest.raises(GitError, match="no branch"):
-        asyncio.run(gitops.ff_only(repo, work, "trunk"))
+        asyncio.run(gitops.ff_only(repo, head(work), "trunk"))
     bare = root / "bare.git"
     git(root, "init", "-q", "--bare", str(bare))
     with pytest.raises(GitError, match="bare"):
-        asyncio.run(gitops.ff_only(bare, work, "main"))
+        asyncio.run(gitops.ff_only(bare, head(work), "main"))
 
 
 def test_rev_parse_names_commits_only(repo: Path) -> None:

@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -124,7 +125,14 @@ def test_ready_status_watchdog_reload_stopping_in_order(
 ) -> None:
     env_file = bench.path("agent-env.json")
     agent = [sys.executable, "-c", ENV_DUMP, str(env_file)]
-    bench.setup(sloop_toml(agent), {"one": ticket_text("One")})
+    # The agent commits nothing: this test is about notifications, not merging.
+    flows: dict[str, list[dict[str, Any]]] = {
+        "default": [
+            {"name": "implement", "action": "agent"},
+            {"name": "merge", "action": "ff_only", "allow_empty": True},
+        ]
+    }
+    bench.setup(sloop_toml(agent, flows=flows), {"one": ticket_text("One")})
     bench.env.update(NOTIFY_SOCKET=str(listener.path), WATCHDOG_USEC=str(WATCHDOG_USEC))
     bench.start()
     assert bench.daemon is not None and bench.daemon.proc is not None

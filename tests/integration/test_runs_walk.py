@@ -24,6 +24,7 @@ from tests.support.daemon import git, new_daemon, wait_until
 from tests.support.gitrepo import in_progress
 
 # Stage row keys the protocol lists ("Explain one run"); rows may gain fields, never lose these.
+SANDBOX_CHECKOUT = "/sloop/work"  # where every sandbox sees its run's checkout
 STAGE_ROW_KEYS = frozenset(
     {
         "stage",
@@ -148,24 +149,26 @@ def test_ticket_merged_end_to_end(bench: Bench) -> None:
     assert "agent R1 implement#1" in git(bench.repo, "log", "--format=%s", "main")
     assert (bench.repo / "one.txt").read_text() == "made by R1\n"  # the checkout moved along
 
-    # The worktree is removed once the run is merged (the branch stays).
+    # The checkout is removed once the run is merged (the branch stays).
     worktree = bench.worktree_of("R1")
     assert run["worktree"] is None  # wait_run waited for the removal
     assert not worktree.exists()
     assert str(worktree) not in git(bench.repo, "worktree", "list")
 
-    # The agent ran in the worktree, in its own process group, with the run's environment.
+    # The agent ran in its checkout (at /sloop/work in its sandbox), in its own process
+    # group, with the run's environment.
     env = read_json(bench.path("env-R1.json"))
-    assert env["cwd"] == str(worktree)
-    assert env["pgid"] == env["pid"]
+    assert env["cwd"] == SANDBOX_CHECKOUT
+    assert env["pgid"] in (env["pid"], 1)  # its own group, or its sandbox's (led by pid 1)
     assert env["SLOOP_RUN"] == "R1"
     assert env["SLOOP_TICKET"] == run["ticket"]
     assert env["SLOOP_STAGE"] == "implement"
     assert env["SLOOP_ATTEMPT"] == "1"
-    assert env["SLOOP_WORKTREE"] == str(worktree)
+    assert env["SLOOP_WORKTREE"] == SANDBOX_CHECKOUT
     assert env["SLOOP_SOCKET"] and env["SLOOP_TOKEN"]  # the run's worker socket
     assert "SLOOP_OPERATOR_SOCKET" not in env
-    prompt = Path(env["SLOOP_PROMPT_FILE"]).read_text()
+    assert env["SLOOP_PROMPT_FILE"] == "/sloop/prompt.md"
+    prompt = (bench.state_dir / "runs" / "R1" / "prompt-implement-1.md").read_text()
     assert "Make one" in prompt and "Create one.txt please." in prompt
     assert env["argv_rest"] == [prompt]  # {prompt} is replaced by the rendered prompt
 
@@ -428,14 +431,18 @@ def test_main_moved_between_sync_and_merge(bench: Bench) -> None:
         "default": [
             agent_stage(bench, "--write", "work.txt=the agent's work"),
             SYNC,
-            # Commits on main in the main checkout on its first execution only.
-            command_stage(bench, "bump", "--commit-main-once", str(bench.repo)),
+            # Holds until the test moved main (first execution) or at once (second).
+            command_stage(bench, "bump", "--wait-for", bench.flag("go-{attempt}")),
             MERGE,
         ]
     }
     bench.setup(sloop_toml(bench.argv(), flows=flows), {"moving": ticket_text("Moving main")})
     bench.start()
     bench.post("moving")
+    bench.wait_stage_running("moving#1", "bump")
+    bench.commit_on_main({"moved.txt": "main moved\n"}, "main moved during the run")
+    bench.release("go-2")
+    bench.release("go-1")
     run = bench.wait_run("moving#1")
 
     assert run["state"] == "merged", run
@@ -452,9 +459,10 @@ def test_main_moved_between_sync_and_merge(bench: Bench) -> None:
     # merge#1 failed before sync#2 ran, and sync#2 before merge#2.
     assert row(run, "sync", 2)["started_at_ms"] >= row(run, "merge", 1)["finished_at_ms"]
     assert row(run, "merge", 2)["started_at_ms"] >= row(run, "sync", 2)["finished_at_ms"]
-    # main holds both the commit that moved it and the agent's work.
-    assert bench.rev("main") == bench.rev("sloop/moving/1")
-    assert (bench.repo / "moved-by-R1.txt").exists() and (bench.repo / "work.txt").exists()
+    # main holds both the commit that moved it and the agent's work: the commit sync#2 made.
+    assert bench.rev("main") == bench.rev("sloop/moving/1") == row(run, "merge", 2)["commit"]
+    assert row(run, "sync", 2)["commit"] == row(run, "merge", 2)["commit"]
+    assert (bench.repo / "moved.txt").exists() and (bench.repo / "work.txt").exists()
 
 
 def corrupt_run(bench: Bench) -> tuple[dict[str, Any], str]:

@@ -187,9 +187,8 @@ def check_quorum(bench: Bench, run: dict[str, Any]) -> None:
     assert {(env["SLOOP_RUN"], env["SLOOP_STAGE"], env["SLOOP_ATTEMPT"]) for env in envs} == {
         (run["id"], "review", "1")
     }
-    assert {env["SLOOP_SOCKET"] for env in envs} == {
-        str(bench.root / "s" / "w" / f"{run['id']}.sock")
-    }
+    # Each seat sees its run's worker socket at the same place in its sandbox.
+    assert {env["SLOOP_SOCKET"] for env in envs} == {"/sloop/worker.sock"}
     assert all(env["socket_mode"] == "0o600" for env in envs)
 
     # Every seat reads the same brief; the reported stage before them reads its own.

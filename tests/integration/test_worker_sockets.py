@@ -216,8 +216,10 @@ def test_a_worker_reaches_only_its_own_run(bench: Bench) -> None:
             {"name": "check", "action": "command", "command": check},
         ]
     }
+    # Unsandboxed, so the operator socket is in reach: this is the peer check, the
+    # defence in depth behind the sandbox (test_attacks.py tries the same sandboxed).
     bench.setup(
-        sloop_toml(bench.argv(), flows=flows),
+        sloop_toml(bench.argv(), flows=flows, sandbox="none"),
         {
             "other": ticket_text("Other work", "Not yours.", project="side"),
             "bystander": ticket_text("Bystander", "Nor this."),
@@ -466,7 +468,6 @@ def swap_steps(bench: Bench) -> list[dict[str, Any]]:
     other = "other:" + tokens
     return [
         {"do": "save", "what": "token", "path": tokens + "/{run}"},
-        {"do": "save", "what": "socket", "path": sockets + "/{run}"},
         req("cross_brief", "brief", token=other),
         req("cross_show", "show", token=other),
         req("cross_note", "note", {"text": "not mine"}, token=other),
@@ -482,6 +483,12 @@ def swap_steps(bench: Bench) -> list[dict[str, Any]]:
 
 def test_another_runs_token_is_refused(bench: Bench) -> None:
     swap = probe_argv(bench, bench.flag("swap-{run}.json"), swap_steps(bench))
+    # Where each run's socket lives on the host: a sandboxed run cannot even see the other's.
+    bench.path("sockets").mkdir()
+    for run_id in ("R1", "R2"):
+        bench.path("sockets").joinpath(run_id).write_text(
+            str(bench.root / "s" / "w" / f"{run_id}.sock")
+        )
     flows = {
         "swap": [{"name": "work", "action": "agent", "result_check": "reported", "command": swap}]
     }
@@ -500,7 +507,7 @@ def test_another_runs_token_is_refused(bench: Bench) -> None:
         seen = read_json(bench.path(f"swap-{run['id']}.json"))
         for key in ("cross_brief", "cross_show", "cross_note", "cross_verdict"):
             assert_unauthorized(seen[key])
-        assert_unauthorized(seen["own_token_elsewhere"])
+        assert seen["own_token_elsewhere"] == {"connect_error": "FileNotFoundError"}
         assert data_of(seen["own_brief"])["run"] == run["id"]
         assert data_of(seen["verdict"])["verdict"]["run"] == run["id"]
         # The other run's token reported nothing here: the own verdict was the first.
@@ -521,7 +528,8 @@ def test_an_unknown_verb_is_unauthorized_too(bench: Bench) -> None:
         req("operator", "frobnicate", token=None, socket=operator),
     ]
     probe = probe_argv(bench, bench.flag("unknown.json"), steps)
-    bench.setup(sloop_toml(probe, flows={"default": [{"name": "work", "action": "agent"}]}))
+    flows = {"default": [{"name": "work", "action": "agent"}]}
+    bench.setup(sloop_toml(probe, flows=flows, sandbox="none"))  # the operator socket in reach
     bench.start()
     assert bench.daemon is not None and bench.daemon.socket is not None
     bench.path("operator").write_text(str(bench.daemon.socket))
@@ -546,7 +554,8 @@ def test_a_vanished_peer_from_inside_a_run_is_refused(bench: Bench) -> None:
         "busy": 100,
     }
     probe = probe_argv(bench, bench.flag("race.json"), [race])
-    bench.setup(sloop_toml(probe, flows={"default": [{"name": "work", "action": "agent"}]}))
+    flows = {"default": [{"name": "work", "action": "agent"}]}
+    bench.setup(sloop_toml(probe, flows=flows, sandbox="none"))  # the operator socket in reach
     bench.start()
     assert bench.daemon is not None and bench.daemon.socket is not None
     bench.path("operator").write_text(str(bench.daemon.socket))

@@ -33,6 +33,9 @@ from tests.support.daemon import Client, DaemonProcess, git, new_daemon, wait_un
 from tests.support.gitrepo import git as git_as_tester
 
 STORE_FILE = "store.sqlite3"
+# Set on every bench's daemon and passed through to its children (agent.env), so a
+# test finds the processes of its own runs, whatever sandbox they run in.
+BENCH_VAR = "TEST_BENCH_ROOT"
 WAIT_FOR_LIMIT_S = 60.0  # an agent waiting on a flag gives up after this long (exit 97)
 RUN_TIMEOUT_S = 45.0
 STOP_TIMEOUT_S = 15.0  # a daemon stops its runs within the 5 s kill grace; this is ample
@@ -110,6 +113,11 @@ def main():
     p.add_argument("--wait-limit", type=float, default=60.0)
     opts, rest = p.parse_known_args()
     run = os.environ.get("SLOOP_RUN")
+    if opts.pidfile and "AGENT_PID_TAG" not in os.environ:
+        # In its sandbox an agent's pid is its namespace's; the test finds the host pid
+        # by this tag in /proc/<pid>/environ (read_pid), so put it there: exec again.
+        tag = os.urandom(8).hex()
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "AGENT_PID_TAG": tag})
 
     if opts.env_dump:
         dump = {k: v for k, v in os.environ.items() if k.startswith("SLOOP_")}
@@ -121,7 +129,7 @@ def main():
             json.dump(dump, f)
     if opts.pidfile:
         with open(fill(opts.pidfile) + ".tmp", "w") as f:
-            f.write(str(os.getpid()))
+            f.write("tag:" + os.environ["AGENT_PID_TAG"])
         os.replace(fill(opts.pidfile) + ".tmp", fill(opts.pidfile))
     if opts.trap_term:
         def on_term(signum, frame):
@@ -133,11 +141,13 @@ def main():
     if opts.concurrency:
         counter(opts.concurrency, +1)
     if opts.wait_for:
-        wait_for(opts.wait_for, opts.wait_limit)
+        wait_for(fill(opts.wait_for), opts.wait_limit)
     if opts.grandchild:
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+        tag = os.urandom(8).hex()
+        env = {**os.environ, "AGENT_PID_TAG": tag}
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], env=env)
         with open(fill(opts.grandchild), "w") as f:
-            f.write(str(child.pid))
+            f.write("tag:" + tag)
     if opts.hang or (opts.hang_run and opts.hang_run == run):
         while True:
             time.sleep(0.2)
@@ -201,9 +211,11 @@ def sloop_toml(
     parallel: int | None = None,
     flows: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     extra: str = "",
+    sandbox: str | None = None,
 ) -> str:
-    """A sloop.toml: ``[repo]`` (when ``parallel``), ``[agent]``, and the given flows."""
-    lines: list[str] = []
+    """A sloop.toml: ``sandbox`` (when given), ``[repo]`` (when ``parallel``), ``[agent]``,
+    and the given flows."""
+    lines: list[str] = [f"sandbox = {toml_value(sandbox)}", ""] if sandbox else []
     if parallel is not None:
         lines += ["[repo]", f"parallel = {parallel}", ""]
     lines += ["[agent]", f"command = {toml_value(list(agent))}", ""]
@@ -328,10 +340,24 @@ class Bench:
         *,
         commit_config: bool = True,
     ) -> None:
+        config = None if config is None else self.sharing_flags(config)
         write_repo_files(self.repo, config, tickets or {}, commit_config=commit_config)
 
     def write_config(self, config: str) -> None:
-        (self.repo / "sloop.toml").write_text(config, encoding="utf-8")
+        (self.repo / "sloop.toml").write_text(self.sharing_flags(config), encoding="utf-8")
+
+    def sharing_flags(self, config: str) -> str:
+        """The flags folder read-write in every sandbox: the tests' results folder.
+
+        Agents report to the test through files there, as a CI harness collects
+        results through a folder it mounts on purpose (``agent.rw_mounts``).
+        """
+        if "rw_mounts" in config:
+            return config
+        line = f"rw_mounts = {toml_value([str(self.root / 'flags')])}\nenv = [{BENCH_VAR!r}]"
+        if "[agent]\n" in config:
+            return config.replace("[agent]\n", f"[agent]\n{line}\n", 1)
+        return config.rstrip("\n") + f"\n\n[agent]\n{line}\n"
 
     def commit_on_main(self, files: Mapping[str, str], message: str = "main moves") -> str:
         for name, text in files.items():
@@ -351,7 +377,7 @@ class Bench:
             for old in self.daemon.clients:
                 old.close()
             self.daemon.clients.clear()
-        env = {"PYTHONFAULTHANDLER": "1", **self.env}
+        env = {"PYTHONFAULTHANDLER": "1", BENCH_VAR: str(self.root), **self.env}
         self.daemon = new_daemon(self.root, self.repo, **env).start()
         self._client = self.daemon.client()
         return self
@@ -365,8 +391,12 @@ class Bench:
     def state_dir(self) -> Path:
         return self.root / "state"
 
+    def run_env(self, run_id: str) -> tuple[str, str]:
+        """Environment entries only the processes of this bench's run ``run_id`` carry."""
+        return f"SLOOP_RUN={run_id}", f"{BENCH_VAR}={self.root}"
+
     def worktree_of(self, run_id: str) -> Path:
-        return self.state_dir / "worktrees" / run_id
+        return self.state_dir / "checkouts" / run_id
 
     def stop(self) -> int:
         """SIGTERM the daemon and wait for its exit code.
@@ -512,7 +542,20 @@ def read_json(path: Path) -> Any:
 
 
 def read_pid(path: Path) -> int:
-    return int(wait_until(lambda: path.exists() and path.read_text().strip()))
+    """The host pid an agent wrote: a pid, or a tag in its environment (sandboxed agents
+    see their namespace's pids only)."""
+    text = str(wait_until(lambda: path.exists() and path.read_text().strip()))
+    if not text.startswith("tag:"):
+        return int(text)
+    found: list[int] = wait_until(lambda: tagged(path))
+    assert len(found) == 1, found
+    return found[0]
+
+
+def tagged(path: Path) -> list[int]:
+    """The live processes carrying the tag an agent wrote to ``path`` (see read_pid)."""
+    text = path.read_text().strip()
+    return processes_with(f"AGENT_PID_TAG={text.removeprefix('tag:')}")
 
 
 def kill_leftovers(state_dir: Path) -> list[int]:
@@ -521,13 +564,13 @@ def kill_leftovers(state_dir: Path) -> list[int]:
     Only a failing test leaves such processes (the daemon stops its groups);
     this keeps one failure from leaking sleeping agents into the next test.
     """
-    prefix = f"SLOOP_WORKTREE={state_dir}/".encode()
+    bench = f"{BENCH_VAR}={state_dir.parent}".encode()
     killed = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         env = environ_of(int(name))
-        if env is not None and any(entry.startswith(prefix) for entry in env):
+        if env is not None and bench in env and any(e.startswith(b"SLOOP_RUN=") for e in env):
             with suppress(OSError):
                 os.kill(int(name), 9)
                 killed.append(int(name))

@@ -286,7 +286,7 @@ def test_no_daemon_module_is_much_over_four_hundred_lines() -> None:
     long = {
         str(p.relative_to(ROOT)): n
         for p in source_files("sloopd") + source_files("sloopctl")
-        if (n := len(p.read_text().splitlines())) > 420
+        if (n := len(p.read_text().splitlines())) > 430
     }
     assert long == {}
 

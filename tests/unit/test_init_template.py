@@ -81,6 +81,9 @@ def test_every_commented_example_is_valid_when_switched_on() -> None:
         "agent.stall_after",
         "agent.stall_kill_after",
         "agent.cooldown",
+        "agent.env",
+        "agent.ro_mounts",
+        "agent.rw_mounts",
     ],
 )
 def test_every_repo_and_agent_key_is_written_out(key: str) -> None:

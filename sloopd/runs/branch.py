@@ -1,0 +1,222 @@
+"""A run's branch through its stages: where it starts, what each stage leaves, what merges.
+
+The checkout is the agent's (hostile once it has run); the refs in the main
+repository are the daemon's.  After every stage execution the checkout's branch
+is brought back under ``refs/sloop/runs/<run>/…`` (``checkout.bring_back``: a
+pack over a pipe, checked to descend from the run's base), and the commit is
+recorded on the stage row.  Stages that produce work (a gating agent or command
+stage judged by its exit code) move the run's branch ``refs/heads/<branch>``;
+stages that review it (a reported verdict, a panel seat, an advisory stage) run
+on a pinned commit, and whatever they commit or leave behind is recorded as
+discarded and reset away.  ``ff_only`` merges ``Walk.merge_target()``, so the
+commit main gets is the one the last gating stage ran on, byte for byte.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from sloopd.core.paths import Layout, git_common_dir
+from sloopd.flows.flow import Stage
+from sloopd.runs import checkout, checkout_edits, gitops
+from sloopd.runs.checkout import CheckoutError, Isolation
+from sloopd.runs.runstate import RunFacts
+
+# Every git call on a checkout or for it has this deadline; a hook or a huge
+# repository that takes longer fails the stage with a reason instead of hanging it.
+GIT_TIMEOUT_S = 300.0
+
+
+def repository_identity(repo: Path) -> tuple[str, str]:
+    """user.name and user.email as git resolves them for ``repo``, or Sloop's fallback."""
+    values = []
+    keys = (("user.name", gitops.FALLBACK_NAME), ("user.email", gitops.FALLBACK_EMAIL))
+    for key, fallback in keys:
+        done = subprocess.run(
+            ["git", "-C", str(repo), "config", "--get", key],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        values.append(done.stdout.strip() or fallback)
+    return values[0], values[1]
+
+
+def produces(stage: Stage) -> bool:
+    """Whether a stage's commits become the run's work (else it reviews a pinned commit)."""
+    return (
+        stage.action in ("agent", "command")
+        and stage.result_check == "exit_code"
+        and not stage.advisory
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Discarded:
+    commit: str | None
+    paths: tuple[str, ...]
+
+    def row(self, seat: int | None) -> dict[str, Any]:
+        entry: dict[str, Any] = {"commit": self.commit, "paths": list(self.paths)}
+        if seat is not None:
+            entry["reviewer"] = seat
+        return entry
+
+
+class RunBranches:
+    def __init__(
+        self, layout: Layout, *, sandboxed: Callable[[], bool], protected: tuple[Path, ...]
+    ) -> None:
+        self.layout = layout
+        self._sandboxed = sandboxed
+        self.common_dir = Path(os.path.realpath(git_common_dir(layout.repo)))
+        self.protected = protected
+        # The daemon's own commits (sync merges, commit = "auto") carry the repository's
+        # identity, as a person's merge would, or Sloop's fallback on a bare CI host.
+        self.identity = repository_identity(layout.repo)
+
+    def isolation(self, facts: RunFacts) -> Isolation:
+        home = self.layout.state_dir / "runs" / facts.run_id / "git-home"
+        home.mkdir(parents=True, exist_ok=True)
+        return Isolation(
+            objects=self.common_dir / "objects",
+            home=home,
+            hide=self.protected,
+            bwrap="bwrap" if self._sandboxed() else None,
+        )
+
+    @staticmethod
+    def ref(facts: RunFacts, name: str) -> str:
+        return f"refs/sloop/runs/{facts.run_id}/{name}"
+
+    @staticmethod
+    def execution_name(facts: RunFacts, stage: Stage, attempt: int, seat: int | None) -> str:
+        # Stage names are free text; refs are not: name executions by flow position.
+        index = facts.flow.index(stage.name)
+        return f"{index}-{attempt}" + (f"-seat{seat}" if seat is not None else "")
+
+    async def create(self, facts: RunFacts, main: str) -> str:
+        """The run's checkout and branch at main's tip now; returns that base commit."""
+        repo = self.layout.repo
+        base = await gitops.rev_parse(repo, main)
+        if base is None:
+            raise gitops.GitError(f"cannot start the run: {main!r} names no commit in {repo}")
+        branch = f"refs/heads/{facts.branch}"
+        if await gitops.rev_parse(repo, branch) is not None:
+            raise gitops.GitError(f"cannot start the run: branch {facts.branch} already exists")
+        try:
+            await checkout.create(repo, facts.worktree, facts.branch, base, timeout=GIT_TIMEOUT_S)
+        except CheckoutError as exc:
+            raise gitops.GitError(str(exc)) from exc
+        await gitops.update_ref(repo, self.ref(facts, "base"), base)
+        await gitops.update_ref(repo, branch, base, expect="")
+        return base
+
+    async def base(self, facts: RunFacts) -> str:
+        sha = await gitops.rev_parse(self.layout.repo, self.ref(facts, "base"))
+        if sha is None:
+            raise CheckoutError(f"{facts.run_id} has no recorded base commit")
+        return sha
+
+    async def bring_back(self, facts: RunFacts, name: str) -> str:
+        isolation = self.isolation(facts)
+        upload = (
+            checkout.upload_pack_command(facts.worktree, isolation) if isolation.bwrap else None
+        )
+        return await checkout.bring_back(
+            self.layout.repo,
+            facts.worktree,
+            facts.branch,
+            self.ref(facts, name),
+            await self.base(facts),
+            sandboxed_upload_pack=upload,
+            timeout=GIT_TIMEOUT_S,
+        )
+
+    async def uncommitted(self, facts: RunFacts) -> list[str]:
+        return await checkout_edits.uncommitted(
+            facts.worktree, self.isolation(facts), timeout=GIT_TIMEOUT_S
+        )
+
+    async def commit_all(self, facts: RunFacts, message: str) -> bool:
+        return await checkout_edits.commit_all(
+            facts.worktree,
+            message,
+            self.isolation(facts),
+            identity=self.identity,
+            timeout=GIT_TIMEOUT_S,
+        )
+
+    async def advance(self, facts: RunFacts, sha: str) -> None:
+        """The run's branch in the main repository shows the work so far."""
+        await gitops.update_ref(self.layout.repo, f"refs/heads/{facts.branch}", sha)
+
+    async def reset_to(self, facts: RunFacts, sha: str) -> None:
+        """Put the checkout back on ``sha``: the branch, the index, the files (ignored kept)."""
+        isolation = self.isolation(facts)
+        for args in (
+            ["reset", "-q", "--hard", sha],
+            ["clean", "-q", "-f", "-d"],
+            ["update-ref", f"refs/heads/{facts.branch}", sha],
+        ):
+            done = await checkout.run_in_checkout(
+                facts.worktree, args, isolation, timeout=GIT_TIMEOUT_S
+            )
+            if done.returncode != 0:
+                raise CheckoutError(
+                    f"cannot put {facts.worktree} back on {sha[:12]}: {done.stderr.strip()}"
+                )
+
+    async def review_leftovers(self, facts: RunFacts, pinned: str, name: str) -> Discarded | None:
+        """What a reviewing execution changed on its pinned commit; reset away afterwards."""
+        tip = await self.bring_back(facts, name)
+        paths = tuple(await self.uncommitted(facts))
+        if tip == pinned and not paths:
+            return None
+        await self.reset_to(facts, pinned)
+        return Discarded(tip if tip != pinned else None, paths)
+
+    async def sync(
+        self, facts: RunFacts, main: str, mode: Literal["merge", "rebase"]
+    ) -> gitops.GitResult:
+        """Bring main into the checkout; the result's ``head`` is the commit brought back."""
+        dirty = await self.uncommitted(facts)
+        if dirty:
+            return gitops.GitResult(
+                ok=False,
+                reason=f"the checkout {facts.worktree} has uncommitted changes in: "
+                f"{', '.join(dirty)}",
+            )
+        sha = await gitops.rev_parse(self.layout.repo, main)
+        if sha is None:
+            raise gitops.GitError(f"cannot sync: {main!r} names no commit")
+        isolation = self.isolation(facts)
+        if mode == "merge":
+            conflicts = await checkout_edits.merge(
+                facts.worktree, sha, isolation, identity=self.identity, timeout=GIT_TIMEOUT_S
+            )
+            doing = f"merging {main} into the branch"
+        else:
+            conflicts = await checkout_edits.rebase(
+                facts.worktree, sha, isolation, identity=self.identity, timeout=GIT_TIMEOUT_S
+            )
+            doing = f"rebasing the branch onto {main}"
+        if conflicts:
+            return gitops.GitResult(
+                ok=False,
+                reason=f"{doing} conflicts in: {', '.join(conflicts)}",
+                paths=tuple(conflicts),
+            )
+        return gitops.GitResult(ok=True)
+
+    async def remove(self, path: Path) -> None:
+        """A run's checkout, or (from a 0.4 store) its git worktree."""
+        if (path / ".git").is_file():
+            await gitops.remove_worktree(self.layout.repo, path)
+            return
+        await checkout.remove(path)

@@ -1,0 +1,422 @@
+"""An isolated checkout per run: its own repository, borrowing the main one's objects.
+
+Why not ``git worktree``: a worktree's ``.git`` names the main repository's
+``.git/worktrees/<id>``, whose ``commondir`` leads back to the main ``.git``, so refs,
+config, hooks and objects are shared and writable.  An agent in a worktree can move
+``main``, install a hook the daemon runs later, or set ``core.fsmonitor`` in the shared
+config.  Here each run gets a new repository whose ``objects/info/alternates`` names the main
+repository's objects directory: it reads every commit without copying one, and whatever it
+writes (objects, refs, config, hooks) stays in the checkout.  In the sandbox the main objects
+are read-only, so even a hostile ``git`` cannot add to or corrupt them.
+
+**Trust boundary.**  Once an agent has run, everything under the checkout is hostile:
+``.git/config`` may set ``core.fsmonitor``, ``core.hooksPath``, ``include.path``, filters;
+``.git`` may become a gitfile or grow a ``commondir``.  So the daemon never runs git in a
+checkout outside the sandbox: ``run_in_checkout`` and its wrappers run git in bwrap (no
+network, no worker socket, checkout-level hardening through ``-c`` and ``GIT_CONFIG_*``),
+and ``bring_back`` runs git only in the *main* repository: a ``git fetch`` whose
+upload-pack side runs in a sandbox that sees the checkout and the objects read-only.  The
+main repository receives a pack over a pipe, as from any untrusted remote, checks its
+objects (``fetch.fsckObjects``) and accepts the tip only if it descends from the base.
+``create`` runs git in the checkout before any agent has touched it, which is safe.
+
+Every git call has a deadline (the function's ``timeout`` covers all its calls) and is
+killed with its process group on timeout or cancellation.  Imports: the standard library and
+the sibling ``sandbox`` module, relatively, so the pair can move together.
+
+**Caveats.**  A checkout depends on the main repository keeping the objects it borrows: if
+``main`` is force-moved and the main repository is pruned, a running checkout's base may
+vanish, so pin each base with a ref (e.g. ``refs/sloop/runs/<id>/base``) for the run's life.
+Alternates of the main repository itself (a main made by ``clone --shared``) are followed
+by git but not bound into the sandbox: add those directories to ``visible_paths``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import shutil
+import signal
+import stat
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sloopd.runs.sandbox import CHECKOUT_PATH, HOME_PATH, SandboxSpec, command
+
+# Settings that make git in a checkout run nothing the checkout's own config asks for.
+HARDENING = (
+    ("core.hooksPath", "/dev/null"),
+    ("core.fsmonitor", "false"),
+    ("gc.auto", "0"),
+    ("maintenance.auto", "false"),
+    ("protocol.allow", "never"),
+)
+# Inherited from a hook or a wrapper, these would point the daemon's git elsewhere than -C.
+_LOCAL_GIT_VARS = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_COMMON_DIR",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_NAMESPACE",
+    "GIT_SHALLOW_FILE",
+    "GIT_GRAFT_FILE",
+)
+
+
+class CheckoutError(Exception):
+    """A checkout operation failed or was refused; the message is a sentence for a person."""
+
+
+@dataclass(frozen=True)
+class GitRun:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """The sandbox pieces every daemon-side git call in a checkout shares.
+
+    ``objects`` is the main repository's objects directory (see ``objects_dir``); ``home`` a
+    daemon-owned directory used as HOME inside (an empty one is best: whatever config it
+    holds is read); ``hide`` the host paths to mask: the main repository (the whole working
+    tree, not only ``.git``: the objects come back anyway), the state and socket
+    directories, other checkouts.
+    """
+
+    objects: Path
+    home: Path
+    hide: tuple[Path, ...] = ()
+    # None: ``sandbox = "none"``, git runs on the host in the checkout (hardened by -c
+    # and GIT_CONFIG_* only; the operator chose to trust the agents).
+    bwrap: str | None = "bwrap"
+
+
+class _Deadline:
+    def __init__(self, timeout: float) -> None:
+        self.end = asyncio.get_running_loop().time() + timeout
+        self.timeout = timeout
+
+    def left(self, what: str) -> float:
+        remaining = self.end - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            raise CheckoutError(f"{what} did not finish within {self.timeout:g} s.")
+        return remaining
+
+
+def _host_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _LOCAL_GIT_VARS}
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    return env
+
+
+def _reason(text: str) -> str:
+    """git's own reason: its first ``fatal:``/``error:`` line, else its last line."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    flagged = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]
+    if flagged:
+        return flagged[0].rstrip(".")
+    return lines[-1].rstrip(".") if lines else "no message"
+
+
+# The git calls in flight, by pid: they lead their own groups, so the daemon's
+# orphan reaper (it is a child subreaper) must know the event loop waits for them,
+# or it would reap their exit status first and leave the loop waiting for ever.
+_WAITED: set[int] = set()
+
+
+def waited_pids() -> set[int]:
+    return set(_WAITED)
+
+
+async def _run(
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    what: str,
+    env: Mapping[str, str] | None = None,
+    stdin: bytes | None = None,
+    cwd: Path | None = None,
+) -> GitRun:
+    """Run ``argv`` (never through a shell); on timeout or cancellation kill its group."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=cwd,
+        stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=dict(env) if env is not None else _host_env(),
+        start_new_session=True,
+    )
+    _WAITED.add(proc.pid)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
+    except BaseException as exc:
+        if proc.returncode is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            await proc.wait()
+        if isinstance(exc, TimeoutError):
+            raise CheckoutError(f"{what} did not finish within {timeout:.3g} s.") from None
+        raise
+    finally:
+        _WAITED.discard(proc.pid)
+    code = proc.returncode if proc.returncode is not None else -1
+    return GitRun(code, out.decode(errors="replace"), err.decode(errors="replace"))
+
+
+async def _git(repo: Path | None, *args: str, deadline: _Deadline, what: str) -> str:
+    """``git -C repo args`` on the host (main repository or a fresh checkout); stdout."""
+    where = ["-C", str(repo)] if repo is not None else []
+    done = await _run(["git", *where, *args], timeout=deadline.left(what), what=what)
+    if done.returncode != 0:
+        raise CheckoutError(f"{what} failed: {_reason(done.stderr or done.stdout)}.")
+    return done.stdout.strip()
+
+
+async def _check_ref(ref: str, deadline: _Deadline) -> None:
+    what = f"checking the ref name {ref!r}"
+    if ref.startswith("-") or not ref.startswith("refs/"):
+        raise CheckoutError(f"{ref!r} is not a valid full ref name.")
+    done = await _run(["git", "check-ref-format", ref], timeout=deadline.left(what), what=what)
+    if done.returncode != 0:
+        raise CheckoutError(f"{ref!r} is not a valid ref name.")
+
+
+async def objects_dir(repo: Path, *, timeout: float) -> Path:
+    """The main repository's objects directory, absolute and resolved (the alternates line)."""
+    deadline = _Deadline(timeout)
+    out = await _git(
+        repo,
+        "rev-parse",
+        "--path-format=absolute",
+        "--git-path",
+        "objects",
+        deadline=deadline,
+        what=f"finding the objects of {repo}",
+    )
+    return Path(out).resolve()
+
+
+async def create(repo: Path, checkout: Path, branch: str, base_sha: str, *, timeout: float) -> None:
+    """A new repository at ``checkout`` on ``branch`` at ``base_sha``, objects borrowed.
+
+    ``git init`` without templates (no sample hooks), the alternates line, the branch ref,
+    and ``read-tree -u --reset``, which writes the files and an index with their stat data
+    (valid inside the sandbox too: a bind mount keeps device and inode numbers).  Measured
+    as fast as ``git worktree add`` of the same tree (see benchmarks/sandbox_start.py).
+    """
+    deadline = _Deadline(timeout)
+    await _check_ref(f"refs/heads/{branch}", deadline)
+    what = f"reading {base_sha!r} in {repo}"
+    out = await _git(
+        repo,
+        "rev-parse",
+        "--path-format=absolute",
+        "--git-path",
+        "objects",
+        "--show-object-format",
+        "--verify",
+        "--end-of-options",
+        f"{base_sha}^{{commit}}",
+        deadline=deadline,
+        what=what,
+    )
+    objects, object_format, sha = out.splitlines()
+    if checkout.exists() and any(checkout.iterdir()):
+        raise CheckoutError(f"cannot create a checkout in {checkout}: it is not empty.")
+    init = ["init", "-q", "--template=", f"--object-format={object_format}", "-b", branch]
+    await _git(None, *init, "--", str(checkout), deadline=deadline, what=f"creating {checkout}")
+    info = checkout / ".git" / "objects" / "info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "alternates").write_text(f"{Path(objects).resolve()}\n", encoding="utf-8")
+    what = f"checking out {sha[:12]} in {checkout}"
+    await _git(checkout, "update-ref", f"refs/heads/{branch}", sha, deadline=deadline, what=what)
+    await _git(checkout, "read-tree", "-u", "--reset", sha, deadline=deadline, what=what)
+
+
+def _hardened_git() -> list[str]:
+    argv = ["git"]
+    for key, value in HARDENING:
+        argv += ["-c", f"{key}={value}"]
+    return argv
+
+
+def _sandbox_env(extra: Mapping[str, str] | None) -> dict[str, str]:
+    git = shutil.which("git")
+    path = "/usr/local/bin:/usr/bin:/bin"
+    if git is not None and os.path.dirname(git) not in path.split(":"):
+        path = f"{os.path.dirname(git)}:{path}"
+    env = {"PATH": path, "HOME": HOME_PATH, "LANG": "C.UTF-8", "GIT_TERMINAL_PROMPT": "0"}
+    # The same settings through the environment reach every git a script or alias starts.
+    env["GIT_CONFIG_COUNT"] = str(len(HARDENING))
+    for i, (key, value) in enumerate(HARDENING):
+        env[f"GIT_CONFIG_KEY_{i}"], env[f"GIT_CONFIG_VALUE_{i}"] = key, value
+    env.update(extra or {})
+    return env
+
+
+def _spec(
+    checkout: Path, isolation: Isolation, env: Mapping[str, str] | None, *, writable: bool
+) -> SandboxSpec:
+    return SandboxSpec(
+        checkout=checkout,
+        home=isolation.home,
+        objects=isolation.objects,
+        hide=isolation.hide,
+        network=False,
+        env=_sandbox_env(env),
+        checkout_writable=writable,
+    )
+
+
+def sandboxed_git(
+    checkout: Path,
+    git_args: Sequence[str],
+    isolation: Isolation,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> list[str]:
+    """The bwrap argv running hardened ``git git_args`` in the checkout (network off)."""
+    return _in_checkout(checkout, [*_hardened_git(), *git_args], isolation, env)[0]
+
+
+def _in_checkout(
+    checkout: Path, argv: Sequence[str], isolation: Isolation, env: Mapping[str, str] | None
+) -> tuple[list[str], dict[str, str], Path | None]:
+    """(argv, environment, cwd) running ``argv`` in the checkout, sandboxed unless told not."""
+    if isolation.bwrap is None:
+        host = {**_host_env(), **_sandbox_env(env), "HOME": str(isolation.home)}
+        host["PATH"] = os.environ.get("PATH", host["PATH"])
+        return list(argv), host, checkout
+    spec = _spec(checkout, isolation, env, writable=True)
+    return command(spec, argv, bwrap=isolation.bwrap), _host_env(), None
+
+
+def upload_pack_command(checkout: Path, isolation: Isolation) -> list[str]:
+    """An ``--upload-pack`` command serving ``checkout`` from a read-only sandbox.
+
+    git runs the command through ``sh`` and appends the remote's host path; the sandbox
+    serves ``/sloop/work/.git`` instead and ignores that argument (``$1``).  ``--strict``
+    takes that path as the git directory itself: a ``.git`` the agent turned into a gitfile
+    is refused rather than followed.
+    """
+    script = f'exec {shlex.join(_hardened_git())} upload-pack --strict "$0"'
+    spec = _spec(checkout, isolation, None, writable=False)
+    argv = ["sh", "-c", script, f"{CHECKOUT_PATH}/.git"]
+    assert isolation.bwrap is not None, "without a sandbox, bring_back uses git's own"
+    return command(spec, argv, bwrap=isolation.bwrap)
+
+
+async def run_in_checkout(
+    checkout: Path,
+    git_args: Sequence[str],
+    isolation: Isolation,
+    *,
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+) -> GitRun:
+    """Run hardened git in the sandboxed checkout; the caller reads the exit status."""
+    argv, run_env, cwd = _in_checkout(checkout, [*_hardened_git(), *git_args], isolation, env)
+    what = f"git {shlex.join(git_args)} in {checkout}"
+    return await _run(argv, timeout=timeout, what=what, env=run_env, cwd=cwd)
+
+
+async def bring_back(
+    repo: Path,
+    checkout: Path,
+    branch: str,
+    private_ref: str,
+    base_sha: str,
+    *,
+    sandboxed_upload_pack: Sequence[str] | None,
+    timeout: float,
+) -> str:
+    """Fetch the checkout's ``branch`` into ``repo`` as ``private_ref``; return its sha.
+
+    The tip lands first under a unique ``refs/sloop/incoming/`` ref; only when it descends
+    from ``base_sha`` does ``private_ref`` move to it, so a refused tip never replaces an
+    earlier one.  ``sandboxed_upload_pack`` comes from ``upload_pack_command``; None runs
+    git's own upload-pack on the host, acceptable only for a checkout no agent wrote.
+    """
+    deadline = _Deadline(timeout)
+    await _check_ref(f"refs/heads/{branch}", deadline)
+    await _check_ref(private_ref, deadline)
+    incoming = f"refs/sloop/incoming/{uuid.uuid4().hex}"
+    fetch = ["-c", "fetch.fsckObjects=true", "-c", "transfer.fsckObjects=true", "fetch", "-q"]
+    fetch += ["--no-tags", "--no-recurse-submodules", "--no-write-fetch-head", "--no-auto-gc"]
+    if sandboxed_upload_pack is not None:
+        fetch.append(f"--upload-pack={shlex.join(sandboxed_upload_pack)}")
+    fetch += ["--", str(checkout.resolve()), f"+refs/heads/{branch}:{incoming}"]
+    what = f"fetching {branch} from {checkout}"
+    recorded = False
+    try:
+        await _git(repo, *fetch, deadline=deadline, what=what)
+        what = f"checking {branch} from {checkout}"
+        sha = await _git(
+            repo, "rev-parse", "--verify", f"{incoming}^{{commit}}", deadline=deadline, what=what
+        )
+        done = await _run(
+            ["git", "-C", str(repo), "merge-base", "--is-ancestor", base_sha, sha],
+            timeout=deadline.left(what),
+            what=what,
+        )
+        if done.returncode == 1:
+            raise CheckoutError(
+                f"the branch {branch} in {checkout} (at {sha[:12]}) does not descend from "
+                f"its base {base_sha[:12]}, so it was not brought back."
+            )
+        if done.returncode != 0:
+            raise CheckoutError(f"{what} failed: {_reason(done.stderr)}.")
+        # One transaction: private_ref moves and the temporary ref goes, or neither.
+        moves = f"update {private_ref} {sha}\ndelete {incoming}\n".encode()
+        what = f"recording {private_ref}"
+        done = await _run(
+            ["git", "-C", str(repo), "update-ref", "-m", f"sloop: bring back {branch}", "--stdin"],
+            timeout=deadline.left(what),
+            what=what,
+            stdin=moves,
+        )
+        if done.returncode != 0:
+            raise CheckoutError(f"{what} failed: {_reason(done.stderr)}.")
+        recorded = True
+        return sha
+    finally:
+        if not recorded:
+            # Not bound to the deadline: the temporary ref must go even after a timeout.
+            await _run(
+                ["git", "-C", str(repo), "update-ref", "-d", incoming],
+                timeout=10.0,
+                what=f"deleting {incoming}",
+            )
+
+
+def _rmtree(path: Path) -> None:
+    """Delete a tree an agent wrote, never following its symlinks, undoing its chmods.
+
+    The agent is gone by now (its namespace died with it), so nothing races the walk.
+    """
+    if os.geteuid() != 0:
+        os.chmod(path, stat.S_IRWXU)
+        for parent, dirs, _ in os.walk(path):
+            for name in dirs:
+                if not os.path.islink(os.path.join(parent, name)):
+                    os.chmod(os.path.join(parent, name), stat.S_IRWXU)
+    shutil.rmtree(path)
+
+
+async def remove(checkout: Path) -> None:
+    """Delete the checkout off the event loop; one already gone is fine."""
+    if not checkout.exists() and not checkout.is_symlink():
+        return
+    if checkout.is_symlink() or not checkout.is_dir():
+        raise CheckoutError(f"refusing to delete {checkout}: it is not a directory.")
+    await asyncio.to_thread(_rmtree, checkout)

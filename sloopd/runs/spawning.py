@@ -1,0 +1,129 @@
+"""Starting one child of a stage: its prompt, its credential, its HOME, its launcher.
+
+Every agent, command and panel seat starts here, so every one gets the same
+treatment: a credential minted for it that dies with it, an allowlisted
+environment, its run's own HOME, and the launcher's sandbox.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from sloopd.core.paths import Layout
+from sloopd.flows.flow import Stage
+from sloopd.runs.branch import repository_identity
+from sloopd.runs.children import ChildSpawnError
+from sloopd.runs.launch import Launcher, LaunchRefused, LaunchRequest
+from sloopd.runs.records import RunRecords
+from sloopd.runs.runstate import ActiveRun, RunFacts
+from sloopd.runs.worker import Credentials
+
+
+class ChildStarter:
+    def __init__(
+        self,
+        layout: Layout,
+        records: RunRecords,
+        credentials: Credentials,
+        socket_path: Callable[[str], Path],
+        launchers: Callable[[], Launcher],
+    ) -> None:
+        self.layout = layout
+        self.records = records
+        self.credentials = credentials
+        self.socket_path = socket_path
+        self.launchers = launchers  # the launcher sloop.toml's sandbox key picks now
+
+    def run_dir(self, run_id: str) -> Path:
+        directory = self.layout.state_dir / "runs" / run_id
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return directory
+
+    def home(self, run_id: str) -> Path:
+        """The run's own HOME: nothing of the operator's, a git identity to commit with."""
+        home = self.run_dir(run_id) / "home"
+        if not home.is_dir():
+            home.mkdir(mode=0o700)
+            name, email = repository_identity(self.layout.repo)
+            (home / ".gitconfig").write_text(
+                f'[user]\n\tname = "{_quoted(name)}"\n\temail = "{_quoted(email)}"\n',
+                encoding="utf-8",
+            )
+        return home
+
+    async def run(
+        self,
+        active: ActiveRun,
+        facts: RunFacts,
+        stage: Stage,
+        attempt: int,
+        seat: int | None,
+        base: tuple[str, ...],
+    ) -> int | str:
+        """Run one child under a fresh credential; its exit code, or why it never ran."""
+        prompt_file, prompt = self._write_prompt(facts, stage, attempt)
+        argv = tuple(part.replace("{prompt}", prompt) for part in base)
+        credential = self.credentials.mint(facts.run_id, stage.name, attempt, seat)
+        owner = f"{facts.run_id}/{stage.name}#{attempt}" + (
+            f"/seat{seat}" if seat is not None else ""
+        )
+        request = LaunchRequest(
+            argv=argv,
+            checkout=facts.worktree,
+            home=self.home(facts.run_id),
+            owner=owner,
+            variables={
+                "SLOOP_RUN": facts.run_id,
+                "SLOOP_TICKET": facts.ticket,
+                "SLOOP_STAGE": stage.name,
+                "SLOOP_ATTEMPT": str(attempt),
+                "SLOOP_RUN_ATTEMPT": str(facts.attempt),
+            },
+            worker_socket=self.socket_path(facts.run_id),
+            token=credential.token,
+            prompt_file=prompt_file,
+            network=stage.network,
+        )
+        recent = active.recent_output
+        recent.clear()
+
+        def on_line(stream: str, text: str, split: bool) -> None:
+            recent.append(text)
+            self.records.sink.append(facts.run_id, stage.name, attempt, stream, text, split)
+
+        launcher = self.launchers()
+        try:
+            child = await launcher.start(request, on_line)
+        except (ChildSpawnError, LaunchRefused) as exc:
+            self.credentials.revoke(facts.run_id, credential)
+            return str(exc)
+        active.child = child
+        try:
+            if active.cancel_reason is not None:
+                await child.stop()
+            code = await child.wait()
+            await launcher.groups.reap_leftovers(child)
+        finally:
+            self.credentials.revoke(facts.run_id, credential)
+            active.child = None
+        return code
+
+    def _write_prompt(self, facts: RunFacts, stage: Stage, attempt: int) -> tuple[Path, str]:
+        """The rendered prompt, written where SLOOP_PROMPT_FILE points."""
+        record = self.records.store.one("ticket_by_id", (facts.ticket,))
+        extra = self.records.store.one("ticket_extra", (facts.ticket,))
+        assert record is not None and extra is not None
+        path = self.run_dir(facts.run_id) / f"prompt-{stage.name}-{attempt}.md"
+        instructions = stage.prompt or ""
+        prompt = (
+            f"{instructions}\n\n# {record[2]}\n\nTicket {facts.ticket} "
+            f"({facts.ticket_name}), run {facts.run_id}, stage '{stage.name}' "
+            f"execution {attempt}.\n\n{extra[0]}\n".lstrip("\n")
+        )
+        path.write_text(prompt, encoding="utf-8")
+        return path, prompt
+
+
+def _quoted(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
