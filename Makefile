@@ -18,7 +18,7 @@ venv: $(STAMP)
 # Debian packages the tests use (nc for the protocol text's shell client).
 .PHONY: .debian-packages
 .debian-packages: scripts/ensure-debian-packages
-	scripts/ensure-debian-packages netcat-openbsd:nc git:git prometheus:promtool systemd:systemd-analyze
+	scripts/ensure-debian-packages netcat-openbsd:nc git:git bubblewrap:bwrap prometheus:promtool systemd:systemd-analyze
 
 lint: $(STAMP)
 	$(BIN)/ruff check sloopd sloopctl tests benchmarks
@@ -32,7 +32,9 @@ unit: $(STAMP)
 
 test: $(STAMP) .debian-packages lint typecheck unit
 
+# Every agent runs in a bubblewrap sandbox (docs/security.md): the demo's too.
 demo: $(STAMP)
+	scripts/ensure-debian-packages git:git bubblewrap:bwrap
 	$(BIN)/python scripts/demo.py
 
 bench: $(STAMP)

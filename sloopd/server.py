@@ -26,7 +26,7 @@ from sloopd.ops.metrics import Metrics, parse_address, serve_metrics
 from sloopd.ops.notify import Notifier
 from sloopd.queue import gate
 from sloopd.queue.scheduler import Scheduler
-from sloopd.runs import checkout, peers
+from sloopd.runs import peers
 from sloopd.runs.children import ProcessGroups
 from sloopd.runs.runner import RunManager
 from sloopd.runs.sandbox import probe as sandbox_probe
@@ -233,7 +233,7 @@ class Server:
         assert groups is not None
         while True:
             await asyncio.sleep(ORPHAN_REAP_SECONDS)
-            peers.reap_adopted_orphans(lambda: groups.leader_pids() | checkout.waited_pids())
+            peers.reap_adopted_orphans(groups.leader_pids)
 
     async def _listen(self) -> None:
         assert self.daemon is not None

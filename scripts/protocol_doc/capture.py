@@ -38,7 +38,10 @@ seen = []
 def send(path, line):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(15)
-    s.connect(path)
+    try:
+        s.connect(path)
+    except OSError as exc:  # in its sandbox a run sees no socket but its own
+        return json.dumps({"connect_error": exc.__class__.__name__})
     s.sendall(line.encode() + b"\n")
     reply = s.makefile("rb").readline().decode().rstrip("\n")
     s.close()
@@ -75,11 +78,13 @@ if mode == "reported":
     req("operator verb on the worker socket (unauthorized)", "post", {"path": "tickets/x.md"})
     req("unknown verb on the worker socket (unauthorized)", "frobnicate")
     req("wrong token (unauthorized)", "brief", token="not-the-token")
-    req("operator socket from inside a run (unauthorized)", "show", token=None,
+    req("operator socket from inside a run (not visible)", "show", token=None,
         path=sys.argv[4])
     req("confidence as a float (invalid_arguments)", "verdict",
         {"verdict": "pass", "confidence": 0.9})
     print("worker: done", flush=True)
+elif mode == "work":
+    commit(env["SLOOP_TICKET"] + "-work.txt")
 elif mode == "commit":
     commit("review-me.txt")
     print("implementer: committed review-me.txt", flush=True)
@@ -203,14 +208,21 @@ parallel = 2
 
 [agent]
 command = {cmd("reported", str(captures), "-", op_sock)}
+# The capture folders, shared with every sandbox on purpose.
+rw_mounts = {toml_list([str(captures), str(flags)])}
 stall_after = "1s"
 stall_kill_after = "1h"
 
 [[flows.default.stages]]
 name = "implement"
 action = "agent"
+command = {cmd("work", str(captures))}
+
+[[flows.default.stages]]
+name = "check"
+action = "agent"
 result_check = "reported"
-prompt = "Implement the ticket, then report a verdict."
+prompt = "Check the work against the ticket, then report a verdict."
 
 [[flows.default.stages]]
 name = "sync"

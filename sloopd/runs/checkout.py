@@ -34,10 +34,10 @@ by git but not bound into the sandbox: add those directories to ``visible_paths`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shlex
 import shutil
-import signal
 import stat
 import uuid
 from collections.abc import Mapping, Sequence
@@ -125,16 +125,6 @@ def _reason(text: str) -> str:
     return lines[-1].rstrip(".") if lines else "no message"
 
 
-# The git calls in flight, by pid: they lead their own groups, so the daemon's
-# orphan reaper (it is a child subreaper) must know the event loop waits for them,
-# or it would reap their exit status first and leave the loop waiting for ever.
-_WAITED: set[int] = set()
-
-
-def waited_pids() -> set[int]:
-    return set(_WAITED)
-
-
 async def _run(
     argv: Sequence[str],
     *,
@@ -144,7 +134,14 @@ async def _run(
     stdin: bytes | None = None,
     cwd: Path | None = None,
 ) -> GitRun:
-    """Run ``argv`` (never through a shell); on timeout or cancellation kill its group."""
+    """Run ``argv`` (never through a shell); on timeout or cancellation kill it.
+
+    It stays in the daemon's process group: the daemon is a child subreaper whose
+    orphan reaper leaves that group alone, so the event loop, not the reaper, collects
+    its exit status (a child in a group of its own can exit and be reaped before the
+    loop has even registered it).  A sandboxed command dies with it: bwrap runs with
+    --die-with-parent.
+    """
     proc = await asyncio.create_subprocess_exec(
         *argv,
         cwd=cwd,
@@ -152,23 +149,17 @@ async def _run(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=dict(env) if env is not None else _host_env(),
-        start_new_session=True,
     )
-    _WAITED.add(proc.pid)
     try:
         out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
     except BaseException as exc:
         if proc.returncode is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
             await proc.wait()
         if isinstance(exc, TimeoutError):
             raise CheckoutError(f"{what} did not finish within {timeout:.3g} s.") from None
         raise
-    finally:
-        _WAITED.discard(proc.pid)
     code = proc.returncode if proc.returncode is not None else -1
     return GitRun(code, out.decode(errors="replace"), err.decode(errors="replace"))
 

@@ -83,20 +83,9 @@ async def merge(
 
     A conflict is aborted, so the branch stays as the agent left it.
     """
-    deadline = _Deadline(timeout)
-    what = f"merging {sha[:12]} in {checkout}"
-    env = _identity_env(identity)
     args = ["merge", "--no-edit", "--no-verify", "-q", sha]
-    done = await run_in_checkout(checkout, args, isolation, timeout=deadline.left(what), env=env)
-    if done.returncode == 0:
-        return []
-    args = ["diff", "--name-only", "-z", "--diff-filter=U"]
-    listed = await run_in_checkout(checkout, args, isolation, timeout=deadline.left(what))
-    conflicts = [p for p in listed.stdout.split("\0") if p]
-    await run_in_checkout(checkout, ["merge", "--abort"], isolation, timeout=deadline.left(what))
-    if not conflicts:
-        raise CheckoutError(f"{what} failed: {_reason(done.stderr or done.stdout)}.")
-    return conflicts
+    what = f"merging {sha[:12]} in {checkout}"
+    return await _bring_in(checkout, args, isolation, what, identity=identity, timeout=timeout)
 
 
 async def rebase(
@@ -108,17 +97,31 @@ async def rebase(
     timeout: float,
 ) -> list[str]:
     """Rebase the branch onto ``sha``; the conflicting paths (the rebase aborted), if any."""
-    deadline = _Deadline(timeout)
-    what = f"rebasing onto {sha[:12]} in {checkout}"
-    env = _identity_env(identity)
     args = ["rebase", "--no-verify", "-q", sha]
+    what = f"rebasing onto {sha[:12]} in {checkout}"
+    return await _bring_in(checkout, args, isolation, what, identity=identity, timeout=timeout)
+
+
+async def _bring_in(
+    checkout: Path,
+    args: list[str],
+    isolation: Isolation,
+    what: str,
+    *,
+    identity: tuple[str, str],
+    timeout: float,
+) -> list[str]:
+    """Run a merge or rebase; on a conflict list the paths and abort it."""
+    deadline = _Deadline(timeout)
+    env = _identity_env(identity)
     done = await run_in_checkout(checkout, args, isolation, timeout=deadline.left(what), env=env)
     if done.returncode == 0:
         return []
-    args = ["diff", "--name-only", "-z", "--diff-filter=U"]
-    listed = await run_in_checkout(checkout, args, isolation, timeout=deadline.left(what))
+    listing = ["diff", "--name-only", "-z", "--diff-filter=U"]
+    listed = await run_in_checkout(checkout, listing, isolation, timeout=deadline.left(what))
     conflicts = [p for p in listed.stdout.split("\0") if p]
-    await run_in_checkout(checkout, ["rebase", "--abort"], isolation, timeout=deadline.left(what))
+    abort = [args[0], "--abort"]
+    await run_in_checkout(checkout, abort, isolation, timeout=deadline.left(what))
     if not conflicts:
         raise CheckoutError(f"{what} failed: {_reason(done.stderr or done.stdout)}.")
     return conflicts
