@@ -18,7 +18,7 @@ from sloopd.core.state import Daemon
 from sloopd.flows import walk
 from sloopd.flows.flow import Stage
 from sloopd.queue import gate
-from sloopd.runs import gitops
+from sloopd.runs import checkout, gitops
 from sloopd.runs.branch import RunBranches
 from sloopd.runs.children import ProcessGroups
 from sloopd.runs.execute import StageExecutor
@@ -265,6 +265,8 @@ class RunManager:
         facts = self.records.facts(run_id)
         async with self.worktree_lock:
             await self.branches.remove(facts.worktree)
+            # The run's own HOME, git home and prompts go with its checkout.
+            await checkout.remove(self.daemon.layout.state_dir / "runs" / run_id)
         with self.store.writer.transaction() as tx:
             tx.run("run_clear_worktree", (run_id,))
 

@@ -168,9 +168,10 @@ def test_ticket_merged_end_to_end(bench: Bench) -> None:
     assert env["SLOOP_SOCKET"] and env["SLOOP_TOKEN"]  # the run's worker socket
     assert "SLOOP_OPERATOR_SOCKET" not in env
     assert env["SLOOP_PROMPT_FILE"] == "/sloop/prompt.md"
-    prompt = (bench.state_dir / "runs" / "R1" / "prompt-implement-1.md").read_text()
+    (prompt,) = env["argv_rest"]  # {prompt} is replaced by the rendered prompt
     assert "Make one" in prompt and "Create one.txt please." in prompt
-    assert env["argv_rest"] == [prompt]  # {prompt} is replaced by the rendered prompt
+    # The run's own files (HOME, prompts) went with its checkout once it merged.
+    assert not (bench.state_dir / "runs" / "R1").exists()
 
     # The ticket followed its run; the dashboard lists the run as recent.
     ticket = bench.ticket("one")
