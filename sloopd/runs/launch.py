@@ -167,13 +167,18 @@ class SandboxLauncher(HostLauncher):
             if source.exists():
                 mounts.append(sandbox.Mount(source, target, writable))
         shared = [m.source for m in mounts if m.writable]
-        visible = [
+        candidates = [
             path
             for path in [*_installation(), *_named_paths(request.argv, env["PATH"])]
-            if sandbox.hidden_by_default(path)
-            and _overlaps(path, protected) is None
-            and not any(path == s or s in path.parents for s in shared)
+            if sandbox.hidden_by_default(path) and _overlaps(path, protected) is None
         ]
+        # A path inside another bound folder needs no bind of its own (and bwrap could
+        # not make its mount point inside a read-only bind).
+        folders = [*shared, *(p for p in candidates if p.is_dir() and not p.is_symlink())]
+        visible = [
+            path for path in candidates if not any(f != path and f in path.parents for f in folders)
+        ]
+        visible = [path for path in visible if path not in shared]
         return sandbox.SandboxSpec(
             checkout=request.checkout,
             home=request.home,
