@@ -306,9 +306,10 @@ def test_the_system_is_read_only_and_the_checkout_writable(box: Box) -> None:
 
 
 def test_hidden_paths_appear_empty(box: Box) -> None:
-    # Paths the sandbox would otherwise see read-only: this test's folder, and a file.
-    folder = Path(__file__).resolve().parent
-    file = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    # Paths every sandbox would otherwise see read-only (system paths, wherever this
+    # checkout of the tests lives): a folder, and a file.
+    folder = Path("/usr/share")
+    file = Path("/etc/passwd")
     assert any(folder.iterdir()) and file.stat().st_size > 0
     script = f"ls -A {folder}; wc -c < {file}; ls -A {Path.home()}"
     done = box.sh(script, hide=(folder, file), visible_paths=())
