@@ -269,17 +269,6 @@ def _spec(
     )
 
 
-def sandboxed_git(
-    checkout: Path,
-    git_args: Sequence[str],
-    isolation: Isolation,
-    *,
-    env: Mapping[str, str] | None = None,
-) -> list[str]:
-    """The bwrap argv running hardened ``git git_args`` in the checkout (network off)."""
-    return _in_checkout(checkout, [*_hardened_git(), *git_args], isolation, env)[0]
-
-
 def _in_checkout(
     checkout: Path, argv: Sequence[str], isolation: Isolation, env: Mapping[str, str] | None
 ) -> tuple[list[str], dict[str, str], Path | None]:

@@ -13,19 +13,6 @@ from sloopd.flows.flow import Flow
 from sloopd.runs.children import Child
 
 RECENT_LINES = 2000
-SCRUBBED_ENV = (
-    "NOTIFY_SOCKET",
-    "WATCHDOG_USEC",
-    "WATCHDOG_PID",
-    "LISTEN_FDS",
-    "LISTEN_PID",
-    "LISTEN_FDNAMES",
-    "SLOOP_OPERATOR_SOCKET",
-    "SLOOP_SOCKET_DIR",
-    "SLOOP_SOCKET",
-    "SLOOP_TOKEN",
-    "SLOOP_CHILD_MARKER",
-)
 
 
 @dataclass
