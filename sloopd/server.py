@@ -137,7 +137,7 @@ class Server:
             layout=layout, config=settings, store=store, refused=refused, metrics=self.metrics
         )
         if store is not None:
-            scheduler: Scheduler | None = self._reconcile()
+            scheduler: Scheduler | None = await self._reconcile()
         else:
             scheduler = None
             # Even a daemon that refuses its store ends what a crashed one left.
@@ -164,7 +164,7 @@ class Server:
         self.notifier.ready(f"serving {layout.repo}")
         self.ready.set()
 
-    def _reconcile(self) -> Scheduler:
+    async def _reconcile(self) -> Scheduler:
         """After a crash: kill what the last daemon left, settle its runs in flight."""
         assert self.daemon is not None and self.daemon.store is not None
         peers.become_subreaper()
@@ -182,11 +182,8 @@ class Server:
         # Whatever agents open on their worker sockets, the operator keeps room.
         self.runs.worker_sockets.budget = max(64, raise_open_file_limit() - OPERATOR_FD_RESERVE)
         self.runs.worker_sockets.clear_stale()
-        recovered = self.runs.recover()
-        if recovered:
-            log.warning(
-                "settled %s as aborted (daemon restart) and queued them again", ", ".join(recovered)
-            )
+        for run_id, outcome in await self.runs.recover():
+            log.warning("%s was in flight when the last daemon ended: settled %s", run_id, outcome)
         scheduler = Scheduler(self.daemon, self.runs.start)
         self.runs.on_settled.append(scheduler.poke)
         self.daemon.poke = scheduler.poke

@@ -16,7 +16,6 @@ from sloopd.views import feeds, show
 from sloopd.wire import api
 from sloopd.wire.dispatch import Handler
 
-WAIT_POLL_SECONDS = 0.05
 WAIT_DEFAULT_TIMEOUT_MS = 30_000
 ABORTED_BY_OPERATOR = "aborted by the operator"
 
@@ -25,6 +24,7 @@ class OperatorVerbs:
     def __init__(self, daemon: Daemon, runs: RunManager) -> None:
         self.daemon = daemon
         self.runs = runs
+        self._background: set[asyncio.Future[None]] = set()
 
     def handlers(self) -> dict[str, Handler]:
         return {
@@ -74,9 +74,11 @@ class OperatorVerbs:
         deadline = now_ms() + args.get("timeout_ms", WAIT_DEFAULT_TIMEOUT_MS)
         while True:
             detail = show.run_detail(self.daemon, run_id)
-            if detail["terminal"] or now_ms() >= deadline:
+            left_ms = deadline - now_ms()
+            if detail["terminal"] or left_ms <= 0:
                 return {"kind": "run", "value": detail}
-            await asyncio.sleep(WAIT_POLL_SECONDS)
+            # Woken by the settle itself: no replay of the stage log until it happens.
+            await self.runs.records.until_settled(run_id, left_ms / 1000)
 
     async def abort(self, args: dict[str, Any]) -> dict[str, Any]:
         run_id = self._run_id(args["run"])
@@ -86,6 +88,23 @@ class OperatorVerbs:
                 api.ErrorCode.CONFLICT,
                 f"{run_id} is already {state}",
                 {"run": run_id, "state": state},
+            )
+        store = self.daemon.require_store()
+        fault = store.fault
+        if fault is not None:
+            # Stopping goes ahead; the settle waits for the store, so do not hold the client.
+            stopping = asyncio.ensure_future(self.runs.abort(run_id, ABORTED_BY_OPERATOR))
+            self._background.add(stopping)
+            stopping.add_done_callback(self._background.discard)
+            raise api.ProtocolError(
+                api.ErrorCode.DAEMON_UNAVAILABLE,
+                f"{run_id} is being stopped, but its store cannot be written ({fault.detail}); "
+                "it settles aborted once the store takes writes again",
+                {
+                    "run": run_id,
+                    "store": str(self.daemon.require_store().path),
+                    "reason": fault.reason,
+                },
             )
         await self.runs.abort(run_id, ABORTED_BY_OPERATOR)
         return {"run": rows.run_row(self.daemon.require_store(), run_id)}

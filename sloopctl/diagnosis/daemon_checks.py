@@ -111,6 +111,23 @@ def check_store(d: Doctor) -> Check:
 
 def _store_from_daemon(d: Doctor) -> Check:
     store, schema = d.daemon.get("store"), d.daemon.get("schema_version")
+    fault = d.daemon.get("store_fault")
+    if store == "ok" and isinstance(fault, dict):
+        since = fault.get("since_ms")
+        when = f" since {_utc(since)}" if isinstance(since, int) else ""
+        fix = {
+            "full": f"free space on the filesystem of {d.daemon.get('state_dir')}; "
+            "the daemon retries by itself and records what it could not store",
+            "busy": "find the process holding the store's write lock (a backup, a sqlite3 "
+            "shell) and end it",
+        }.get(str(fault.get("reason")), "see the daemon's log")
+        return Check(
+            "store",
+            "fail",
+            f"the daemon cannot write its store{when} ({fault.get('failures')} failed writes): "
+            f"{fault.get('detail')}",
+            fix,
+        )
     if store == "ok":
         return Check(
             "store",

@@ -14,6 +14,7 @@ from typing import Any
 
 from sloopd.flows.flow import AgentSettings, Flow, FlowError, default_flow
 from sloopd.flows.flow import parse as parse_flows
+from sloopd.util.durations import parse_ms
 from sloopd.vendor import Pattern, VendorConfigError, patterns_from_config
 
 CONFIG_FILE = "sloop.toml"
@@ -29,6 +30,8 @@ class RepoConfig:
     tickets: str = "tickets"
     parallel: int = 2
     branch_prefix: str = "sloop/"
+    # The deadline of a git call that may run hooks (the merge); past it git is killed.
+    git_timeout_ms: int = 120_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +111,7 @@ def _repo_section(section: Any, where: str) -> RepoConfig:
     if not isinstance(section, dict):
         raise ConfigError(f"{where}'repo' must be a table")
     defaults = RepoConfig()
-    allowed = set(RepoConfig.__dataclass_fields__)
+    allowed = set(RepoConfig.__dataclass_fields__) - {"git_timeout_ms"} | {"git_timeout"}
     unknown = sorted(set(section) - allowed)
     if unknown:
         raise ConfigError(f"{where}unknown key 'repo.{unknown[0]}'")
@@ -122,6 +125,16 @@ def _repo_section(section: Any, where: str) -> RepoConfig:
     if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
         raise ConfigError(f"{where}'repo.parallel' must be an integer of at least 1")
     values["parallel"] = parallel
+    timeout = section.get("git_timeout")
+    if timeout is not None:
+        try:
+            if not isinstance(timeout, str):
+                raise ValueError('must be a duration string like "2m"')
+            values["git_timeout_ms"] = parse_ms(timeout)
+        except ValueError as exc:
+            raise ConfigError(f"{where}'repo.git_timeout': {exc}") from exc
+        if values["git_timeout_ms"] < 1000:
+            raise ConfigError(f"{where}'repo.git_timeout' must be at least 1s")
     tickets = Path(values["tickets"])
     if tickets.is_absolute() or ".." in tickets.parts:
         raise ConfigError(f"{where}'repo.tickets' must be a folder inside the repository")

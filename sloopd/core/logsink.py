@@ -4,18 +4,27 @@ Records are buffered in memory and written in one transaction per batch: at
 most every FLUSH_INTERVAL seconds, sooner when FLUSH_RECORDS are waiting.
 Each record's wire JSON (cursor included) is built once here, at ingest,
 so reading a page splices stored bytes instead of rebuilding objects.
+
+A batch the store refuses (full disk, a lock held elsewhere) is kept and
+retried every RETRY_SECONDS; while it waits, up to MAX_HELD_RECORDS more are
+held.  Past that, lines are dropped *before* they get a cursor, counted per
+stage execution, and once the store takes writes again one ``system`` record
+per execution says how many lines and bytes were lost and from when to when,
+in the place where they are missing.  Nothing is lost silently.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from sloopd.store import Store
+from sloopd.store import Store, StoreUnavailable
 from sloopd.util.clock import now_ms
 
 log = logging.getLogger(__name__)
@@ -23,6 +32,28 @@ log = logging.getLogger(__name__)
 FLUSH_INTERVAL = 0.05
 # Small batches bound how long one flush holds the loop (a few ms).
 FLUSH_RECORDS = 1000
+# While the store refuses writes: how often to try again, and how much to hold meanwhile.
+RETRY_SECONDS = 1.0
+MAX_HELD_RECORDS = 20_000
+
+Execution = tuple[str, str | None, int | None]  # (run, stage, attempt)
+
+
+@dataclass(slots=True)
+class Loss:
+    """Lines of one stage execution that were dropped, not stored."""
+
+    lines: int
+    bytes: int
+    from_ms: int
+    to_ms: int
+    reason: str
+
+    def add(self, size: int, ts: int, reason: str) -> None:
+        self.lines += 1
+        self.bytes += size
+        self.to_ms = max(self.to_ms, ts)
+        self.reason = reason
 
 
 class LogSink:
@@ -34,6 +65,11 @@ class LogSink:
         self._execution_positions: dict[tuple[str, str | None, int | None], int] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._on_flush = on_flush
+        # Set while the store refuses writes: the reason, for the loss records.
+        self.failing: str | None = None
+        self.losses: dict[Execution, Loss] = {}
+        self.dropped_total = 0
+        self._forget_later: set[str] = set()
 
     def append(
         self,
@@ -44,6 +80,53 @@ class LogSink:
         text: str,
         split: bool = False,
         ts_ms: int | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Buffer one record; never raises, whatever the store does."""
+        ts = now_ms() if ts_ms is None else ts_ms
+        if self.failing is not None and len(self._pending) >= MAX_HELD_RECORDS:
+            self._drop((run, stage, attempt), len(text.encode(errors="replace")), ts)
+            return
+        try:
+            self._buffer(run, stage, attempt, stream, text, split, ts, extra)
+        except StoreUnavailable as exc:  # reading the last cursor failed
+            self._failed(exc)
+            self._drop((run, stage, attempt), len(text.encode(errors="replace")), ts)
+            return
+        if len(self._pending) >= FLUSH_RECORDS and self.failing is None:
+            self.flush()
+        elif self._timer is None:
+            self._schedule(FLUSH_INTERVAL)
+
+    def _drop(self, execution: Execution, size: int, ts: int) -> None:
+        self.dropped_total += 1
+        reason = self.failing or "the store cannot be written"
+        loss = self.losses.get(execution)
+        if loss is None:
+            self.losses[execution] = Loss(1, size, ts, ts, reason)
+        else:
+            loss.add(size, ts, reason)
+        if self._timer is None:
+            self._schedule(RETRY_SECONDS)
+
+    def _schedule(self, delay: float) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        self._timer = loop.call_later(delay, self.flush)
+
+    def _buffer(
+        self,
+        run: str,
+        stage: str | None,
+        attempt: int | None,
+        stream: str,
+        text: str,
+        split: bool,
+        ts: int,
+        extra: dict[str, Any] | None,
     ) -> None:
         position = self._next(self._positions, run, "log_max_position", (run,))
         stage_position = self._next(
@@ -55,7 +138,6 @@ class LogSink:
             "log_max_execution_position",
             (run, stage, attempt),
         )
-        ts = now_ms() if ts_ms is None else ts_ms
         record: dict[str, Any] = {
             "ts_ms": ts,
             "stage": stage,
@@ -65,6 +147,8 @@ class LogSink:
         }
         if split:
             record["split"] = True
+        if extra:
+            record.update(extra)
         self._pending.append(
             (
                 run,
@@ -80,15 +164,6 @@ class LogSink:
                 f'{{"cursor":"{position}",' + orjson.dumps(record).decode()[1:],
             )
         )
-        if len(self._pending) >= FLUSH_RECORDS:
-            self.flush()
-        elif self._timer is None:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                self.flush()
-                return
-            self._timer = loop.call_later(FLUSH_INTERVAL, self.flush)
 
     def _next(self, counters: dict[Any, int], key: Any, query: str, params: tuple[Any, ...]) -> int:
         current = counters.get(key)
@@ -98,23 +173,85 @@ class LogSink:
         counters[key] = current + 1
         return current + 1
 
-    def flush(self) -> None:
+    def flush(self) -> bool:
+        """Write what is buffered; False when the store refused it (kept, retried)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self.losses and self.failing is None:
+            self._record_losses()
         if not self._pending:
-            return
-        batch, self._pending = self._pending, []
-        with self._store.writer.transaction() as tx:
-            tx.run_many("log_insert", batch)
+            return True
+        batch = self._pending
+        try:
+            with self._store.writer.transaction() as tx:
+                tx.run_many("log_insert", batch)
+        except StoreUnavailable as exc:
+            self._failed(exc)
+            return False
+        self._pending = []
+        recovered = self.failing is not None
+        self.failing = None
         if self._on_flush is not None:
             self._on_flush(len(batch))
+        if recovered and self.losses:
+            self._record_losses()
+            return self.flush()
+        for run in self._forget_later - self._runs_waiting():
+            self._forget_later.discard(run)
+            self._drop_counters(run)
+        return True
+
+    def _failed(self, exc: StoreUnavailable) -> None:
+        if self.failing is None:
+            log.warning("log records held in memory: %s", exc)
+        self.failing = exc.detail
+        if self._timer is None:
+            self._schedule(RETRY_SECONDS)
+
+    def _record_losses(self) -> None:
+        """One system record per execution that lost lines, where they are missing."""
+        losses, self.losses = self.losses, {}
+        for (run, stage, attempt), loss in losses.items():
+            text = (
+                f"{loss.lines} lines ({loss.bytes} bytes) of output were not stored "
+                f"between {_clock(loss.from_ms)} and {_clock(loss.to_ms)}: {loss.reason}"
+            )
+            dropped = {
+                "lines": loss.lines,
+                "bytes": loss.bytes,
+                "from_ms": loss.from_ms,
+                "to_ms": loss.to_ms,
+                "cause": "store",
+            }
+            try:
+                self._buffer(
+                    run, stage, attempt, "system", text, False, now_ms(), {"dropped": dropped}
+                )
+            except StoreUnavailable:
+                self.losses[(run, stage, attempt)] = loss  # next time
+
+    def _runs_waiting(self) -> set[str]:
+        return {row[0] for row in self._pending} | {key[0] for key in self.losses}
 
     def forget(self, run: str) -> None:
-        """Drop a settled run's counters (they are re-read if it ever writes again)."""
+        """Drop a settled run's counters (they are re-read if it ever writes again).
+
+        Not while its records still wait for the store: their cursors are assigned.
+        """
         self.flush()
+        if run in self._runs_waiting():
+            self._forget_later.add(run)
+            return
+        self._drop_counters(run)
+
+    def _drop_counters(self, run: str) -> None:
         self._positions.pop(run, None)
         self._stage_positions = {k: v for k, v in self._stage_positions.items() if k[0] != run}
         self._execution_positions = {
             k: v for k, v in self._execution_positions.items() if k[0] != run
         }
+
+
+def _clock(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))

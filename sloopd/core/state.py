@@ -17,7 +17,7 @@ from sloopd.core.config import Config
 from sloopd.core.paths import Layout
 from sloopd.core.rows import Gate, QueueFacts
 from sloopd.ops.metrics import Metrics
-from sloopd.store import Store
+from sloopd.store import Store, StoreFault
 from sloopd.util.clock import now_ms
 from sloopd.wire import api
 
@@ -84,7 +84,13 @@ class Daemon:
             "schema_version": self.store.schema_version if self.store else None,
             "reason": self.refused,
             "sandbox": self.sandbox_info(),
+            # Additive in 0.6.0: the store refuses writes (full disk, a held lock) since
+            # when; null while writes succeed.
+            "store_fault": fault.row() if (fault := self.store_fault()) else None,
         }
+
+    def store_fault(self) -> StoreFault | None:
+        return self.store.fault if self.store is not None else None
 
     def sandbox_info(self) -> dict[str, Any]:
         """Additive in 0.5.0: how children run, flagged when it is unsafe or impossible."""

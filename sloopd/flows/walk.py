@@ -23,6 +23,9 @@ VERDICT = "verdict"
 RETURNED = "returned"
 HALTED = "halted"
 NOTE = "note"
+# Written by ff_only just before main's ref moves: after a crash, the ref says whether
+# the merge it announces happened (sloopd.runs.recovery).
+MERGE_INTENT = "merge_intent"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +59,8 @@ class Execution:
     discarded: list[dict[str, Any]] | None = None  # what a reviewing stage left, not merged
     # Failed for a reason no return can mend (nothing to merge): the run ends failed.
     final: bool = False
+    # ff_only only: {"from": main's sha, "to": the tip} once the ref is about to move.
+    merge_intent: dict[str, Any] | None = None
 
     @property
     def running(self) -> bool:
@@ -92,6 +97,10 @@ class Walk:
             if execution.passed and not execution.stage.advisory and execution.commit:
                 return execution.commit
         return None
+
+    def main_moved(self) -> bool:
+        """Some merge stage of this run advanced main: whatever follows, it merged."""
+        return any(e.passed is True and e.stage.action == "ff_only" for e in self.executions)
 
     def attempts_of(self, stage_name: str) -> int:
         return sum(1 for e in self.executions if e.stage.name == stage_name)
@@ -282,6 +291,13 @@ def _on_returned(walk: Walk, row: LogRow) -> None:
     walk.next = "start"
 
 
+def _on_merge_intent(walk: Walk, row: LogRow) -> None:
+    current = _running(walk, row)
+    if current.stage.action != "ff_only" or current.merge_intent is not None:
+        raise CorruptLog(f"row {row.seq} announces a merge '{row.stage}' cannot make")
+    current.merge_intent = {**row.data, "at_ms": row.at_ms}
+
+
 def _on_halted(walk: Walk, row: LogRow) -> None:
     # The settling row may end a walk anywhere (abort, restart, corrupt log).
     walk.settled = dict(row.data)
@@ -299,4 +315,5 @@ _HANDLERS = {
     RETURNED: _on_returned,
     HALTED: _on_halted,
     NOTE: _on_note,
+    MERGE_INTENT: _on_merge_intent,
 }

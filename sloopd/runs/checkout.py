@@ -34,7 +34,6 @@ by git but not bound into the sandbox: add those directories to ``visible_paths`
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import shlex
 import shutil
@@ -45,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sloopd.runs.sandbox import CHECKOUT_PATH, HOME_PATH, SandboxSpec, command
+from sloopd.util import subproc
 
 # Settings that make git in a checkout run nothing the checkout's own config asks for.
 HARDENING = (
@@ -134,34 +134,17 @@ async def _run(
     stdin: bytes | None = None,
     cwd: Path | None = None,
 ) -> GitRun:
-    """Run ``argv`` (never through a shell); on timeout or cancellation kill it.
+    """Run ``argv`` (never through a shell); on timeout or cancellation kill its tree.
 
-    It stays in the daemon's process group: the daemon is a child subreaper whose
-    orphan reaper leaves that group alone, so the event loop, not the reaper, collects
-    its exit status (a child in a group of its own can exit and be reaped before the
-    loop has even registered it).  A sandboxed command dies with it: bwrap runs with
-    --die-with-parent.
+    A sandboxed command dies with it too: bwrap runs with --die-with-parent.
     """
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        cwd=cwd,
-        stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=dict(env) if env is not None else _host_env(),
-    )
     try:
-        out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
-    except BaseException as exc:
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-        if isinstance(exc, TimeoutError):
-            raise CheckoutError(f"{what} did not finish within {timeout:.3g} s.") from None
-        raise
-    code = proc.returncode if proc.returncode is not None else -1
-    return GitRun(code, out.decode(errors="replace"), err.decode(errors="replace"))
+        done = await subproc.run(
+            argv, timeout=timeout, env=env if env is not None else _host_env(), stdin=stdin, cwd=cwd
+        )
+    except subproc.TimedOut:
+        raise CheckoutError(f"{what} did not finish within {timeout:.3g} s.") from None
+    return GitRun(done.returncode, done.stdout, done.stderr)
 
 
 async def _git(repo: Path | None, *args: str, deadline: _Deadline, what: str) -> str:

@@ -49,7 +49,7 @@ class StageExecutor:
         try:
             if stage.action in ("agent", "command"):
                 return await self._run_child(active, facts, stage, attempt)
-            return await self._run_git(facts, stage, attempt)
+            return await self._run_git(active, facts, stage, attempt)
         except (gitops.GitError, CheckoutError) as exc:
             # git refused for a reason that is not a verdict; the stage fails with it.
             return {"passed": False, "exit_code": None, "verdict_source": "git", "reason": str(exc)}
@@ -59,7 +59,9 @@ class StageExecutor:
         state = walk.replay(facts.flow, self.records.read_log(facts.run_id))
         return state.merge_target() or base
 
-    async def _run_git(self, facts: RunFacts, stage: Stage, attempt: int) -> dict[str, Any]:
+    async def _run_git(
+        self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
+    ) -> dict[str, Any]:
         main = self.daemon.config.repo.main
         name = self.branches.execution_name(facts, stage, attempt, None)
         if stage.action == "sync":
@@ -70,9 +72,30 @@ class StageExecutor:
                 await self.branches.advance(facts, result["commit"])
             return result
         tip = self._pinned(facts, await self.branches.base(facts))
+
+        def announce(old: str, new: str) -> bool:
+            # The last moment an abort can keep main where it is; past it the merge
+            # finishes and the run says it merged.  The intent is durable before the
+            # ref moves, so a crash from here on is settled from the ref.
+            if active.cancel_reason is not None:
+                return False
+            self.records.append_steps(
+                facts.run_id,
+                walk.MERGE_INTENT,
+                stage.name,
+                attempt,
+                data={"ref": f"refs/heads/{main}", "from": old, "to": new},
+            )
+            return True
+
         async with self.merge_lock:
             outcome = await gitops.ff_only(
-                self.daemon.layout.repo, tip, main, allow_empty=stage.allow_empty
+                self.daemon.layout.repo,
+                tip,
+                main,
+                allow_empty=stage.allow_empty,
+                timeout=self.daemon.config.repo.git_timeout_ms / 1000,
+                before_move=announce,
             )
         return {**_git_result(outcome), "commit": tip}
 
@@ -159,7 +182,7 @@ class StageExecutor:
         for seat, reviewer in enumerate(stage.reviewers):
             if active.cancel_reason is not None:
                 break
-            self.records.append_steps(
+            await self.records.append_steps_durably(
                 facts.run_id,
                 walk.SEAT_STARTED,
                 stage.name,
@@ -175,7 +198,7 @@ class StageExecutor:
             left = await self.branches.review_leftovers(facts, pinned, name)
             if left is not None:
                 discarded.append(left.row(seat))
-            self.records.append_steps(
+            await self.records.append_steps_durably(
                 facts.run_id, walk.SEAT_FINISHED, stage.name, attempt, seat, result
             )
         state = walk.replay(facts.flow, self.records.read_log(facts.run_id))

@@ -5,8 +5,11 @@ so a path or branch name is never interpreted. Expected outcomes of a stage (a c
 moved ``main``, a dirty checkout) come back as a ``GitResult`` with a reason for a person;
 ``GitError`` is kept for git failing in a way the walk cannot explain.
 
-This module imports nothing from ``sloopd``: the walker calls it, and tests drive it on real
-repositories alone.
+Every call has a deadline and is cancellable (``sloopd.util.subproc``): a hook that hangs
+fails the stage with a reason instead of holding the run, an ``abort`` or a shutdown.
+
+This module imports nothing from ``sloopd`` but its leaf helpers: the walker calls it, and
+tests drive it on real repositories alone.
 """
 
 from __future__ import annotations
@@ -15,13 +18,21 @@ import asyncio
 import os
 import shlex
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from sloopd.util import subproc
+
 # Fallback identity for the merge commits ``sync`` makes on CI hosts with no git identity.
 FALLBACK_NAME = "sloop"
 FALLBACK_EMAIL = "sloop@localhost"
+
+# The deadline of a git call that runs no hook (rev-parse, worktree list, …).
+QUICK_TIMEOUT = 60.0
+# The deadline of a call that may run hooks (merge, update-ref), unless the caller says.
+HOOK_TIMEOUT = 120.0
 
 # Inherited from a hook or a wrapper, these would point git at another repository than -C.
 _REPO_LOCATING_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR")
@@ -40,8 +51,16 @@ class GitError(Exception):
     """Git failed in a way that is no verdict on the run (missing repository, ref, lock…)."""
 
 
+class GitTimeout(GitError):
+    """A git call (or a hook it ran) outlived its deadline and was killed."""
+
+
 async def _git(
-    cwd: Path, *args: str, identity: bool = False, check: bool = True
+    cwd: Path,
+    *args: str,
+    identity: bool = False,
+    check: bool = True,
+    timeout: float = QUICK_TIMEOUT,
 ) -> tuple[int, str, str]:
     """Run ``git -C cwd args``; raise ``GitError`` on a non-zero exit when ``check``.
 
@@ -58,16 +77,14 @@ async def _git(
                 env[f"GIT_{role}_NAME"] = FALLBACK_NAME
                 env[f"GIT_{role}_EMAIL"] = FALLBACK_EMAIL
     argv = ["git", "-C", str(cwd), *args]
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    out, err = await proc.communicate()
-    code = proc.returncode if proc.returncode is not None else -1
-    stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
+    try:
+        done = await subproc.run(argv, timeout=timeout, env=env)
+    except subproc.TimedOut:
+        raise GitTimeout(
+            f"{shlex.join(argv)} did not finish within {timeout:.3g} s and was killed "
+            "(a hook that waits for input or hangs?)"
+        ) from None
+    code, stdout, stderr = done.returncode, done.stdout, done.stderr
     if check and code != 0:
         raise GitError(f"{shlex.join(argv)} exited {code}: {stderr.strip() or stdout.strip()}")
     return code, stdout, stderr
@@ -99,6 +116,47 @@ async def rev_parse(repo: Path, rev: str) -> str | None:
     return out.strip() if code == 0 and out.strip() else None
 
 
+async def contains(repo: Path, ref: str, sha: str) -> bool:
+    """Whether ``ref`` holds ``sha`` (is it or descends from it); GitError if git cannot say."""
+    code, _, err = await _git(repo, "merge-base", "--is-ancestor", sha, ref, check=False)
+    if code in (0, 1):
+        return code == 0
+    raise GitError(f"cannot tell whether {ref} holds {sha} in {repo}: {err.strip()}")
+
+
+async def release_stale_locks(
+    repo: Path, ref: str, *, since_ms: int, checkout: Path | None = None, wait: float = 2.0
+) -> list[Path]:
+    """Remove the lock files a killed merge left (``<ref>.lock``, the checkout's index.lock).
+
+    A live git holds such a lock for milliseconds, so one still there after ``wait``
+    seconds and created after the merge was announced (``since_ms``) is the killed
+    merge's own; older ones belong to someone else and are left alone.  Without this,
+    every later merge would fail on "Unable to create '….lock': File exists".
+    """
+    candidates = [await _git_path(repo, f"{ref}.lock")]
+    if checkout is not None:
+        candidates.append(await _git_path(checkout, "index.lock"))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while any(c.exists() for c in candidates) and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    removed = []
+    for lock in candidates:
+        try:
+            if lock.stat().st_mtime * 1000 >= since_ms - 1000:
+                lock.unlink()
+                removed.append(lock)
+        except FileNotFoundError:
+            continue
+    return removed
+
+
+async def _git_path(repo: Path, name: str) -> Path:
+    _, out, _ = await _git(repo, "rev-parse", "--path-format=absolute", "--git-path", name)
+    return Path(out.strip())
+
+
 async def update_ref(repo: Path, ref: str, sha: str, expect: str | None = None) -> None:
     """Point ``ref`` at ``sha``; with ``expect`` only if it is there now ("" : absent)."""
     args = ["update-ref", "-m", "sloop", ref, sha]
@@ -118,6 +176,11 @@ async def list_worktrees(repo: Path) -> list[tuple[Path, str | None]]:
         branch = next((ln[7:] for ln in lines if ln.startswith("branch ")), None)
         entries.append((Path(lines[0][9:]), branch))
     return entries
+
+
+async def checkout_of(repo: Path, ref: str) -> Path | None:
+    """The working tree where ``ref`` is checked out, if any."""
+    return next((p for p, branch in await list_worktrees(repo) if branch == ref), None)
 
 
 async def create_worktree(repo: Path, path: Path, branch: str, base: str) -> str:
@@ -155,7 +218,13 @@ async def remove_worktree(repo: Path, path: Path) -> None:
         raise GitError(f"refusing to delete {path}: git does not know it as a worktree")
 
 
-async def sync(worktree: Path, main: str, mode: Literal["merge", "rebase"] = "merge") -> GitResult:
+async def sync(
+    worktree: Path,
+    main: str,
+    mode: Literal["merge", "rebase"] = "merge",
+    *,
+    timeout: float = HOOK_TIMEOUT,
+) -> GitResult:
     """Bring ``main`` into the run branch; a conflict is aborted so the worktree stays usable.
 
     Aborting leaves the branch exactly as the agent left it, so a return to an earlier stage
@@ -173,7 +242,7 @@ async def sync(worktree: Path, main: str, mode: Literal["merge", "rebase"] = "me
         command, doing = ["merge", "--no-edit", main], f"merging {main} into the branch"
     else:
         command, doing = ["rebase", main], f"rebasing the branch onto {main}"
-    code, out, err = await _git(worktree, *command, identity=True, check=False)
+    code, out, err = await _git(worktree, *command, identity=True, check=False, timeout=timeout)
     if code == 0:
         return GitResult(ok=True, head=await rev_parse(worktree, "HEAD"))
     _, listed, _ = await _git(worktree, "diff", "--name-only", "-z", "--diff-filter=U")
@@ -199,7 +268,19 @@ def _main_moved(main: str, sha: str) -> GitResult:
     )
 
 
-async def ff_only(repo: Path, tip: str, main: str, *, allow_empty: bool = False) -> GitResult:
+# Told (main's sha now, tip) just before the ref moves; False keeps it where it is.
+BeforeMove = Callable[[str, str], bool]
+
+
+async def ff_only(
+    repo: Path,
+    tip: str,
+    main: str,
+    *,
+    allow_empty: bool = False,
+    timeout: float = HOOK_TIMEOUT,
+    before_move: BeforeMove | None = None,
+) -> GitResult:
     """Fast-forward ``main`` to ``tip``, never past a commit someone else added.
 
     ``tip`` is the commit the run's last gating stage ran on (never a checkout's
@@ -212,20 +293,57 @@ async def ff_only(repo: Path, tip: str, main: str, *, allow_empty: bool = False)
     instead of silently dropping the other commit. Where ``main`` is checked out, that
     checkout moves with the ref, or a person's working tree would suddenly show the merged
     files as reverted changes.
+
+    ``before_move`` runs once every check has passed, just before the one command that
+    moves the ref: the caller records its intent there (so a crash after the move is
+    recovered from the ref) or refuses (an abort that arrived in time).  After that
+    command, killed by its deadline or not, the ref itself says whether the merge happened.
+    """
+    ref = f"refs/heads/{main}"
+    planned = await _plan_fast_forward(repo, tip, main, ref)
+    if isinstance(planned, GitResult):
+        if planned.ok or not allow_empty or planned.head != tip:
+            return planned
+        return GitResult(ok=True, head=tip)
+    old, where, command = planned
+    if before_move is not None and not before_move(old, tip):
+        return GitResult(ok=False, reason=f"{main} was not moved: the run was stopped first")
+    timed_out: GitTimeout | None = None
+    try:
+        code, _, err = await _git(where, *command, identity=True, check=False, timeout=timeout)
+    except GitTimeout as exc:
+        timed_out, code, err = exc, -1, str(exc)
+
+    now = await rev_parse(repo, ref)
+    if now == tip:
+        return GitResult(ok=True, head=tip)
+    if timed_out is not None:
+        raise timed_out
+    if now != old or code == 0:
+        # Someone moved main between our read and the write (the CAS or the ff refused), or
+        # the checkout's merge found main already past tip.
+        return _main_moved(main, now or old)
+    raise GitError(f"git -C {where} {shlex.join(command)} exited {code}: {err.strip()}")
+
+
+async def _plan_fast_forward(
+    repo: Path, tip: str, main: str, ref: str
+) -> GitResult | tuple[str, Path, list[str]]:
+    """Every check before the move: a result that ends the stage, or (old, where, command).
+
+    "Nothing to merge" comes back with ``head`` set to ``tip`` so ``allow_empty`` can pass it.
     """
     _, bare, _ = await _git(repo, "rev-parse", "--is-bare-repository")
     if bare.strip() == "true":
         raise GitError(f"cannot fast-forward {main}: {repo} is a bare repository")
-    ref = f"refs/heads/{main}"
     old = await rev_parse(repo, ref)
     if old is None:
         raise GitError(f"cannot fast-forward {main}: no branch {main!r} in {repo}")
     if old == tip:
-        if allow_empty:
-            return GitResult(ok=True, head=tip)
         return GitResult(
             ok=False,
             reason=f"nothing to merge: the branch has no commit beyond {main} ({tip[:12]})",
+            head=tip,
             final=True,
         )
     code, _, err = await _git(repo, "merge-base", "--is-ancestor", old, tip, check=False)
@@ -233,28 +351,14 @@ async def ff_only(repo: Path, tip: str, main: str, *, allow_empty: bool = False)
         return _main_moved(main, old)
     if code != 0:
         raise GitError(f"cannot compare {main} with {tip} in {repo}: {err.strip()}")
-
-    checkout = next((p for p, branch in await list_worktrees(repo) if branch == ref), None)
-    if checkout is not None:
-        dirty = await _status_paths(checkout, "--untracked-files=no")
-        if dirty:
-            return GitResult(
-                ok=False,
-                reason=f"{main} is checked out at {checkout} with uncommitted changes: "
-                f"{', '.join(dirty)}",
-            )
-        command = ["merge", "--ff-only", "--quiet", tip]
-        code, _, err = await _git(checkout, *command, identity=True, check=False)
-    else:
-        command = ["update-ref", "-m", f"sloop: fast-forward to {tip}", ref, tip, old]
-        code, _, err = await _git(repo, *command, identity=True, check=False)
-
-    now = await rev_parse(repo, ref)
-    if now == tip:
-        return GitResult(ok=True, head=tip)
-    if now != old or code == 0:
-        # Someone moved main between our read and the write (the CAS or the ff refused), or
-        # the checkout's merge found main already past tip.
-        return _main_moved(main, now or old)
-    where = checkout or repo
-    raise GitError(f"git -C {where} {shlex.join(command)} exited {code}: {err.strip()}")
+    checkout = await checkout_of(repo, ref)
+    if checkout is None:
+        return old, repo, ["update-ref", "-m", f"sloop: fast-forward to {tip}", ref, tip, old]
+    dirty = await _status_paths(checkout, "--untracked-files=no")
+    if dirty:
+        return GitResult(
+            ok=False,
+            reason=f"{main} is checked out at {checkout} with uncommitted changes: "
+            f"{', '.join(dirty)}",
+        )
+    return old, checkout, ["merge", "--ff-only", "--quiet", tip]

@@ -8,8 +8,11 @@ lives here too: it is one transaction over the run, its ticket and its event.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -20,14 +23,68 @@ from sloopd.flows.explain import agent_exit_code, run_diagnosis, run_reason
 from sloopd.flows.flow import Flow, Stage
 from sloopd.flows.stagelog import append_step, read_log
 from sloopd.runs.runstate import RunFacts
-from sloopd.store import Store
+from sloopd.store import Store, StoreUnavailable
 from sloopd.util.clock import now_ms
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Backoff between attempts at a write the store refused (full disk, a held lock).
+RETRY_FIRST_SECONDS = 0.1
+RETRY_MAX_SECONDS = 5.0
+# Once the daemon stops, how long a refused write is retried before it is left to the
+# next start's recovery (which settles from the stage log and git).
+RETRY_WHEN_STOPPING_SECONDS = 10.0
 
 
 class RunRecords:
     def __init__(self, daemon: Daemon, sink: LogSink) -> None:
         self.daemon = daemon
         self.sink = sink
+        self.stopping = False
+        self._settle_waiters: dict[str, list[asyncio.Future[None]]] = {}
+
+    async def until_settled(self, run_id: str, timeout_s: float) -> None:
+        """Return once ``run_id`` settles or ``timeout_s`` passes (the caller re-reads)."""
+        waiter = asyncio.get_running_loop().create_future()
+        waiters = self._settle_waiters.setdefault(run_id, [])
+        waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            if waiter in waiters:
+                waiters.remove(waiter)
+            if not waiters:
+                self._settle_waiters.pop(run_id, None)
+
+    def _wake_settle_waiters(self, run_id: str) -> None:
+        for waiter in self._settle_waiters.pop(run_id, []):
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def durably(self, write: Callable[[], T], what: str) -> T:
+        """``write()``, retried with backoff while the store refuses it.
+
+        A run's facts cannot be skipped (a stage's result, its settle): the run waits
+        for the store instead.  Each attempt is one whole transaction, so a retry never
+        doubles a row.  A stopping daemon gives up after a while and leaves the run to
+        the next start's recovery.
+        """
+        delay, waited = RETRY_FIRST_SECONDS, 0.0
+        while True:
+            try:
+                return write()
+            except StoreUnavailable as exc:
+                if self.stopping and waited >= RETRY_WHEN_STOPPING_SECONDS:
+                    raise
+                if waited == 0:
+                    log.warning("%s waits for the store: %s", what, exc)
+                await asyncio.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, RETRY_MAX_SECONDS)
 
     def read_log(self, run_id: str) -> list[walk.LogRow]:
         return read_log(self.store, run_id)
@@ -44,6 +101,21 @@ class RunRecords:
     ) -> None:
         with self.store.writer.transaction() as tx:
             append_step(tx, run_id, kind, stage, attempt, seat, data, at_ms)
+
+    async def append_steps_durably(
+        self,
+        run_id: str,
+        kind: str,
+        stage: str,
+        attempt: int,
+        seat: int | None,
+        data: dict[str, Any],
+    ) -> None:
+        """A step that records what already happened (a seat ran): wait for the store."""
+        await self.durably(
+            lambda: self.append_steps(run_id, kind, stage, attempt, seat, data),
+            f"{run_id}: {kind} of '{stage}' execution {attempt}",
+        )
 
     @property
     def store(self) -> Store:
@@ -91,6 +163,14 @@ class RunRecords:
             attempt,
             "system",
             f"stage '{stage.name}' execution {attempt} {verdict}{detail}",
+        )
+
+    async def settle_durably(
+        self, run_id: str, outcome: str, halt: str | None, reason: str | None, **options: Any
+    ) -> None:
+        """``settle``, waiting for the store: a run never stays in flight after its end."""
+        await self.durably(
+            lambda: self.settle(run_id, outcome, halt, reason, **options), f"settling {run_id}"
         )
 
     def settle(
@@ -141,6 +221,13 @@ class RunRecords:
             ):
                 tx.one("trigger_insert", {"ticket": facts.ticket, "due": requeue_due, "now": now})
             tx.run("ticket_set_state", {"id": facts.ticket, "state": ticket_state, "now": now})
+            # In the same transaction: a settle is whole or absent, never half-recorded.
+            self.daemon.append_event(
+                "run_aborted" if outcome == "aborted" else "run_finished",
+                ticket=facts.ticket,
+                run=run_id,
+                data={"state": outcome, "halt": halt, "reason": reason},
+            )
         # Tagged with the last execution, so every record belongs to a stage.
         last = state.executions[-1] if state.executions else None
         self.sink.append(
@@ -152,10 +239,4 @@ class RunRecords:
         )
         if self.daemon.metrics is not None:
             self.daemon.metrics.runs_finished.labels(outcome).inc()
-        kind = "run_aborted" if outcome == "aborted" else "run_finished"
-        self.daemon.append_event(
-            kind,
-            ticket=facts.ticket,
-            run=run_id,
-            data={"state": outcome, "halt": halt, "reason": reason},
-        )
+        self._wake_settle_waiters(run_id)

@@ -24,11 +24,12 @@ from sloopd.runs.children import ProcessGroups
 from sloopd.runs.execute import StageExecutor
 from sloopd.runs.launch import HostLauncher, SandboxLauncher
 from sloopd.runs.records import RunRecords
+from sloopd.runs.recovery import Recovery
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.runs.sandbox import probe as sandbox_probe
 from sloopd.runs.spawning import ChildStarter
 from sloopd.runs.worker import Credentials, WorkerDispatcher, WorkerSockets, WorkerVerbs
-from sloopd.store import Store
+from sloopd.store import Store, StoreUnavailable
 from sloopd.util.clock import now_ms
 
 log = logging.getLogger(__name__)
@@ -96,29 +97,30 @@ class RunManager:
 
     async def _drive(self, active: ActiveRun) -> None:
         run_id = active.run_id
+        records = self.records
         try:
-            facts = self.records.facts(run_id)
+            facts = records.facts(run_id)
             try:
                 await self._prepare(active, facts)
             except SandboxUnavailable as exc:
-                self.records.settle(run_id, "failed", None, str(exc))
+                await records.settle_durably(run_id, "failed", None, str(exc))
                 return
             except gitops.GitError as exc:
-                self.records.settle(
-                    run_id, "failed", None, f"the run's checkout could not be created: {exc}"
-                )
+                reason = f"the run's checkout could not be created: {exc}"
+                await records.settle_durably(run_id, "failed", None, reason)
                 return
-            while not await self._step(active, facts):
+            except StoreUnavailable as exc:
+                # Not started: queued again once the store takes the settle.
+                reason = f"the run could not be started: {exc}"
+                await records.settle_durably(run_id, "aborted", None, reason, requeue=True)
+                return
+            while not await self._step_durably(active, facts):
                 pass
         except Exception as exc:
             log.exception("run %s failed inside the daemon", run_id)
+            reason = f"the daemon failed to drive the run: {exc.__class__.__name__}: {exc}"
             with contextlib.suppress(Exception):
-                self.records.settle(
-                    run_id,
-                    "failed",
-                    None,
-                    f"the daemon failed to drive the run: {exc.__class__.__name__}: {exc}",
-                )
+                await records.settle_durably(run_id, "failed", None, reason)
         finally:
             self.credentials.revoke(run_id)
             await self.worker_sockets.close(run_id)
@@ -126,6 +128,21 @@ class RunManager:
             self.sink.forget(run_id)
             for callback in self.on_settled:
                 callback()
+
+    async def _step_durably(self, active: ActiveRun, facts: RunFacts) -> bool:
+        """One step; a step the store refused is taken again from the replayed log.
+
+        Every write of a step is one transaction and the next step is decided from
+        the log alone, so repeating a refused step repeats nothing that was stored.
+        """
+        try:
+            return await self._step(active, facts)
+        except StoreUnavailable as exc:
+            if self.records.stopping:
+                raise
+            log.warning("%s: a step waits for the store: %s", facts.run_id, exc)
+            await asyncio.sleep(1.0)
+            return False
 
     async def _prepare(self, active: ActiveRun, facts: RunFacts) -> None:
         if self.daemon.config.sandbox != "none":
@@ -155,7 +172,14 @@ class RunManager:
     async def _step(self, active: ActiveRun, facts: RunFacts) -> bool:
         """Take the walk's next step; True once the run is settled."""
         state = walk.replay(facts.flow, self.records.read_log(facts.run_id))
-        merged = state.next == "done" and state.outcome == "merged"
+        # A merge that moved main wins over any stop: the record follows the ref.
+        merged = state.main_moved() and state.next != "running"
+        stopping = active.cancel_reason is not None or active.requeue_at_ms is not None
+        if merged and stopping and state.next in ("start", "return"):
+            # Stopped after the merge: what follows it does not run, the run merged.
+            await self._remove_merged_worktree(facts.run_id)
+            self.records.settle(facts.run_id, "merged", None, None, state=state)
+            return True
         if active.requeue_at_ms is not None and state.next != "running" and not merged:
             self.records.settle(
                 facts.run_id,
@@ -209,17 +233,22 @@ class RunManager:
                 {"passed": False, "reason": "interrupted before it finished"},
             )
         else:
-            assert state.outcome is not None
-            if state.outcome == "merged":
-                # Gone before the run reads merged, so no one sees a merged run
-                # that still holds a worktree.
-                try:
-                    await self.remove_worktree(facts.run_id)
-                except gitops.GitError as exc:
-                    log.warning("%s merged but its worktree stays: %s", facts.run_id, exc)
-            self.records.settle(facts.run_id, state.outcome, state.halt, None, state=state)
+            outcome = "merged" if merged else state.outcome
+            assert outcome is not None
+            if outcome == "merged":
+                await self._remove_merged_worktree(facts.run_id)
+            halt = None if merged else state.halt
+            self.records.settle(facts.run_id, outcome, halt, None, state=state)
             return True
         return False
+
+    async def _remove_merged_worktree(self, run_id: str) -> None:
+        # Gone before the run reads merged, so no one sees a merged run that still
+        # holds a worktree.
+        try:
+            await self.remove_worktree(run_id)
+        except gitops.GitError as exc:
+            log.warning("%s merged but its worktree stays: %s", run_id, exc)
 
     async def _execute(
         self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
@@ -234,13 +263,29 @@ class RunManager:
             f"stage '{stage.name}' execution {attempt} started",
         )
         result = await self.executor.execute(active, facts, stage, attempt)
-        if active.cancel_reason is not None:
+        if active.cancel_reason is not None and stage.action == "ff_only" and result["passed"]:
+            # Too late to stop: main moved before the stop arrived, so the run merged.
+            self.sink.append(
+                facts.run_id,
+                stage.name,
+                attempt,
+                "system",
+                f"the merge had started when the run was stopped ({active.cancel_reason}); "
+                "it finished, so the run merged",
+            )
+        elif active.cancel_reason is not None:
             result = {**result, "passed": False, "reason": active.cancel_reason}
         elif not result["passed"] and stage.action == "agent":
             result["diagnosis"] = self.executor.diagnose(active)
         active.child = None
         active.stall_killed_after_ms = None
-        self.records.finish(facts.run_id, stage, attempt, result, active.stage_started_ms)
+        # The child ran: its result is a fact that must be kept, so wait for the store.
+        await self.records.durably(
+            lambda: self.records.finish(
+                facts.run_id, stage, attempt, result, active.stage_started_ms
+            ),
+            f"{facts.run_id}: the result of '{stage.name}' execution {attempt}",
+        )
         diagnosis = result.get("diagnosis") or {}
         if diagnosis.get("classification") in vendor.LIMIT_CLASSES:
             self._vendor_limit(facts, diagnosis)
@@ -317,27 +362,14 @@ class RunManager:
 
     async def stop_all(self, reason: str) -> None:
         """A stopping daemon stops every run; each is settled and queued again."""
+        self.records.stopping = True
         await asyncio.gather(
             *(self.abort(run_id, reason, requeue=True) for run_id in list(self.active)),
             return_exceptions=True,
         )
 
-    def recover(self) -> list[str]:
-        """Settle runs a crashed daemon left in flight; their tickets are queued again."""
-        recovered = []
-        for (run_id,) in self.store.all("runs_active_ids"):
-            facts = self.records.facts(run_id)
-            state = walk.replay(facts.flow, self.records.read_log(run_id))
-            current = state.current
-            reason = "the daemon restarted while the run was in flight"
-            if current is not None:
-                reason += f" (stage '{current.stage.name}' execution {current.attempt})"
-                self.records.finish(
-                    run_id,
-                    current.stage,
-                    current.attempt,
-                    {"passed": False, "reason": "interrupted: the daemon restarted"},
-                )
-            self.records.settle(run_id, "aborted", None, reason, requeue=True)
-            recovered.append(run_id)
-        return recovered
+    async def recover(self) -> list[tuple[str, str]]:
+        """Settle runs a crashed daemon left in flight (sloopd.runs.recovery)."""
+        ids = [run_id for (run_id,) in self.store.all("runs_active_ids")]
+        recovery = Recovery(self.records, self.daemon.layout.repo, self.remove_worktree)
+        return await recovery.recover(ids)

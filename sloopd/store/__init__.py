@@ -6,7 +6,7 @@ schema with its migrations (``migrations``).  Imports nothing else of
 ``sloopd``: every layer above imports it to read and write.
 """
 
-from sloopd.store.db import NeedsMigration, Store, Transaction
+from sloopd.store.db import NeedsMigration, Store, StoreFault, StoreUnavailable, Transaction
 from sloopd.store.lock import LockHeld, StoreLock
 from sloopd.store.migrations import SCHEMA_VERSION, StoreTooNew
 
@@ -15,7 +15,9 @@ __all__ = [
     "LockHeld",
     "NeedsMigration",
     "Store",
+    "StoreFault",
     "StoreLock",
     "StoreTooNew",
+    "StoreUnavailable",
     "Transaction",
 ]

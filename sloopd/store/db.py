@@ -12,6 +12,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,23 +28,119 @@ Row = tuple[Any, ...]
 Params = tuple[Any, ...] | dict[str, Any]
 
 
+# A busy or full store answers within this; the caller retries later, off the hot path.
+# (Only another process holding the write lock makes SQLite wait: a backup, a restore,
+# an operator's sqlite3 shell.  Waiting 5 s for it on the event loop stalled every client.)
+BUSY_TIMEOUT_MS = 50
+
+# apsw errors that say the store cannot take a write *now* (full disk, a lock held
+# elsewhere, an I/O failure) rather than that the write is wrong.
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    apsw.FullError,
+    apsw.BusyError,
+    apsw.LockedError,
+    apsw.IOError,
+    apsw.CantOpenError,
+    apsw.ReadOnlyError,
+)
+
+
+class StoreUnavailable(Exception):
+    """The store cannot be written (or read) right now; nothing of the attempt was kept.
+
+    ``reason`` is one word for clients and doctor: ``full``, ``busy`` or ``io``.
+    """
+
+    def __init__(self, path: Path, reason: str, detail: str) -> None:
+        super().__init__(f"the store {path} cannot be written: {detail}")
+        self.path = path
+        self.reason = reason
+        self.detail = detail
+
+    @property
+    def wire_error(self) -> tuple[str, str, dict[str, Any]]:
+        """How a client is told (sloopd.wire.dispatch maps it): retry later, not a bug."""
+        return (
+            "daemon_unavailable",
+            f"{self}; nothing of this request was stored, retry later",
+            {"store": str(self.path), "reason": self.reason},
+        )
+
+
+def _unavailable(path: Path, exc: BaseException) -> StoreUnavailable:
+    if isinstance(exc, apsw.FullError):
+        reason, detail = "full", "the disk (or the store's filesystem) is full"
+    elif isinstance(exc, apsw.BusyError | apsw.LockedError):
+        reason, detail = "busy", "another process holds the store's write lock"
+    else:
+        reason, detail = "io", f"{exc.__class__.__name__}: {exc}"
+    return StoreUnavailable(path, reason, detail)
+
+
+@dataclass
+class StoreFault:
+    """The last failed write, kept until a write succeeds again (dashboard, doctor)."""
+
+    reason: str
+    detail: str
+    since_ms: int
+    failures: int = 1
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "reason": self.reason,
+            "detail": self.detail,
+            "since_ms": self.since_ms,
+            "failures": self.failures,
+        }
+
+
 def _tune(conn: apsw.Connection) -> None:
-    conn.setbusytimeout(5000)
+    conn.setbusytimeout(BUSY_TIMEOUT_MS)
     conn.execute("PRAGMA foreign_keys = ON")
     # Reuse of prepared statements across calls (DESIGN rule 4).
     conn.config(apsw.SQLITE_DBCONFIG_ENABLE_QPSG, 1)
 
 
 class Writer:
-    """The one way to change the store; every write is a short transaction."""
+    """The one way to change the store; every write is a short transaction.
 
-    def __init__(self, conn: apsw.Connection) -> None:
+    A transaction the store cannot take (full, busy, I/O) is rolled back whole and
+    raised as ``StoreUnavailable``: callers retry (the run driver, the log sink) or
+    answer ``daemon_unavailable`` (verbs); none of it is half-written.
+    """
+
+    def __init__(self, conn: apsw.Connection, path: Path) -> None:
         self._conn = conn
+        self._path = path
+        self.fault: StoreFault | None = None
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
-        with self._conn:
-            yield Transaction(self._conn)
+        conn = self._conn
+        if not conn.getautocommit():
+            yield Transaction(conn)  # nested: part of the enclosing transaction
+            return
+        try:
+            # Not apsw's savepoint context: when SQLite rolls a full transaction back
+            # itself, the savepoint's own rollback fails and hides SQLITE_FULL.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield Transaction(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if not conn.getautocommit():
+                    conn.execute("ROLLBACK")
+                raise
+        except _UNAVAILABLE as exc:
+            failed = _unavailable(self._path, exc)
+            if self.fault is None:
+                self.fault = StoreFault(failed.reason, failed.detail, int(time.time() * 1000))
+            else:
+                self.fault.reason, self.fault.detail = failed.reason, failed.detail
+                self.fault.failures += 1
+            raise failed from exc
+        self.fault = None
 
 
 class Transaction:
@@ -72,7 +169,7 @@ class Store:
         self.path = path
         self._writer_conn = writer_conn
         self._reader = reader
-        self.writer = Writer(writer_conn)
+        self.writer = Writer(writer_conn, path)
         # Fixed while the store is open (migrations run before), so read once.
         self.schema_version = migrations.stored_version(reader)
 
@@ -113,10 +210,20 @@ class Store:
         return cls(path, conn, reader)
 
     def all(self, query: str, params: Params = ()) -> list[Row]:
-        return list(self._reader.execute(QUERIES[query], params))
+        try:
+            return list(self._reader.execute(QUERIES[query], params))
+        except _UNAVAILABLE as exc:
+            raise _unavailable(self.path, exc) from exc
 
     def one(self, query: str, params: Params = ()) -> Row | None:
-        return self._reader.execute(QUERIES[query], params).fetchone()
+        try:
+            return self._reader.execute(QUERIES[query], params).fetchone()
+        except _UNAVAILABLE as exc:
+            raise _unavailable(self.path, exc) from exc
+
+    @property
+    def fault(self) -> StoreFault | None:
+        return self.writer.fault
 
     def version(self) -> int:
         return migrations.stored_version(self._reader)

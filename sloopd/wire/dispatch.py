@@ -67,9 +67,8 @@ class Dispatcher:
             result = self._call(request)
         except ProtocolError as err:
             return self._error(request_id, err, verb, started)
-        except Exception:
-            log.exception("internal error handling request %r", request_id)
-            return self._error(request_id, _internal(), verb, started)
+        except Exception as exc:
+            return self._error(request_id, _unexpected(exc, request_id), verb, started)
         if isinstance(result, Awaitable):
             return self._finish(request_id, result, verb, started)
         reply = _encode_ok(request_id, result)
@@ -101,9 +100,8 @@ class Dispatcher:
             reply = _encode_ok(request_id, data)
         except ProtocolError as err:
             return self._error(request_id, err, verb, started)
-        except Exception:
-            log.exception("internal error handling request %r", request_id)
-            return self._error(request_id, _internal(), verb, started)
+        except Exception as exc:
+            return self._error(request_id, _unexpected(exc, request_id), verb, started)
         self._observe(verb, "ok", started)
         return reply
 
@@ -155,6 +153,21 @@ def _encode_ok(request_id: api.RequestId, data: Any) -> bytes:
     except orjson.JSONEncodeError:
         log.exception("internal error encoding the reply to request %r", request_id)
         return error_line(request_id, _internal())
+
+
+def _unexpected(exc: Exception, request_id: api.RequestId) -> ProtocolError:
+    """An exception no verb turned into an answer.
+
+    One that carries ``wire_error`` (code, message, details) is a condition the
+    daemon knows, raised by a layer that cannot import this one (the store's
+    "cannot be written now"); anything else is a bug, logged with its stack.
+    """
+    known = getattr(exc, "wire_error", None)
+    if known is not None:
+        code, message, details = known
+        return ProtocolError(ErrorCode(code), message, details)
+    log.exception("internal error handling request %r", request_id, exc_info=exc)
+    return _internal()
 
 
 def _internal() -> ProtocolError:
