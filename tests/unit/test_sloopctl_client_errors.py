@@ -172,7 +172,7 @@ def test_only_a_missing_or_refused_socket_advises_starting_one(sock_dir: Path) -
 
 def fill_backlog(path: Path) -> list[socket.socket]:
     """Connections queued on ``path`` until the next connect would get EAGAIN."""
-    queued = []
+    queued: list[socket.socket] = []
     while True:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.setblocking(False)
