@@ -91,6 +91,9 @@ def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
 def _set_raw(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value:
         ctx.ensure_object(Options).raw = True
+        # click.echo drops CSI sequences when stdout is no terminal; --raw means
+        # as stored.  A command's context inherits this from the group's.
+        ctx.color = True
 
 
 def _set_socket(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
