@@ -132,7 +132,10 @@ class ProtocolMismatch(ClientError):
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """A decoded response envelope and the exact line it came from (for --json)."""
+    """A decoded response envelope and the exact line it came from (for --json).
+
+    The envelope's strings are cleaned for a terminal unless the client is verbatim.
+    """
 
     envelope: dict[str, Any]
     line: bytes

@@ -48,7 +48,10 @@ EXIT_CODES: Final = (
     ),
     (EXIT_USAGE, "usage error"),
     (EXIT_NOT_RUNNING, "daemon not running: no socket (daemon_unavailable)"),
-    (EXIT_NOT_ANSWERING, "daemon not answering: refused, timed out (daemon_unavailable)"),
+    (
+        EXIT_NOT_ANSWERING,
+        "daemon not answering: refused, busy, hung up, timed out (daemon_unavailable)",
+    ),
     (EXIT_PROTOCOL, "protocol version mismatch or unreadable reply"),
     (EXIT_RUN_FAILED, "the run failed (show --follow --quiet)"),
     (EXIT_RUN_NEEDS_REVIEW, "the run needs review (show --follow --quiet)"),
