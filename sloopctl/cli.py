@@ -12,7 +12,14 @@ from pathlib import Path
 import click
 
 from sloopctl import feeds_cli, follow, init_template, locate
-from sloopctl.client import Client, ClientError, DaemonNotAnswering, DaemonNotRunning
+from sloopctl.client import (
+    Client,
+    ClientError,
+    DaemonBusy,
+    DaemonHungUp,
+    DaemonNotAnswering,
+    DaemonNotRunning,
+)
 from sloopctl.doctor import doctor
 from sloopctl.invoke import (
     EPILOG,
@@ -33,6 +40,7 @@ from sloopctl.invoke import (
     trigger_arg,
 )
 from sloopctl.render import error_line
+from sloopctl.safe_text import clean
 from sloopd.wire import api
 
 
@@ -246,6 +254,11 @@ def daemon(socket_dir: str | None) -> None:
         # Any envelope proves a daemon is there, even one refusing show.
         with Client(where.socket, read_timeout=5.0) as client:
             client.call("show", {})
+    except DaemonBusy:
+        click.echo(str(where.socket))  # alive, only too busy to accept just now
+        return
+    except DaemonHungUp as exc:
+        no_answer(exc, json=False)  # a daemon is there: a second one could not start
     except (DaemonNotRunning, DaemonNotAnswering):
         pass  # nobody home (or a stale socket): start one
     except ClientError as exc:
@@ -259,7 +272,9 @@ def daemon(socket_dir: str | None) -> None:
     try:
         started = start_daemon(repo, socket_dir)
     except StartError as exc:
-        tail = f"\n{exc.log_tail}" if exc.log_tail else ""
+        # The log quotes tickets and agents too.
+        log_tail = exc.log_tail if opts.raw else clean(exc.log_tail)
+        tail = f"\n{log_tail}" if log_tail else ""
         click.echo(error_line(None, exc.message, colour(True)) + tail, err=True)
         raise click.exceptions.Exit(EXIT_DAEMON_ERROR) from None
     click.echo(started.socket)

@@ -1,14 +1,22 @@
 """One narrow client of a Sloop socket: send an envelope, read one back.
 
 Failures are sorted by what the operator has to do about them, because that is
-what the exit codes promise: no socket (start the daemon), a socket nobody
-answers on (restart it), a reply of another protocol (upgrade one side).
-Nothing is spooled or retried: a client of a down daemon fails within a second.
+what the exit codes promise: no listener (start the daemon), a daemon that
+hung up or did not reply (read its log), a daemon too busy to accept for a
+while (try again), a reply of another protocol (upgrade one side).  Only "no
+socket" and "connection refused" mean nobody listens, so only they advise
+starting one.
+
+Nothing is spooled, and a request is never sent twice; only a connect the
+daemon's full listen backlog turned away (EAGAIN: the request was not sent)
+is retried, with a short backoff, for at most ``BUSY_RETRY_S``.
 """
 
 from __future__ import annotations
 
+import random
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -16,10 +24,20 @@ from typing import Any, Final
 
 import orjson
 
+from sloopctl.safe_text import clean_tree
 from sloopd.wire import api
 
 CONNECT_TIMEOUT_S: Final = 1.0
+# How long a connect may keep meeting a full listen backlog before "busy".
+BUSY_RETRY_S: Final = 5.0
+BUSY_BACKOFF_FIRST_S: Final = 0.005
+BUSY_BACKOFF_MAX_S: Final = 0.2
 FIX: Final = "start it with 'sloopctl daemon' (or 'systemctl start sloopd@<name>')"
+LOG_FIX: Final = (
+    "the daemon's log may say why (daemon.log in <git common dir>/sloop/, "
+    "or 'journalctl -u sloopd@<name>')"
+)
+BUSY_FIX: Final = "try again in a moment"
 _READ_CHUNK: Final = 65536
 
 
@@ -28,11 +46,15 @@ class ClientError(Exception):
 
     code: str = api.ErrorCode.DAEMON_UNAVAILABLE
 
-    def __init__(self, message: str, socket_path: Path, **details: Any) -> None:
+    def __init__(
+        self, message: str, socket_path: Path, fix: str | None = None, **details: Any
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.socket_path = socket_path
-        self.details: dict[str, Any] = {"socket": str(socket_path), **details}
+        self.fix = fix
+        fixed = {"fix": fix} if fix else {}
+        self.details: dict[str, Any] = {"socket": str(socket_path), **fixed, **details}
 
     def envelope(self) -> dict[str, Any]:
         """The error envelope a daemon would have sent, for --json output."""
@@ -53,13 +75,42 @@ class DaemonNotRunning(ClientError):
 
 
 class DaemonNotAnswering(ClientError):
-    """A socket exists but nothing answered on it (refused, timed out, hung up)."""
+    """A socket exists but gave no answer; ``fix`` says what to do about it.
+
+    The default, FIX, is for a socket nobody listens on (connection refused):
+    a daemon that died without removing it.
+    """
+
+    def __init__(self, socket_path: Path, reason: str, fix: str = FIX) -> None:
+        super().__init__(
+            f"the daemon is not answering on {socket_path} ({reason}); {fix}",
+            socket_path,
+            fix=fix,
+        )
+
+
+class DaemonBusy(DaemonNotAnswering):
+    """The daemon's listen backlog stayed full for the retry time: alive, overloaded."""
+
+    def __init__(self, socket_path: Path, waited_s: float) -> None:
+        ClientError.__init__(
+            self,
+            f"the daemon on {socket_path} is busy (its connection backlog stayed full "
+            f"for {waited_s:g} s); {BUSY_FIX}",
+            socket_path,
+            fix=BUSY_FIX,
+        )
+
+
+class DaemonHungUp(DaemonNotAnswering):
+    """The daemon accepted, then closed or reset the connection before replying."""
 
     def __init__(self, socket_path: Path, reason: str) -> None:
-        super().__init__(
-            f"the daemon is not answering on {socket_path} ({reason}); {FIX}",
+        ClientError.__init__(
+            self,
+            f"the daemon on {socket_path} hung up ({reason}); {LOG_FIX}",
             socket_path,
-            fix=FIX,
+            fix=LOG_FIX,
         )
 
 
@@ -81,7 +132,10 @@ class ProtocolMismatch(ClientError):
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """A decoded response envelope and the exact line it came from (for --json)."""
+    """A decoded response envelope and the exact line it came from (for --json).
+
+    The envelope's strings are cleaned for a terminal unless the client is verbatim.
+    """
 
     envelope: dict[str, Any]
     line: bytes
@@ -107,6 +161,11 @@ class Client:
     manager: the first call connects, later calls (a polling loop) reuse the
     connection, and leaving the block closes it.  ``read_timeout`` bounds the
     wait for each reply; by default there is none, since the daemon answers.
+
+    Every string of a decoded reply is cleaned of terminal control sequences
+    (``sloopctl.safe_text``) unless ``verbatim``: replies carry agents' and
+    tickets' text, and renderers print it.  ``Reply.line`` is always the
+    bytes as received.
     """
 
     def __init__(
@@ -116,11 +175,15 @@ class Client:
         *,
         read_timeout: float | None = None,
         connect_timeout: float = CONNECT_TIMEOUT_S,
+        busy_retry: float | None = None,
+        verbatim: bool = False,
     ) -> None:
         self.socket_path = socket_path
         self.token = token
         self.read_timeout = read_timeout
         self.connect_timeout = connect_timeout
+        self.busy_retry = BUSY_RETRY_S if busy_retry is None else busy_retry
+        self.verbatim = verbatim
         self._sock: socket.socket | None = None
         self._buffer = b""
         self._next_id = 1
@@ -145,30 +208,42 @@ class Client:
     def _connect(self) -> socket.socket:
         if self._sock is not None:
             return self._sock
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.connect_timeout)
-        try:
-            sock.connect(str(self.socket_path))
-        except (FileNotFoundError, NotADirectoryError):
-            sock.close()
-            raise DaemonNotRunning(self.socket_path) from None
-        except TimeoutError:
-            sock.close()
-            raise DaemonNotAnswering(self.socket_path, "connect timed out") from None
-        except ConnectionRefusedError:
-            sock.close()
-            raise DaemonNotAnswering(self.socket_path, "connection refused") from None
-        except BlockingIOError:
-            # Linux answers EAGAIN at once, not after the timeout, when the
-            # listen backlog is full: the daemon is alive but not accepting.
-            sock.close()
-            raise DaemonNotAnswering(self.socket_path, "not accepting connections") from None
-        except OSError as exc:
-            sock.close()
-            raise DaemonNotAnswering(self.socket_path, exc.strerror or str(exc)) from None
-        sock.settimeout(self.read_timeout)
-        self._sock = sock
-        return sock
+        started = time.monotonic()
+        delay = BUSY_BACKOFF_FIRST_S
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(self.connect_timeout)
+            try:
+                sock.connect(str(self.socket_path))
+            except BlockingIOError:
+                # Linux answers EAGAIN at once, not after the timeout, when the
+                # listen backlog is full: the daemon is alive, only behind on
+                # accepting.  Nothing was sent, so trying again is safe.
+                sock.close()
+                left = started + self.busy_retry - time.monotonic()
+                if left <= 0:
+                    raise DaemonBusy(self.socket_path, self.busy_retry) from None
+                # Jitter keeps a crowd of clients from coming back in step.
+                time.sleep(min(left, delay * random.uniform(0.5, 1.0)))
+                delay = min(delay * 2, BUSY_BACKOFF_MAX_S)
+                continue
+            except (FileNotFoundError, NotADirectoryError):
+                sock.close()
+                raise DaemonNotRunning(self.socket_path) from None
+            except ConnectionRefusedError:
+                sock.close()
+                # A socket file nobody listens on: a daemon that died without cleaning up.
+                raise DaemonNotAnswering(self.socket_path, "connection refused") from None
+            except TimeoutError:
+                sock.close()
+                raise DaemonNotAnswering(self.socket_path, "connect timed out", LOG_FIX) from None
+            except OSError as exc:
+                sock.close()
+                reason = exc.strerror or str(exc)
+                raise DaemonNotAnswering(self.socket_path, reason, LOG_FIX) from None
+            sock.settimeout(self.read_timeout)
+            self._sock = sock
+            return sock
 
     def call(self, verb: str, args: dict[str, Any] | None = None) -> Reply:
         """Send one request and return the daemon's answer, error answers included.
@@ -186,10 +261,16 @@ class Client:
             raw = self._read_line(sock)
         except TimeoutError:
             self.close()
-            raise DaemonNotAnswering(self.socket_path, "no reply in time") from None
+            raise DaemonNotAnswering(self.socket_path, "no reply in time", LOG_FIX) from None
+        except (ConnectionResetError, BrokenPipeError) as exc:
+            # ECONNRESET, EPIPE: a daemon was there and accepted; it is not a
+            # missing daemon, so starting one is the wrong advice.
+            self.close()
+            raise DaemonHungUp(self.socket_path, (exc.strerror or str(exc)).lower()) from None
         except OSError as exc:
             self.close()
-            raise DaemonNotAnswering(self.socket_path, exc.strerror or str(exc)) from None
+            reason = exc.strerror or str(exc)
+            raise DaemonNotAnswering(self.socket_path, reason, LOG_FIX) from None
         return self._decode(raw, request_id)
 
     def _read_line(self, sock: socket.socket) -> bytes:
@@ -197,7 +278,7 @@ class Client:
             chunk = sock.recv(_READ_CHUNK)
             if not chunk:
                 self.close()
-                raise DaemonNotAnswering(self.socket_path, "connection closed before a reply")
+                raise DaemonHungUp(self.socket_path, "closed before a reply")
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line
@@ -220,7 +301,7 @@ class Client:
                 f"unreadable reply from {self.socket_path}: {problem}",
                 reply_start=raw[:200].decode(errors="replace"),
             )
-        reply = Reply(envelope, raw)
+        reply = Reply(envelope if self.verbatim else clean_tree(envelope), raw)
         if not reply.ok and reply.error["code"] == api.ErrorCode.UNSUPPORTED_VERSION:
             self.close()
             raise ProtocolMismatch(

@@ -48,7 +48,10 @@ EXIT_CODES: Final = (
     ),
     (EXIT_USAGE, "usage error"),
     (EXIT_NOT_RUNNING, "daemon not running: no socket (daemon_unavailable)"),
-    (EXIT_NOT_ANSWERING, "daemon not answering: refused, timed out (daemon_unavailable)"),
+    (
+        EXIT_NOT_ANSWERING,
+        "daemon not answering: refused, busy, hung up, timed out (daemon_unavailable)",
+    ),
     (EXIT_PROTOCOL, "protocol version mismatch or unreadable reply"),
     (EXIT_RUN_FAILED, "the run failed (show --follow --quiet)"),
     (EXIT_RUN_NEEDS_REVIEW, "the run needs review (show --follow --quiet)"),
@@ -79,6 +82,7 @@ class Options:
 
     json: bool = False
     socket: str | None = None
+    raw: bool = False
 
 
 def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -87,13 +91,29 @@ def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
         ctx.ensure_object(Options).json = True
 
 
+def _set_raw(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.ensure_object(Options).raw = True
+        # click.echo drops CSI sequences when stdout is no terminal; --raw means
+        # as stored.  A command's context inherits this from the group's.
+        ctx.color = True
+
+
 def _set_socket(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
     if value:
         ctx.ensure_object(Options).socket = value
 
 
+RAW_HELP: Final = (
+    "Print agents' and tickets' text as stored, terminal control sequences included. "
+    "By default escape sequences are removed and other control characters, bidi "
+    "overrides included, are shown as \N{REPLACEMENT CHARACTER}, on a terminal or not."
+)
+
+
 def common_options(f: F) -> F:
-    """--json and --socket, accepted before or after the command name."""
+    """--json, --raw and --socket, accepted before or after the command name."""
+    f = click.option("--raw", is_flag=True, expose_value=False, callback=_set_raw, help=RAW_HELP)(f)
     f = click.option(
         "--socket",
         metavar="PATH",
@@ -179,7 +199,8 @@ def connected(endpoint: Endpoint = "operator") -> Iterator[Client]:
     except locate.LocateError as exc:
         fail(str(exc))
     try:
-        with Client(where.socket, where.token) as client:
+        # --json prints reply lines as received; --raw keeps their text as stored.
+        with Client(where.socket, where.token, verbatim=opts.raw or opts.json) as client:
             yield client
     except ClientError as exc:
         no_answer(exc, opts.json)

@@ -33,7 +33,7 @@ from sloopd.runs.sandbox import probe as sandbox_probe
 from sloopd.store import Store, StoreLock, StoreTooNew
 from sloopd.verbs import operator_handlers, refused_handlers
 from sloopd.wire import api
-from sloopd.wire.connection import Connection
+from sloopd.wire.connection import LISTEN_BACKLOG, Connection
 from sloopd.wire.dispatch import Dispatcher, OperatorDispatcher, RefusingDispatcher
 
 ORPHAN_REAP_SECONDS = 1.0
@@ -266,7 +266,9 @@ class Server:
         # The umask makes the socket 0600 from birth: no window where it is wider.
         previous = os.umask(0o177)
         try:
-            self._server = await loop.create_unix_server(factory, path=str(path))
+            self._server = await loop.create_unix_server(
+                factory, path=str(path), backlog=LISTEN_BACKLOG
+            )
         finally:
             os.umask(previous)
         os.chmod(path, 0o600)

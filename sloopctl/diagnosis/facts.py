@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from sloopctl import locate
-from sloopctl.client import FIX as START_FIX
 from sloopctl.client import Client, DaemonNotAnswering, DaemonNotRunning, ProtocolMismatch
 from sloopctl.diagnosis.host import (
     GitProblem,
@@ -62,7 +61,8 @@ def probe(endpoint: locate.Endpoint) -> Probe:
         result.problem = f"no socket at {endpoint.socket} (found via {endpoint.source})"
         return result
     except DaemonNotAnswering as exc:
-        result.problem = exc.message.removesuffix(f"; {START_FIX}")
+        # doctor picks its own fix (restart a hung daemon, start a missing one).
+        result.problem = exc.message.removesuffix(f"; {exc.fix}")
         if endpoint.socket.exists() and not os.access(endpoint.socket, os.R_OK | os.W_OK):
             result.problem += "; this user may not use it (the socket is owner-only)"
             result.fix = "run doctor as the daemon's user ('sudo -u <user> sloopctl doctor')"

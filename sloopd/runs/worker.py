@@ -27,7 +27,7 @@ from sloopd.util.clock import now_ms
 from sloopd.views import show
 from sloopd.wire import api
 from sloopd.wire.api import ErrorCode, ProtocolError
-from sloopd.wire.connection import Connection
+from sloopd.wire.connection import LISTEN_BACKLOG, Connection
 from sloopd.wire.dispatch import Dispatcher, Result, error_line
 
 UNAUTHORIZED = ProtocolError(ErrorCode.UNAUTHORIZED, "not authorized")
@@ -342,7 +342,9 @@ class WorkerSockets:
 
         previous = os.umask(0o177)
         try:
-            server = await asyncio.get_running_loop().create_unix_server(factory, str(path))
+            server = await asyncio.get_running_loop().create_unix_server(
+                factory, str(path), backlog=LISTEN_BACKLOG
+            )
         finally:
             os.umask(previous)
         os.chmod(path, 0o600)

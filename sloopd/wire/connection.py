@@ -12,7 +12,7 @@ import logging
 import socket
 from collections import deque
 from collections.abc import Callable
-from typing import cast
+from typing import Final, cast
 
 from sloopd.wire import api
 from sloopd.wire.dispatch import OVERLONG_LINE, Reply, error_line
@@ -20,6 +20,13 @@ from sloopd.wire.dispatch import OVERLONG_LINE, Reply, error_line
 log = logging.getLogger(__name__)
 
 LineHandler = Callable[[bytes], Reply]
+
+# The listen backlog of every socket the daemon serves.  asyncio's default of
+# 100 turns a burst of clients away with EAGAIN while the loop is busy (400 at
+# once: 290 refused); a queued connect costs the kernel a little memory, so be
+# generous.  Linux caps it silently at net.core.somaxconn (4096 by default
+# since 5.4; older kernels: 128), so raise that sysctl too if bursts are larger.
+LISTEN_BACKLOG: Final = 4096
 
 
 class Connection(asyncio.Protocol):

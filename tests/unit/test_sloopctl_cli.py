@@ -144,7 +144,10 @@ def test_socket_without_listener_exits_4(sock_dir: Path) -> None:
     assert "daemon_unavailable" in result.stderr and "refused" in result.stderr
 
 
-def test_full_backlog_exits_4_fast(sock_dir: Path) -> None:
+def test_full_backlog_exits_4_once_the_busy_retry_runs_out(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sloopctl.client.BUSY_RETRY_S", 0.3)
     path = sock_dir / "busy.sock"
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
         listener.bind(str(path))
@@ -153,8 +156,9 @@ def test_full_backlog_exits_4_fast(sock_dir: Path) -> None:
             first.connect(str(path))
             started = time.monotonic()
             result = sloopctl("--socket", str(path), "show")
-            assert time.monotonic() - started < 1.5
+            assert 0.3 <= time.monotonic() - started < 1.8
     assert result.exit_code == 4
+    assert "busy" in result.stderr and "sloopctl daemon" not in result.stderr
 
 
 def test_hang_up_before_reply_exits_4(serve: Callable[[Answer], FakeDaemon]) -> None:
@@ -162,6 +166,7 @@ def test_hang_up_before_reply_exits_4(serve: Callable[[Answer], FakeDaemon]) -> 
     result = sloopctl("--socket", str(daemon.path), "show")
     assert result.exit_code == 4
     assert "closed before a reply" in result.stderr
+    assert "sloopctl daemon" not in result.stderr  # it is running: see its log
 
 
 def test_json_prints_the_synthetic_envelope_when_unavailable(sock_dir: Path) -> None:
