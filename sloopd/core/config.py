@@ -14,6 +14,7 @@ from typing import Any
 
 from sloopd.flows.flow import AgentSettings, Flow, FlowError, default_flow
 from sloopd.flows.flow import parse as parse_flows
+from sloopd.util.names import ref_problem
 from sloopd.vendor import Pattern, VendorConfigError, patterns_from_config
 
 CONFIG_FILE = "sloop.toml"
@@ -122,6 +123,18 @@ def _repo_section(section: Any, where: str) -> RepoConfig:
     if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
         raise ConfigError(f"{where}'repo.parallel' must be an integer of at least 1")
     values["parallel"] = parallel
+    # Run branches are <branch_prefix><ticket name>/<attempt>: with a valid ticket
+    # name, the prefix alone decides whether git takes them.
+    for key, ref in (
+        ("main", f"refs/heads/{values['main']}"),
+        ("branch_prefix", f"refs/heads/{values['branch_prefix']}name/1"),
+    ):
+        problem = ref_problem(ref)
+        if problem is not None:
+            raise ConfigError(
+                f"{where}'repo.{key}' = {values[key]!r} makes no valid git branch name "
+                f"({ref!r}: {problem})"
+            )
     tickets = Path(values["tickets"])
     if tickets.is_absolute() or ".." in tickets.parts:
         raise ConfigError(f"{where}'repo.tickets' must be a folder inside the repository")
