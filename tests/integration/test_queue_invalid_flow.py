@@ -13,7 +13,7 @@ from typing import Any
 from tests.support.agents import Bench, sloop_toml, ticket_text
 from tests.support.daemon import wait_until
 
-GONE_FLOW = [
+GONE_FLOW: list[dict[str, Any]] = [
     {"name": "implement", "action": "agent"},
     {"name": "sync", "action": "sync"},
     {"name": "merge", "action": "ff_only", "return_to": "sync", "returns": 3},
