@@ -19,8 +19,9 @@ NAME_RULE = (
 )
 _SHAPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 # Ticket, run and trigger ids; a ticket named like one would shadow it (or be
-# shadowed by it) in the reference ladder.  Any case: an operator types ``r1``.
-_ID_SHAPE = re.compile(r"(?:T|R|TR)[0-9]+\Z", re.IGNORECASE)
+# shadowed by it) in the reference ladder.  The ladder's id rungs match case-
+# sensitively (``t1`` is no id), and so does this.
+_ID_SHAPE = re.compile(r"(?:T|R|TR)[0-9]+\Z")
 # What git refuses anywhere in a ref name (check-ref-format rules 3-5, 8).
 _REF_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//")
 
