@@ -178,6 +178,11 @@ class Server:
         socket directory (with its own state directory, its lock does not stop us).
         """
         path = self.layout.operator_socket
+        # A directory we may not trust is refused as _listen would, before we
+        # speak to whatever listens in it.
+        reason = api.untrusted_socket_path(path)
+        if reason is not None:
+            raise StartupError(f"cannot prepare socket directory: {reason}")
         if (path.exists() or path.is_symlink()) and _answers(path):
             raise StartupError(
                 f"refusing to start: another daemon already answers on {path}; stop it, "
