@@ -122,6 +122,11 @@ class Server:
         except Exception as exc:
             raise StartupError(str(exc)) from exc
         try:
+            self._refuse_if_served()
+        except StartupError:
+            self._lock.release()
+            raise
+        try:
             settings = config.load(layout.repo)
         except config.ConfigError as exc:
             self._lock.release()
@@ -163,6 +168,26 @@ class Server:
         )
         self.notifier.ready(f"serving {layout.repo}")
         self.ready.set()
+
+    def _refuse_if_served(self) -> None:
+        """Refuse while another daemon answers on our operator socket.
+
+        Checked before anything else is touched: reconciling clears the socket
+        directory's worker sockets and kills the leftovers recorded in the state
+        directory, which would break the runs of a live daemon that shares the
+        socket directory (with its own state directory, its lock does not stop us).
+        """
+        path = self.layout.operator_socket
+        # A directory we may not trust is refused as _listen would, before we
+        # speak to whatever listens in it.
+        reason = api.untrusted_socket_path(path)
+        if reason is not None:
+            raise StartupError(f"cannot prepare socket directory: {reason}")
+        if (path.exists() or path.is_symlink()) and _answers(path):
+            raise StartupError(
+                f"refusing to start: another daemon already answers on {path}; stop it, "
+                "or give this daemon a socket directory of its own (--socket-dir)"
+            )
 
     async def _reconcile(self) -> Scheduler:
         """After a crash: kill what the last daemon left, settle its runs in flight."""

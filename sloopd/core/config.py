@@ -15,6 +15,7 @@ from typing import Any
 from sloopd.flows.flow import AgentSettings, Flow, FlowError, default_flow
 from sloopd.flows.flow import parse as parse_flows
 from sloopd.util.durations import parse_ms
+from sloopd.util.names import ref_problem
 from sloopd.vendor import Pattern, VendorConfigError, patterns_from_config
 
 CONFIG_FILE = "sloop.toml"
@@ -107,6 +108,18 @@ def _vendor_section(section: Any, where: str) -> tuple[Pattern, ...]:
         raise ConfigError(f"{where}{exc}") from exc
 
 
+def _git_timeout(value: Any, where: str) -> int:
+    try:
+        if not isinstance(value, str):
+            raise ValueError('must be a duration string like "2m"')
+        ms = parse_ms(value)
+    except ValueError as exc:
+        raise ConfigError(f"{where}'repo.git_timeout': {exc}") from exc
+    if ms < 1000:
+        raise ConfigError(f"{where}'repo.git_timeout' must be at least 1s")
+    return ms
+
+
 def _repo_section(section: Any, where: str) -> RepoConfig:
     if not isinstance(section, dict):
         raise ConfigError(f"{where}'repo' must be a table")
@@ -125,16 +138,20 @@ def _repo_section(section: Any, where: str) -> RepoConfig:
     if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
         raise ConfigError(f"{where}'repo.parallel' must be an integer of at least 1")
     values["parallel"] = parallel
-    timeout = section.get("git_timeout")
-    if timeout is not None:
-        try:
-            if not isinstance(timeout, str):
-                raise ValueError('must be a duration string like "2m"')
-            values["git_timeout_ms"] = parse_ms(timeout)
-        except ValueError as exc:
-            raise ConfigError(f"{where}'repo.git_timeout': {exc}") from exc
-        if values["git_timeout_ms"] < 1000:
-            raise ConfigError(f"{where}'repo.git_timeout' must be at least 1s")
+    if "git_timeout" in section:
+        values["git_timeout_ms"] = _git_timeout(section["git_timeout"], where)
+    # Run branches are <branch_prefix><ticket name>/<attempt>: with a valid ticket
+    # name, the prefix alone decides whether git takes them.
+    for key, ref in (
+        ("main", f"refs/heads/{values['main']}"),
+        ("branch_prefix", f"refs/heads/{values['branch_prefix']}name/1"),
+    ):
+        problem = ref_problem(ref)
+        if problem is not None:
+            raise ConfigError(
+                f"{where}'repo.{key}' = {values[key]!r} makes no valid git branch name "
+                f"({ref!r}: {problem})"
+            )
     tickets = Path(values["tickets"])
     if tickets.is_absolute() or ".." in tickets.parts:
         raise ConfigError(f"{where}'repo.tickets' must be a folder inside the repository")

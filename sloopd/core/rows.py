@@ -35,6 +35,8 @@ class QueueFacts:
     parallel: int
     in_flight: int
     triggers_by_ticket: Mapping[str, tuple[Any, ...]]
+    # The flows sloop.toml defines now: a ticket whose flow is gone cannot be claimed.
+    flows: frozenset[str] = frozenset({"default"})
 
 
 def trigger_row(record: Row) -> dict[str, Any]:
@@ -60,11 +62,11 @@ def ticket_row(record: TicketRecord, facts: QueueFacts) -> dict[str, Any]:
         "state": state,
         "created_at_ms": created,
         "updated_at_ms": updated,
-        "waiting": waiting(ticket_id, state, facts),
+        "waiting": waiting(ticket_id, state, flow, facts),
     }
 
 
-def waiting(ticket_id: str, state: str, facts: QueueFacts) -> dict[str, Any] | None:
+def waiting(ticket_id: str, state: str, flow: str, facts: QueueFacts) -> dict[str, Any] | None:
     """Why a ticket that is not running is not running (null: it is, or is about to)."""
     if state == "running":
         return None
@@ -73,6 +75,13 @@ def waiting(ticket_id: str, state: str, facts: QueueFacts) -> dict[str, Any] | N
         return {"reason": "terminal", "message": f"the ticket is {state}{hint}"}
     if state == "held":
         return {"reason": "held", "message": "held; 'ready' releases it"}
+    if flow not in facts.flows:
+        # The scheduler steps over its triggers until a reload brings the flow back.
+        return {
+            "reason": "invalid_flow",
+            "message": f"its flow '{flow}' is not defined in sloop.toml; "
+            "define it and reload (SIGHUP), or change the ticket's flow and post it again",
+        }
     trigger = facts.triggers_by_ticket.get(ticket_id)
     if trigger is None:
         return {"reason": "no_trigger", "message": "no trigger queued; 'run' queues one"}

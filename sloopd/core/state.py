@@ -118,6 +118,7 @@ class Daemon:
             parallel=self.config.repo.parallel,
             in_flight=int(count[0]) if count else 0,
             triggers_by_ticket=first_by_ticket,
+            flows=frozenset(self.config.flows),
         )
 
     def append_event(

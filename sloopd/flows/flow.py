@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from sloopd.util.durations import parse_ms
+from sloopd.util.names import NAME_RULE, name_problem
 
 Action = Literal["agent", "command", "sync", "ff_only"]
 Check = Literal["exit_code", "reported", "panel"]
@@ -221,6 +222,11 @@ def _argv(value: Any, key: str) -> tuple[str, ...]:
 
 def _flow(name: str, body: Any) -> Flow:
     where = f"flows.{name}"
+    # Flow names are front matter values and metrics labels; stage names become
+    # file names and ``logs`` selectors: one rule for both (sloopd.util.names).
+    problem = name_problem(name)
+    if problem is not None:
+        raise FlowError(f"'{where}': the flow name {name!r} is refused: {problem} ({NAME_RULE})")
     if not isinstance(body, dict):
         raise FlowError(f"'{where}' must be a table")
     unknown = sorted(set(body) - {"stages"})
@@ -241,9 +247,7 @@ def _stage(where: str, raw: Any, earlier: list[Stage]) -> Stage:
     unknown = sorted(set(raw) - _STAGE_KEYS)
     if unknown:
         raise FlowError(f"unknown key '{where}.{unknown[0]}'")
-    name = raw.get("name")
-    if not isinstance(name, str) or not name or "#" in name or name != name.strip():
-        raise FlowError(f"'{where}.name' must be a non-empty name without '#'")
+    name = _stage_name(where, raw.get("name"))
     if any(s.name == name for s in earlier):
         raise FlowError(f"'{where}.name': stage '{name}' is defined twice")
     action = _choice(raw, "action", ACTIONS, where, None)
@@ -288,6 +292,17 @@ def _stage(where: str, raw: Any, earlier: list[Stage]) -> Stage:
         commit=commit,
         allow_empty=allow_empty,
     )
+
+
+def _stage_name(where: str, name: Any) -> str:
+    if not isinstance(name, str):
+        raise FlowError(f"'{where}.name' is required: a stage name ({NAME_RULE})")
+    problem = name_problem(name)
+    if problem is not None:
+        raise FlowError(
+            f"'{where}.name': the stage name {name!r} is refused: {problem} ({NAME_RULE})"
+        )
+    return name
 
 
 def _flag(raw: dict[str, Any], key: str, where: str, default: bool) -> bool:

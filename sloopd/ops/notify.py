@@ -11,14 +11,24 @@ log = logging.getLogger(__name__)
 
 class Notifier:
     def __init__(self) -> None:
-        self.enabled = bool(os.environ.get("NOTIFY_SOCKET"))
+        address = os.environ.get("NOTIFY_SOCKET")
+        self.enabled = bool(address)
         self._notifier = None
+        self._failing = False
         if self.enabled:
             import sdnotify
 
-            # debug=True makes sdnotify raise instead of swallowing errors;
-            # we log them, so a broken notify socket is visible, not silent.
-            self._notifier = sdnotify.SystemdNotifier(debug=True)
+            # debug=True makes sdnotify raise instead of swallowing errors; we log
+            # them, so a broken notify socket is visible, not silent.  It is never
+            # fatal: a daemon systemd cannot hear still serves its clients (and
+            # systemd, if it is listening at all, reports the missing READY=1).
+            try:
+                self._notifier = sdnotify.SystemdNotifier(debug=True)
+            except Exception as exc:
+                self.enabled = False
+                log.warning(
+                    "NOTIFY_SOCKET=%r cannot be used (%s); not notifying systemd", address, exc
+                )
 
     def send(self, message: str) -> None:
         if self._notifier is None:
@@ -26,7 +36,12 @@ class Notifier:
         try:
             self._notifier.notify(message)
         except Exception as exc:
-            log.warning("systemd notify %r failed: %s", message.split("=")[0], exc)
+            # Once per outage, not at every watchdog ping.
+            level = logging.DEBUG if self._failing else logging.WARNING
+            self._failing = True
+            log.log(level, "systemd notify %r failed: %s", message.split("=")[0], exc)
+        else:
+            self._failing = False
 
     def ready(self, status: str) -> None:
         self.send(f"READY=1\nSTATUS={status}")

@@ -15,7 +15,9 @@ from collections.abc import Callable
 import orjson
 
 from sloopd.core.state import Daemon
+from sloopd.flows.flow import Flow
 from sloopd.queue import gate
+from sloopd.store import Transaction
 from sloopd.util.clock import now_ms
 
 log = logging.getLogger(__name__)
@@ -69,45 +71,72 @@ class Scheduler:
         with store.writer.transaction() as tx:
             in_flight = tx.one("runs_in_flight_count")
             slots = settings.repo.parallel - (int(in_flight[0]) if in_flight else 0)
-            if slots <= 0:
-                return []
-            for trigger_id, ticket_id, due_at_ms in tx.all("claimable_triggers", (now, slots)):
-                facts = tx.one("ticket_claim_facts", (ticket_id,))
-                assert facts is not None
-                name, flow_name, last_attempt = facts
-                flow = settings.flows.get(flow_name)
-                if flow is None:
-                    # The flow vanished from sloop.toml since the post; leave the
-                    # trigger queued so a reload that restores it runs the ticket.
-                    continue
-                attempt = int(last_attempt) + 1
-                row = tx.one(
-                    "run_insert",
-                    {
-                        "alias": f"{name}#{attempt}",
-                        "ticket": ticket_id,
-                        "attempt": attempt,
-                        "trigger": trigger_id,
-                        "flow": flow_name,
-                        "snapshot": orjson.dumps(flow.to_json()).decode(),
-                        "branch": f"{settings.repo.branch_prefix}{name}/{attempt}",
-                        "now": now,
-                    },
-                )
-                assert row is not None
-                run_id = str(row[0])
-                tx.run(
-                    "run_set_worktree",
-                    (str(daemon.layout.state_dir / "checkouts" / run_id), run_id),
-                )
-                tx.run("trigger_claim", {"id": trigger_id, "run": run_id})
-                tx.run("ticket_set_state", {"id": ticket_id, "state": "running", "now": now})
-                claimed.append((run_id, ticket_id))
-                if daemon.metrics is not None:
-                    daemon.metrics.queue_wait.observe(max(0, now - int(due_at_ms)) / 1000)
+            # Triggers of tickets whose flow vanished from sloop.toml since the post
+            # stay queued (a reload that restores the flow runs them; until then the
+            # ticket shows waiting 'invalid_flow') and are stepped over, so they
+            # never hold the head of the queue for the tickets behind them.
+            skipped: set[str] = set()
+            while slots > 0:
+                due = tx.all("claimable_triggers", (now, slots + len(skipped)))
+                fresh = [row for row in due if str(row[0]) not in skipped]
+                if not fresh:
+                    break
+                for trigger_id, ticket_id, due_at_ms in fresh:
+                    facts = tx.one("ticket_claim_facts", (ticket_id,))
+                    assert facts is not None
+                    name, flow_name, last_attempt = facts
+                    flow = settings.flows.get(flow_name)
+                    if flow is None:
+                        skipped.add(str(trigger_id))
+                        continue
+                    claimed.append(
+                        (
+                            self._claim(tx, trigger_id, ticket_id, (name, flow), last_attempt, now),
+                            ticket_id,
+                        )
+                    )
+                    slots -= 1
+                    if daemon.metrics is not None:
+                        daemon.metrics.queue_wait.observe(max(0, now - int(due_at_ms)) / 1000)
         for run_id, ticket_id in claimed:
             daemon.append_event("run_claimed", ticket=ticket_id, run=run_id)
         return [run_id for run_id, _ in claimed]
+
+    def _claim(
+        self,
+        tx: Transaction,
+        trigger_id: str,
+        ticket_id: str,
+        named: tuple[str, Flow],
+        last: int,
+        now: int,
+    ) -> str:
+        """Turn one trigger into a run with a snapshot of its flow; the run's id."""
+        settings = self.daemon.config
+        name, flow = named
+        attempt = int(last) + 1
+        row = tx.one(
+            "run_insert",
+            {
+                "alias": f"{name}#{attempt}",
+                "ticket": ticket_id,
+                "attempt": attempt,
+                "trigger": trigger_id,
+                "flow": flow.name,
+                "snapshot": orjson.dumps(flow.to_json()).decode(),
+                "branch": f"{settings.repo.branch_prefix}{name}/{attempt}",
+                "now": now,
+            },
+        )
+        assert row is not None
+        run_id = str(row[0])
+        tx.run(
+            "run_set_worktree",
+            (str(self.daemon.layout.state_dir / "checkouts" / run_id), run_id),
+        )
+        tx.run("trigger_claim", {"id": trigger_id, "run": run_id})
+        tx.run("ticket_set_state", {"id": ticket_id, "state": "running", "now": now})
+        return run_id
 
 
 def next_wake(daemon: Daemon) -> int | None:

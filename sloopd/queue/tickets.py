@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from sloopd.util.names import NAME_RULE, ticket_name_problem
 from sloopd.wire.api import MAX_INTEGER, invalid_arguments
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
@@ -30,7 +31,6 @@ DEFAULT_FLOW = "default"
 DEFAULT_PROJECT = "default"
 _FRONT_MATTER_KEYS = {"flow": str, "project": str, "priority": int}
 _TOML_POSITION = re.compile(r"\s*\((?:at line (\d+), column (\d+)|at end of document)\)")
-_NAME_SHAPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +84,13 @@ def read(repo: Path, tickets_folder: str, given: str, known_flows: set[str]) -> 
 
 def parse(text: str, relative: str, tickets_folder: str, known_flows: set[str]) -> TicketFile:
     name = PurePosixPath(relative).stem
-    if not _NAME_SHAPE.match(name):
+    # The name becomes a branch component and a run alias's left half, and it must
+    # not shadow an id in the reference ladder (sloopd.util.names).
+    problem = ticket_name_problem(name)
+    if problem is not None:
         raise invalid_arguments(
-            f"{relative}: the file name '{name}' cannot name a ticket (letters, digits, "
-            "'.', '_' and '-', starting with a letter or digit)",
+            f"{relative}: the file name '{name}' cannot name a ticket: {problem} "
+            f"(a name is {NAME_RULE}, and not shaped like an id)",
             path=relative,
         )
     meta, key_lines, body_lines = _split_front_matter(text, relative)

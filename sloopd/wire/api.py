@@ -85,6 +85,7 @@ WAITING_REASONS: Final = (
     "parallel_limit",
     "cooldown",
     "terminal",
+    "invalid_flow",  # 0.6.0: the ticket's flow is no longer defined in sloop.toml
 )
 LOG_STREAMS: Final = ("stdout", "stderr", "note", "system")
 VERDICTS: Final = ("pass", "fail")

@@ -436,6 +436,15 @@ BAD_FILES: list[tuple[str, str | bytes | None, str, int | None]] = [
         "tickets/-dash.md: the file name '-dash' cannot name a ticket",
         None,
     ),
+    # Names git refuses in the run branch sloop/<name>/<attempt> ...
+    ("tickets/a..b.md", "# T\n", "tickets/a..b.md: the file name 'a..b' cannot name", None),
+    ("tickets/x.lock.md", "# T\n", "tickets/x.lock.md: the file name 'x.lock' cannot", None),
+    ("tickets/end..md", "# T\n", "tickets/end..md: the file name 'end.' cannot name", None),
+    ("tickets/a@{1}.md", "# T\n", "tickets/a@{1}.md: the file name 'a@{1}' cannot", None),
+    # ... and names that would shadow (or be shadowed by) an id in the ladder.
+    ("tickets/R1.md", "# T\n", "tickets/R1.md: the file name 'R1' cannot name a ticket", None),
+    ("tickets/T3.md", "# T\n", "tickets/T3.md: the file name 'T3' cannot name a ticket", None),
+    ("tickets/TR4.md", "# T\n", "tickets/TR4.md: the file name 'TR4' cannot name", None),
 ]
 
 

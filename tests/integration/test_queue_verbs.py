@@ -74,14 +74,16 @@ def test_unknown_references_are_not_found(op: Operator) -> None:
 
 
 def test_a_ticket_id_wins_over_a_ticket_named_like_one(op: Operator) -> None:
-    named = register(op, "T2", trigger=later())["ticket"]  # id T1, name "T2"
+    # Since 0.6.0 post refuses such a name; a store from an older release may hold one.
+    named = register(op, "old-t2", trigger=later())["ticket"]  # id T1, renamed "T2"
     other = register(op, "b", trigger=later())["ticket"]  # id T2
     assert (named["id"], other["id"]) == ("T1", "T2")
+    op.restart(extra=[("UPDATE tickets SET name = 'T2' WHERE id = 'T1'", ())])
     assert op.ok("hold", {"ref": "T2"})["ticket"]["name"] == "b"
     rows = by_id(op.dashboard()["tickets"])
     assert (rows["T1"]["state"], rows["T2"]["state"]) == ("ready", "held")
     # The named one is still reachable by its path.
-    assert op.ok("hold", {"ref": "tickets/T2.md"})["ticket"]["id"] == "T1"
+    assert op.ok("hold", {"ref": "tickets/old-t2.md"})["ticket"]["id"] == "T1"
 
 
 # --- hold and ready -----------------------------------------------------------------

@@ -154,23 +154,38 @@ def test_name_relative_path_and_absolute_path_reach_the_same_ticket(op: Operator
         assert (data["kind"], data["value"]["id"]) == ("ticket", "T2"), ref
 
 
+def legacy_names(op: Operator, names: dict[str, str]) -> None:
+    """Rename tickets (at rest) to names ``post`` refuses since 0.6.0 because they are
+    shaped like ids: a store registered by an older release may hold them, and the
+    ladder still resolves them in its fixed order."""
+    op.restart(
+        extra=[
+            ("UPDATE tickets SET name = ? WHERE id = ?", (name, ticket_id))
+            for ticket_id, name in names.items()
+        ]
+    )
+
+
 def test_a_ticket_id_wins_over_a_ticket_named_like_it(op: Operator) -> None:
-    register(op, "T2")  # id T1, named "T2"
+    register(op, "old-t2")  # id T1, renamed "T2" below
     register(op, "plain")  # id T2
+    legacy_names(op, {"T1": "T2"})
     assert show(op, "T2")["value"]["name"] == "plain"
-    assert show(op, "tickets/T2.md")["value"]["id"] == "T1"
+    assert show(op, "tickets/old-t2.md")["value"]["id"] == "T1"
     assert show(op, "T1")["value"]["name"] == "T2"
 
 
 def test_names_shaped_like_missing_ids_resolve_by_name(op: Operator) -> None:
-    register(op, "T99")
-    register(op, "R1")
+    register(op, "old-t99")
+    register(op, "old-r1")
+    legacy_names(op, {"T1": "T99", "T2": "R1"})
     assert show(op, "T99")["value"]["id"] == "T1"  # no ticket T99
     assert show(op, "R1")["value"]["id"] == "T2"  # no run R1 yet
 
 
 def test_run_id_and_alias_come_before_ticket_names(op: Operator) -> None:
-    register(op, "R1")  # T1, named like the run about to exist
+    register(op, "old-r1")  # T1, renamed like the run about to exist
+    legacy_names(op, {"T1": "R1"})
     register(op, "work", trigger={"at_ms": 0})  # T2: claimed as run R1, which fails
     op.settle()
 
@@ -184,7 +199,7 @@ def test_run_id_and_alias_come_before_ticket_names(op: Operator) -> None:
     alias = show(op, "work#1")
     assert (alias["kind"], alias["value"]["id"]) == ("run", "R1")
     # The ticket named R1 is still reachable by id and path.
-    assert show(op, "tickets/R1.md")["value"]["id"] == "T1"
+    assert show(op, "tickets/old-r1.md")["value"]["id"] == "T1"
     # An alias of an attempt that does not exist falls through to the pattern rung.
     assert matched(op, "work#2") == []
 

@@ -196,6 +196,49 @@ def test_bad_stage_value_names_its_key(stage: dict[str, Any], key: str) -> None:
     assert f"'flows.default.stages[0].{key}'" in refusal(stage)
 
 
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("unit/tests", "it contains '/'"),
+        ("test#2", "it contains '#'"),
+        ("unit tests", "it contains ' '"),
+        (" test", "it starts with ' '"),
+        ("test\n", "it contains '\\n'"),
+        ("a..b", "it contains '..'"),
+        ("review.lock", "it ends in '.lock'"),
+        ("end.", "it ends in '.'"),
+        ("", "it is empty"),
+        ("-x", "it starts with '-'"),
+    ],
+)
+def test_stage_names_that_break_refs_files_or_selectors_are_refused(name: str, why: str) -> None:
+    message = refusal({"name": name, "action": "agent"})
+    assert f"'flows.default.stages[0].name': the stage name {name!r} is refused: {why}" in message
+    assert "(letters, digits, '.', '_' and '-'" in message  # the rule, named
+
+
+def test_a_stage_name_must_be_a_string() -> None:
+    assert "'flows.default.stages[0].name' is required" in refusal({"name": 3, "action": "agent"})
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("docs/fast", "it contains '/'"),
+        ("a#b", "it contains '#'"),
+        ("two words", "it contains ' '"),
+    ],
+)
+def test_flow_names_that_break_refs_or_selectors_are_refused(name: str, why: str) -> None:
+    message = refusal(AGENT, name=name)
+    assert f"'flows.{name}': the flow name {name!r} is refused: {why}" in message
+
+
+@pytest.mark.parametrize("name", ["implement", "unit-tests", "review_2", "v1.2", "T1"])
+def test_ordinary_stage_names_pass(name: str) -> None:
+    assert flow_of({"name": name, "action": "agent"}).stages[0].name == name
+
+
 def test_stage_defined_twice() -> None:
     message = refusal(AGENT, SYNC, {"name": "sync", "action": "sync"})
     assert "'flows.default.stages[2].name'" in message and "twice" in message
@@ -299,7 +342,11 @@ def test_other_flows_keep_the_built_in_default() -> None:
     assert parsed.flows["default"] == default_flow()
 
 
-stage_names = st.text(alphabet="abcdefghij_-", min_size=1, max_size=8)
+stage_names = st.builds(
+    str.__add__,
+    st.text(alphabet="abcdefghij", min_size=1, max_size=1),
+    st.text(alphabet="abcdefghij_-", max_size=7),
+)
 
 
 @given(st.lists(stage_names, min_size=1, max_size=5, unique=True), st.data())
@@ -348,6 +395,12 @@ def write(tmp_path: Path, text: str) -> Path:
         ("[repo]\nworkers = 2\n", "repo.workers"),
         ('[repo]\ntickets = "../elsewhere"\n', "repo.tickets"),
         ("[hooks]\npre = 1\n", "hooks"),
+        ('[repo]\nbranch_prefix = "sloop..x/"\n', "repo.branch_prefix"),
+        ('[repo]\nbranch_prefix = "/sloop/"\n', "repo.branch_prefix"),
+        ('[repo]\nbranch_prefix = "a b/"\n', "repo.branch_prefix"),
+        ('[repo]\nmain = "main.lock"\n', "repo.main"),
+        ('[[flows.default.stages]]\nname = "unit/tests"\naction = "agent"\n', "stages[0].name"),
+        ('[[flows."a/b".stages]]\nname = "x"\naction = "agent"\n', "flows.a/b"),
         ('flows = "default"\n', "flows"),
     ],
 )
