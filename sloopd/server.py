@@ -31,12 +31,15 @@ from sloopd.runs.children import ProcessGroups
 from sloopd.runs.runner import RunManager
 from sloopd.runs.sandbox import probe as sandbox_probe
 from sloopd.store import Store, StoreLock, StoreTooNew
+from sloopd.util import subproc
 from sloopd.verbs import operator_handlers, refused_handlers
 from sloopd.wire import api
 from sloopd.wire.connection import LISTEN_BACKLOG, Connection
 from sloopd.wire.dispatch import Dispatcher, OperatorDispatcher, RefusingDispatcher
 
 ORPHAN_REAP_SECONDS = 1.0
+# How long a killed daemon's git calls may take to finish before they are killed.
+SURVIVOR_WAIT_SECONDS = 10.0
 STATUS_SECONDS = 5.0
 STOPPED_REASON = "the daemon stopped while the run was in flight"
 
@@ -193,6 +196,13 @@ class Server:
         """After a crash: kill what the last daemon left, settle its runs in flight."""
         assert self.daemon is not None and self.daemon.store is not None
         peers.become_subreaper()
+        # Every git call of ours is marked, and a killed daemon's calls may still run:
+        # wait for them before recovery reads a ref to decide whether a merge happened.
+        marker = str(self.layout.state_dir)
+        os.environ[subproc.TOOL_MARKER] = marker
+        killed_tools = subproc.await_survivors(marker, SURVIVOR_WAIT_SECONDS)
+        if killed_tools:
+            log.warning("killed %d git calls a previous daemon left running", len(killed_tools))
         self._groups = ProcessGroups(self.layout.state_dir / "groups")
         killed = self._groups.kill_recorded_leftovers()
         if killed:

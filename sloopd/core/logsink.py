@@ -48,12 +48,14 @@ class Loss:
     from_ms: int
     to_ms: int
     reason: str
+    streams: dict[str, int]
 
-    def add(self, size: int, ts: int, reason: str) -> None:
+    def add(self, stream: str, size: int, ts: int, reason: str) -> None:
         self.lines += 1
         self.bytes += size
         self.to_ms = max(self.to_ms, ts)
         self.reason = reason
+        self.streams[stream] = self.streams.get(stream, 0) + 1
 
 
 class LogSink:
@@ -85,27 +87,24 @@ class LogSink:
         """Buffer one record; never raises, whatever the store does."""
         ts = now_ms() if ts_ms is None else ts_ms
         if self.failing is not None and len(self._pending) >= MAX_HELD_RECORDS:
-            self._drop((run, stage, attempt), len(text.encode(errors="replace")), ts)
+            self._drop((run, stage, attempt), stream, len(text.encode(errors="replace")), ts)
             return
         try:
             self._buffer(run, stage, attempt, stream, text, split, ts, extra)
         except StoreUnavailable as exc:  # reading the last cursor failed
             self._failed(exc)
-            self._drop((run, stage, attempt), len(text.encode(errors="replace")), ts)
+            self._drop((run, stage, attempt), stream, len(text.encode(errors="replace")), ts)
             return
         if len(self._pending) >= FLUSH_RECORDS and self.failing is None:
             self.flush()
         elif self._timer is None:
             self._schedule(FLUSH_INTERVAL)
 
-    def _drop(self, execution: Execution, size: int, ts: int) -> None:
+    def _drop(self, execution: Execution, stream: str, size: int, ts: int) -> None:
         self.dropped_total += 1
         reason = self.failing or "the store cannot be written"
-        loss = self.losses.get(execution)
-        if loss is None:
-            self.losses[execution] = Loss(1, size, ts, ts, reason)
-        else:
-            loss.add(size, ts, reason)
+        loss = self.losses.setdefault(execution, Loss(0, 0, ts, ts, reason, {}))
+        loss.add(stream, size, ts, reason)
         if self._timer is None:
             self._schedule(RETRY_SECONDS)
 
@@ -222,6 +221,7 @@ class LogSink:
                 "bytes": loss.bytes,
                 "from_ms": loss.from_ms,
                 "to_ms": loss.to_ms,
+                "streams": loss.streams,
                 "cause": "store",
             }
             try:

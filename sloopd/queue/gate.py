@@ -27,10 +27,11 @@ def change(daemon: Daemon, state: str, until_ms: int | None, reason: str | None)
     previous = daemon.gate
     gate = Gate(state=state, until_ms=until_ms, reason=reason)
     store = daemon.require_store()
+    # The gate, its row and its event change together or not at all (a full store).
     with store.writer.transaction() as tx:
         tx.run("gate_write", {"state": state, "until": until_ms, "reason": reason, "now": now_ms()})
+        daemon.append_event("gate_changed", data={"from": previous.state, **gate.row()})
     daemon.gate = gate
-    daemon.append_event("gate_changed", data={"from": previous.state, **gate.row()})
     log.info("gate %s -> %s%s", previous.state, state, f" ({reason})" if reason else "")
     daemon.poke()
     return gate

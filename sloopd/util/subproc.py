@@ -7,25 +7,31 @@ keeps writing to the repository after the daemon has stopped waiting for it.
 
 The tool stays in the daemon's process group: the daemon is a child subreaper whose
 orphan reaper leaves that group alone, so the event loop, not the reaper, collects its
-exit status.  ``PR_SET_PDEATHSIG`` kills it when the daemon dies: a ``git update-ref``
-left running by a SIGKILLed daemon could otherwise move ``main`` after the next daemon
-has already decided from the ref that the merge did not happen.
+exit status.
+
+A tool outlives a SIGKILLed daemon: killing it with the daemon (``PR_SET_PDEATHSIG``)
+was tried and left ``packed-refs.lock`` and ``<ref>.lock`` files behind that failed
+every later run.  Instead every tool carries ``TOOL_MARKER`` in its environment (the
+daemon sets it in its own), and the next daemon waits for the marked survivors to
+finish (``await_survivors``) before it reads a ref to decide whether a merge happened,
+so a ``git update-ref`` still running cannot move ``main`` after that decision.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import signal
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from sloopd.util import procfs
 
-_PR_SET_PDEATHSIG = 1
+# NAME=<state dir> in the environment of every tool a daemon runs (set by the server).
+TOOL_MARKER = "SLOOP_DAEMON_TOOLS"
 
 
 class TimedOut(Exception):
@@ -37,11 +43,6 @@ class Finished:
     returncode: int
     stdout: str
     stderr: str
-
-
-def _die_with_daemon() -> None:  # pragma: no cover - runs in the forked child
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 async def run(
@@ -60,7 +61,6 @@ async def run(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=dict(env) if env is not None else None,
-        preexec_fn=_die_with_daemon,
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
@@ -108,3 +108,30 @@ def _reap_adopted(pids: Sequence[int]) -> None:
         if stat is not None and stat.ppid == me and stat.state == "Z":
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
+
+
+def survivors(state_dir: str) -> list[int]:
+    """Live tools a previous daemon of ``state_dir`` started (by their marker)."""
+    entry = f"{TOOL_MARKER}={state_dir}".encode()
+    found = []
+    for pid in procfs.pids():
+        stat = procfs.stat(pid)
+        if stat is not None and stat.state != "Z" and procfs.environ_has(pid, entry):
+            found.append(pid)
+    return found
+
+
+def await_survivors(state_dir: str, timeout: float) -> list[int]:
+    """Wait for a killed daemon's tools to finish; SIGKILL what is left at ``timeout``.
+
+    Blocking on purpose: it runs at startup, before anything is served or decided.
+    Returns the pids that had to be killed.
+    """
+    deadline = time.monotonic() + timeout
+    left = survivors(state_dir)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.02)
+        left = survivors(state_dir)
+    for pid in left:
+        kill_tree(pid)
+    return left

@@ -163,7 +163,7 @@ def crash_walks(bench: Bench, kills: int, seed: int) -> None:
             if pending:
                 bench.post(pending.pop(0))
         invariants.remember_logs(rng)
-        time.sleep(rng.uniform(0.05, 1.0))
+        time.sleep(rng.uniform(0.1, 2.5))
         doomed = in_flight(bench)
         assert bench.daemon is not None
         bench.daemon.kill9()
