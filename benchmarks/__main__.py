@@ -1,6 +1,7 @@
 """``python -m benchmarks [NAME ...] [--quick] [--markdown FILE]``: run, print one table each.
 
-Names: ingest, logs, events, throughput, dashboard, sandbox (or their numbers 1-6); none = all.
+Names: ingest, logs, events, throughput, dashboard, sandbox, memory (or their numbers 1-7);
+none = all.
 ``--quick`` shrinks sizes and windows for a smoke run (under a minute).
 Exit status: 0 when every benchmark ran (goals met or not; the tables say), 1 when one
 failed to run, 3 when a feed query's plan sorts in a temporary B-tree.
@@ -15,7 +16,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks import dashboard, events, ingest, logs, sandbox_start, throughput
+from benchmarks import dashboard, events, ingest, logs, memory, sandbox_start, throughput
 from benchmarks.common import Table, load_average, machine
 
 BENCHMARKS: dict[str, Callable[[bool], Table]] = {
@@ -25,6 +26,7 @@ BENCHMARKS: dict[str, Callable[[bool], Table]] = {
     "throughput": throughput.run,
     "dashboard": dashboard.run,
     "sandbox": sandbox_start.run,
+    "memory": memory.run,
 }
 NUMBERS = {str(i): name for i, name in enumerate(BENCHMARKS, 1)}
 

@@ -66,6 +66,15 @@ stall_kill_after = "2h"
 # is claimed until the reset time the vendor's message names, or, when it names
 # none, for this long.  The ticket is queued again for when the gate reopens.
 cooldown = "30m"
+# A reset time further ahead than this ("resets in 31 days") is capped: the gate
+# reopens after max_cooldown and its reason says so.
+max_cooldown = "6h"
+# Output stored per stage execution (each panel seat on its own): past either
+# limit the child keeps running, the rest of its output is counted, not stored,
+# and one "system" log record says how much was dropped.  max_log_bytes is an
+# integer (bytes) or a string like "512KiB", "64MiB", "1GiB".
+max_log_lines = 100000
+max_log_bytes = "64MiB"
 # A child's environment is an allowlist: PATH, the locale, its own HOME and the
 # SLOOP_* variables, plus the variables named here (passed through by name).
 env = []

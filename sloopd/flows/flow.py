@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from sloopd.util.durations import parse_ms
 from sloopd.util.names import NAME_RULE, name_problem
+from sloopd.util.sizes import parse_bytes
 
 Action = Literal["agent", "command", "sync", "ff_only"]
 Check = Literal["exit_code", "reported", "panel"]
@@ -43,6 +44,9 @@ _AGENT_KEYS = {
     "stall_after",
     "stall_kill_after",
     "cooldown",
+    "max_cooldown",
+    "max_log_lines",
+    "max_log_bytes",
     "env",
     "ro_mounts",
     "rw_mounts",
@@ -126,6 +130,12 @@ class AgentSettings:
     # Host paths every sandbox sees read-only / read-write (credentials, caches).
     ro_mounts: tuple[str, ...] = ()
     rw_mounts: tuple[str, ...] = ()
+    # A vendor's reset time further ahead than this is capped (the gate says so).
+    max_cooldown_ms: int = 6 * 3_600_000
+    # Per child (stage execution or panel seat): output stored past these is
+    # dropped, counted, and reported in one system record.
+    max_log_lines: int = 100_000
+    max_log_bytes: int = 64 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +175,7 @@ def _agent(section: dict[str, Any]) -> AgentSettings:
         ("stall_after", defaults.stall_after_ms),
         ("stall_kill_after", defaults.stall_kill_after_ms),
         ("cooldown", defaults.cooldown_ms),
+        ("max_cooldown", defaults.max_cooldown_ms),
     ):
         value = section.get(key)
         if value is None:
@@ -178,6 +189,20 @@ def _agent(section: dict[str, Any]) -> AgentSettings:
             raise FlowError(f"'agent.{key}': {exc}") from exc
     if durations["stall_kill_after"] < durations["stall_after"]:
         raise FlowError("'agent.stall_kill_after' must not be shorter than 'agent.stall_after'")
+    if durations["max_cooldown"] < 1000:
+        raise FlowError("'agent.max_cooldown' must be at least 1s")
+    max_lines = section.get("max_log_lines", defaults.max_log_lines)
+    if isinstance(max_lines, bool) or not isinstance(max_lines, int) or max_lines < 1:
+        raise FlowError("'agent.max_log_lines' must be an integer of at least 1")
+    max_bytes = section.get("max_log_bytes", defaults.max_log_bytes)
+    try:
+        if not isinstance(max_bytes, int | str):
+            raise ValueError("must be an integer or a string")
+        max_bytes = parse_bytes(max_bytes)
+    except ValueError as exc:
+        raise FlowError(f"'agent.max_log_bytes': {exc}") from exc
+    if max_bytes < 1024:
+        raise FlowError("'agent.max_log_bytes' must be at least 1KiB")
     env = _names(section.get("env", []), "agent.env")
     ro_mounts = _paths(section.get("ro_mounts", []), "agent.ro_mounts")
     rw_mounts = _paths(section.get("rw_mounts", []), "agent.rw_mounts")
@@ -189,6 +214,9 @@ def _agent(section: dict[str, Any]) -> AgentSettings:
         env,
         ro_mounts,
         rw_mounts,
+        max_cooldown_ms=durations["max_cooldown"],
+        max_log_lines=max_lines,
+        max_log_bytes=max_bytes,
     )
 
 

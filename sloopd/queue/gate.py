@@ -9,10 +9,12 @@ every change is a repository-wide ``gate_changed`` event.
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 
 from sloopd.core.rows import Gate
 from sloopd.core.state import Daemon
 from sloopd.util.clock import now_ms
+from sloopd.util.durations import format_ms
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,38 @@ def cool_down(daemon: Daemon, until_ms: int, reason: str) -> Gate:
     if current.state == "cooldown" and (current.until_ms or 0) >= until_ms:
         return current
     return change(daemon, "cooldown", until_ms, reason)
+
+
+def limit_deadline(
+    now: int, reset_at_ms: int | None, cooldown_ms: int, max_cooldown_ms: int
+) -> tuple[int, str]:
+    """When the gate reopens after a vendor limit, and what its reason adds when capped.
+
+    The vendor's reset time when it names one still ahead, else now plus
+    ``agent.cooldown``; never later than now plus ``agent.max_cooldown``, so one
+    line saying "resets in 31 days" (or a misread date) cannot close the gate
+    for a month.  The note is empty unless the deadline was capped.
+    """
+    if reset_at_ms is not None and reset_at_ms > now:
+        until, said = reset_at_ms, f"the agent said {_moment(reset_at_ms)}"
+    else:
+        until, said = now + cooldown_ms, f"cooldown {format_ms(cooldown_ms)}"
+    cap = now + max_cooldown_ms
+    if until <= cap:
+        return until, ""
+    return cap, f" ({said}; capped at max_cooldown {format_ms(max_cooldown_ms)})"
+
+
+def cool_down_for_limit(daemon: Daemon, reset_at_ms: int | None, reason: str) -> int:
+    """A vendor limit: close the gate until its (capped) deadline; the deadline."""
+    agent = daemon.config.agent
+    until, note = limit_deadline(now_ms(), reset_at_ms, agent.cooldown_ms, agent.max_cooldown_ms)
+    cool_down(daemon, until, reason + note)
+    return until
+
+
+def _moment(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def reopen_if_due(daemon: Daemon) -> None:

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
+
+from sloopd.util.clock import now_ms
+from sloopd.util.sizes import format_bytes
 
 log = logging.getLogger(__name__)
 
@@ -68,3 +72,89 @@ def _cut(data: bytes) -> int:
             return cut
         cut -= 1
     return cut if data[cut] & 0xC0 != 0x80 else MAX_LINE_BYTES
+
+
+class OutputBudget:
+    """How much of one child's output is stored: ``max_lines`` lines, ``max_bytes`` bytes.
+
+    Past either limit nothing more of the child's output is stored (its pipes are
+    still drained, so it never blocks on a full pipe, and its lines still count as
+    output for the stall clock and classification); what is dropped is counted, with
+    when the first and the last dropped line arrived, for the one ``system`` record
+    that reports it when the child ends (``summary``).  Bytes are the UTF-8 bytes of
+    the lines, without their newlines.
+    """
+
+    __slots__ = (
+        "dropped_bytes",
+        "dropped_lines",
+        "first_dropped_ms",
+        "last_dropped_ms",
+        "max_bytes",
+        "max_lines",
+        "seen_bytes",
+        "stored_bytes",
+        "stored_lines",
+    )
+
+    def __init__(self, max_lines: int, max_bytes: int) -> None:
+        self.max_lines = max_lines
+        self.max_bytes = max_bytes
+        self.stored_lines = self.stored_bytes = 0
+        self.dropped_lines = self.dropped_bytes = 0
+        self.seen_bytes = 0
+        self.first_dropped_ms: int | None = None
+        self.last_dropped_ms: int | None = None
+
+    def admit(self, text: str) -> bool:
+        """Count one line; whether it is stored (False once a limit was reached)."""
+        size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        self.seen_bytes += size
+        if self.dropped_lines == 0 and (
+            self.stored_lines < self.max_lines and self.stored_bytes + size <= self.max_bytes
+        ):
+            self.stored_lines += 1
+            self.stored_bytes += size
+            return True
+        # Once over, everything after is dropped: one contiguous gap, reported once.
+        moment = now_ms()
+        if self.first_dropped_ms is None:
+            self.first_dropped_ms = moment
+        self.last_dropped_ms = moment
+        self.dropped_lines += 1
+        self.dropped_bytes += size
+        return False
+
+    def dropped(self) -> dict[str, int | str] | None:
+        """The record's ``dropped`` field, shaped like the store-fault loss records."""
+        if not self.dropped_lines:
+            return None
+        assert self.first_dropped_ms is not None and self.last_dropped_ms is not None
+        return {
+            "lines": self.dropped_lines,
+            "bytes": self.dropped_bytes,
+            "from_ms": self.first_dropped_ms,
+            "to_ms": self.last_dropped_ms,
+            "cause": "limit",
+        }
+
+    def summary(self) -> str | None:
+        """The system record's text when anything was dropped, else None."""
+        if not self.dropped_lines:
+            return None
+        assert self.first_dropped_ms is not None and self.last_dropped_ms is not None
+        return (
+            f"output limit reached: {self.dropped_lines} lines "
+            f"({_size(self.dropped_bytes)}) not stored, "
+            f"printed from {_moment(self.first_dropped_ms)} to {_moment(self.last_dropped_ms)}; "
+            f"stored {self.stored_lines} lines ({_size(self.stored_bytes)}) "
+            f"(agent.max_log_lines = {self.max_lines}, agent.max_log_bytes = {self.max_bytes})"
+        )
+
+
+def _moment(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+def _size(count: int) -> str:
+    return f"{count} bytes" if count < 1024 else f"{format_bytes(count)}, {count} bytes"

@@ -296,12 +296,10 @@ class RunManager:
         No return_to budget is spent and no agent is respawned before the
         deadline: the ticket's next trigger is due when the cooldown ends.
         """
-        now = now_ms()
-        until = diagnosis.get("reset_at_ms") or 0
-        if until <= now:
-            until = now + self.daemon.config.agent.cooldown_ms
         kind = diagnosis["classification"].replace("_", " ")
-        gate.cool_down(self.daemon, until, f"{kind} reported by the agent of {facts.run_id}")
+        reason = f"{kind} reported by the agent of {facts.run_id}"
+        # Capped at agent.max_cooldown (the reason then says so).
+        until = gate.cool_down_for_limit(self.daemon, diagnosis.get("reset_at_ms"), reason)
         active = self.active.get(facts.run_id)
         if active is not None:
             active.requeue_at_ms = until

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sloopd.flows.flow import Flow
 from sloopd.runs.children import Child
-
-RECENT_LINES = 2000
+from sloopd.vendor.tail import OutputTail
 
 
 @dataclass
@@ -31,8 +29,9 @@ class ActiveRun:
     requeue_at_ms: int | None = None
     # Set when the stall watchdog stopped the stage's group.
     stall_killed_after_ms: int | None = None
-    # The stage's recent output, for classifying a failure.
-    recent_output: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_LINES))
+    # The stage's recent output, for classifying a failure: bounded as it is
+    # collected (the last 500 lines, 256 Ki characters), whatever the child prints.
+    recent_output: OutputTail = field(default_factory=OutputTail)
 
     def silent_for_ms(self) -> int | None:
         """Time since the executing child's last output (or its start)."""

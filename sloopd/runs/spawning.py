@@ -15,9 +15,17 @@ from sloopd.flows.flow import Stage
 from sloopd.runs.branch import repository_identity
 from sloopd.runs.children import ChildSpawnError
 from sloopd.runs.launch import Launcher, LaunchRefused, LaunchRequest
+from sloopd.runs.lines import OutputBudget
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.runs.worker import Credentials
+from sloopd.util import memory
+
+# Stored output a flooding child may leave in the sink's batch before it is
+# written: with 64 KiB lines, the sink's 1000-record batch alone is 64 MiB.
+FLUSH_AFTER_BYTES = 4 << 20
+# A child that printed this much leaves free heap behind: hand it back to the OS.
+TRIM_AFTER_BYTES = 16 << 20
 
 
 class ChildStarter:
@@ -87,10 +95,21 @@ class ChildStarter:
         )
         recent = active.recent_output
         recent.clear()
+        sink = self.records.sink
+        settings = self.records.daemon.config.agent
+        budget = OutputBudget(settings.max_log_lines, settings.max_log_bytes)
+        unflushed = 0
 
         def on_line(stream: str, text: str, split: bool) -> None:
-            recent.append(text)
-            self.records.sink.append(facts.run_id, stage.name, attempt, stream, text, split)
+            nonlocal unflushed
+            recent.append(text)  # bounded; dropped lines still tell why a child failed
+            if not budget.admit(text):
+                return
+            sink.append(facts.run_id, stage.name, attempt, stream, text, split)
+            unflushed += len(text)
+            if unflushed >= FLUSH_AFTER_BYTES:
+                unflushed = 0
+                sink.flush()
 
         launcher = self.launchers()
         try:
@@ -107,7 +126,21 @@ class ChildStarter:
         finally:
             self.credentials.revoke(facts.run_id, credential)
             active.child = None
+            self._after_output(facts, stage.name, attempt, budget)
         return code
+
+    def _after_output(
+        self, facts: RunFacts, stage: str, attempt: int, budget: OutputBudget
+    ) -> None:
+        """The one record saying what the output limits dropped; memory back after a flood."""
+        summary = budget.summary()
+        if summary is not None:
+            self.records.sink.append(
+                facts.run_id, stage, attempt, "system", summary, extra={"dropped": budget.dropped()}
+            )
+        if budget.seen_bytes >= TRIM_AFTER_BYTES:
+            self.records.sink.flush()
+            memory.release_free_heap()
 
     def _write_prompt(self, facts: RunFacts, stage: Stage, attempt: int) -> tuple[Path, str]:
         """The rendered prompt, written where SLOOP_PROMPT_FILE points."""

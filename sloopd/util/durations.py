@@ -22,3 +22,15 @@ def parse_ms(text: str) -> int:
     if position != len(compact):
         raise ValueError(f"'{text}' is not a duration like 30s, 20m, 2h or 1h30m")
     return total
+
+
+def format_ms(ms: int) -> str:
+    """Milliseconds as ``parse_ms`` reads them, largest units first: ``6h``, ``1h30m``, ``90s``."""
+    if ms <= 0:
+        return "0s"
+    parts = []
+    for unit in ("d", "h", "m", "s", "ms"):
+        amount, ms = divmod(ms, _UNIT_MS[unit])
+        if amount:
+            parts.append(f"{amount}{unit}")
+    return "".join(parts)

@@ -18,6 +18,11 @@ Choices that follow from that:
   ``usage_limit`` would pause the whole repository.
 * **Never raise.**  This runs on the failure path of a run; a surprise in the
   text must degrade to ``unknown`` or "no reset time", not crash the driver.
+* **Bounded work.**  It runs on the daemon's event loop, so it reads only the
+  bounded tail of the output (``sloopd.vendor.tail``: the last 500 lines, at
+  most 256 Ki characters, each line clipped to 16 Ki), and every regex it runs
+  is linear in the line (tests/unit/test_vendor_bounds.py feeds them hostile
+  lines): a huge output costs a few milliseconds, never seconds.
 
 Standard library only: the daemon wires it into the run driver and the gate.
 """
@@ -33,6 +38,7 @@ from typing import Any, Final
 from sloopd.vendor.patterns import CLASSES, DEFAULT_PATTERNS, Pattern
 from sloopd.vendor.prefilter import Prefilter
 from sloopd.vendor.reset import clean_line, parse_reset
+from sloopd.vendor.tail import bounded
 
 LIMIT_CLASSES: Final = frozenset({"rate_limited", "usage_limit"})
 """Classes that close the gate, and so the only ones whose reset time is read."""
@@ -151,8 +157,9 @@ def classify(
     redraws of a terminal UI) are split first.  For a rate or usage limit,
     ``reset_at_ms`` is read from the evidence line, else from the few lines
     after it; ``tz`` is the zone of clock times that name none (default UTC).
+    Only the bounded tail of ``lines`` is read (``sloopd.vendor.tail``).
     """
-    flat = [part for line in lines for part in line.splitlines()]
+    flat = [part for line in bounded(lines) for part in line.splitlines()]
     prefilter = Prefilter(patterns)
     for index in range(len(flat) - 1, -1, -1):
         line = clean_line(flat[index])

@@ -38,7 +38,10 @@ for a day when the limit has already lifted.
 
 _PIPE_EPOCH: Final = re.compile(r"\|\s*(\d{13}|\d{10})(?!\d)")
 _RESET_EPOCH: Final = re.compile(
-    r"reset\w*[\"']?\s*[:=]?\s*(?:(?:at|on)\s+)?(\d{13}|\d{10})(?!\d)", re.IGNORECASE
+    # Bounded runs, not \w* and \s*[:=]?\s*: on "resetresetreset…" or "reset" and
+    # 16 Ki spaces those backtrack quadratically (seconds on one line).
+    r"reset\w{0,24}[\"']?\s{0,8}[:=]?\s{0,8}(?:(?:at|on)\s{1,8})?(\d{13}|\d{10})(?!\d)",
+    re.IGNORECASE,
 )
 _ISO: Final = re.compile(
     r"\b(?:reset\w*|until|at|after)[\"']?\W{0,4}"

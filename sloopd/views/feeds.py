@@ -132,9 +132,15 @@ def _page(
         after_tail = first_position - 1
     else:
         after_tail = after  # fewer than N match: the tail is all of them
-    row = store.one(f"{kind}_page", (*key, after_tail, tail))
-    joined, _count, last = row if row else (None, 0, None)
-    return _logs_reply(store, run, joined, last, after, True, elided)
+    # A tail is one page at most: a longer one answers its first page, with
+    # complete false and next_cursor where the client reads on (with after).
+    size = min(tail, LOGS_PAGE_RECORDS)
+    row = store.one(f"{kind}_page", (*key, after_tail, size))
+    joined, count, last = row if row else (None, 0, None)
+    complete = tail <= LOGS_PAGE_RECORDS or count < size
+    if not complete:
+        complete = store.one(f"{kind}_more", (*key, last)) is None
+    return _logs_reply(store, run, joined, last, after, complete, elided)
 
 
 def _logs_reply(
@@ -172,8 +178,9 @@ def _legacy_page(
         complete = len(matching) <= LOGS_PAGE_RECORDS
         elided = 0
     else:
-        page = matching[-tail:]
-        complete, elided = True, len(matching) - len(page)
+        start = max(0, len(matching) - tail)
+        page = matching[start : start + LOGS_PAGE_RECORDS]
+        complete, elided = start + len(page) == len(matching), start
     joined = ",".join(_with_cursor(p, b) for p, b in page)
     last = page[-1][0] if page else None
     return _logs_reply(store, run, joined or None, last, after, complete, elided)

@@ -1,0 +1,169 @@
+"""Classification does bounded, linear work whatever the agent printed (issue 13).
+
+Classification runs on the daemon's event loop.  Before 0.6.0 it read up to 2000
+lines of 64 KiB each (128 MiB) and one reset regex was quadratic in a line: a
+flooding agent stalled every request for seconds.  These tests pin the bounds:
+the tail kept is bounded when it is collected, and every regex the classifier
+and the reset reader run takes linear time on hostile lines, built from the very
+words the patterns look for, repeated to the longest line classification reads.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from sloopd.vendor import DEFAULT_PATTERNS, classify, parse_reset, reset
+from sloopd.vendor.prefilter import _needles
+from sloopd.vendor.tail import LINE_CHARS, TAIL_CHARS, TAIL_LINES, OutputTail, bounded, clip
+
+NOW_MS = 1_768_478_400_000  # 2026-01-15 12:00 UTC
+
+# Everything the pattern table and the reset readers key on, and the characters
+# their quantifiers run over.
+_WORDS = (
+    "reset",
+    "resets",
+    "reset ",
+    "reset: ",
+    "reset=",
+    "in 1",
+    "in 1s ",
+    "1",
+    "1.",
+    " ",
+    "-",
+    ",",
+    ":",
+    "1:",
+    "at ",
+    "until ",
+    "after ",
+    "retry after ",
+    "retry_delay ",
+    "status ",
+    "error ",
+    "code ",
+    "http/1.1 ",
+    "429",
+    "quota ",
+    "per minute",
+    "model is ",
+    "overloaded ",
+    "error: overloaded ",
+    "\x1b[",
+    "\x1b]",
+    "\x1b[0",
+    "|",
+    "| 1",
+    "'",
+    '"',
+    "rate limit ",
+    "api key ",
+    "jan 1 ",
+)
+
+
+def _fragments() -> list[str]:
+    found = set(_WORDS)
+    for pattern in DEFAULT_PATTERNS:
+        found.update(_needles(pattern.regex) or ())
+    return sorted(found)
+
+
+def _hostile_lines(length: int) -> list[str]:
+    lines = []
+    for fragment in _fragments():
+        lines.append((fragment * (length // len(fragment) + 1))[:length])
+        # A keyword followed by a long run of what its quantifiers accept.
+        for filler in (" ", "1"):
+            lines.append((fragment + filler * length)[:length])
+    lines.append(("".join(_fragments()) * (length // 100 + 1))[:length])
+    return lines
+
+
+# Half the longest line classification reads keeps this test quick; a quadratic
+# regex still takes seconds on one such line, a linear one a few milliseconds.
+HOSTILE = _hostile_lines(LINE_CHARS // 2)
+
+REGEXES: list[tuple[str, re.Pattern[str]]] = [
+    (p.regex.pattern[:60], p.regex) for p in DEFAULT_PATTERNS
+] + [
+    (f"reset.{name}", getattr(reset, name))
+    for name in dir(reset)
+    if isinstance(getattr(reset, name), re.Pattern)
+]
+
+
+@pytest.mark.parametrize(("name", "regex"), REGEXES, ids=[n for n, _ in REGEXES])
+def test_no_regex_backtracks_on_a_hostile_line(name: str, regex: re.Pattern[str]) -> None:
+    # A linear search of an 8 Ki line takes at most a few tens of milliseconds on a
+    # busy machine; the quadratic ones this caught took 1 to 4 s on a single line.
+    slowest = 0.0
+    for line in HOSTILE:
+        started = time.perf_counter()
+        for _ in regex.finditer(line):
+            pass
+        slowest = max(slowest, time.perf_counter() - started)
+    assert slowest < 0.25, f"{name}: {slowest * 1000:.0f} ms on one line"
+
+
+def test_reading_reset_times_on_hostile_lines_is_fast() -> None:
+    slowest = 0.0
+    for line in HOSTILE:
+        started = time.perf_counter()
+        parse_reset(line, NOW_MS)
+        slowest = max(slowest, time.perf_counter() - started)
+    assert slowest < 0.25, f"{slowest * 1000:.0f} ms on one line"
+
+
+def test_the_tail_is_bounded_when_it_is_collected() -> None:
+    tail = OutputTail()
+    for i in range(10_000):
+        tail.append(f"line {i}")
+    assert len(tail) == TAIL_LINES
+    assert list(tail)[-1] == "line 9999"
+    for _ in range(100):
+        tail.append("x" * 100_000)
+    assert tail.chars <= TAIL_CHARS
+    assert all(len(line) <= LINE_CHARS + 3 for line in tail)
+    tail.append("the end")
+    assert list(tail)[-1] == "the end" and tail.chars <= TAIL_CHARS
+    tail.clear()
+    assert len(tail) == 0 and tail.chars == 0
+
+
+def test_a_clipped_line_keeps_its_head_and_its_end() -> None:
+    line = '{"type":"result"' + "x" * 100_000 + '"error":"usage limit reached"}'
+    clipped = clip(line)
+    assert len(clipped) <= LINE_CHARS + 3
+    assert clipped.startswith('{"type":"result"') and clipped.endswith('usage limit reached"}')
+    assert classify([line], NOW_MS).classification == "usage_limit"
+
+
+def test_classifying_a_huge_hostile_output_takes_milliseconds() -> None:
+    # 2000 lines of 64 KiB: what recent_output could hold before 0.6.0 (10 s to
+    # classify, most of it the substring prefilter on 128 MiB).
+    big = ("status error model is reset " * 3000)[: 64 * 1024]
+    output = [big] * 2000
+    started = time.perf_counter()
+    diagnosis = classify(output, NOW_MS)
+    elapsed = time.perf_counter() - started
+    assert diagnosis.classification == "unknown"
+    assert elapsed < 0.5, f"{elapsed:.2f} s"
+    tail = bounded(HOSTILE * 10)
+    started = time.perf_counter()
+    classify(tail, NOW_MS)
+    assert time.perf_counter() - started < 0.5
+
+
+def test_the_last_line_still_decides_after_a_flood() -> None:
+    tail = OutputTail()
+    for _ in range(5000):
+        tail.append("y" * 70_000)
+    tail.append("Claude AI usage limit reached|1768482000")
+    diagnosis = classify(tail, NOW_MS)
+    assert diagnosis.classification == "usage_limit"
+    assert diagnosis.reset_at_ms == 1_768_482_000_000
