@@ -199,7 +199,7 @@ class Server:
         # Every git call of ours is marked, and a killed daemon's calls may still run:
         # wait for them before recovery reads a ref to decide whether a merge happened.
         marker = str(self.layout.state_dir)
-        os.environ[subproc.TOOL_MARKER] = marker
+        subproc.mark_tools(marker)
         killed_tools = subproc.await_survivors(marker, SURVIVOR_WAIT_SECONDS)
         if killed_tools:
             log.warning("killed %d git calls a previous daemon left running", len(killed_tools))

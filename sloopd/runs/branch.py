@@ -70,7 +70,7 @@ class Discarded:
 
 class RunBranches:
     def __init__(
-        self, layout: Layout, *, sandboxed: Callable[[], bool], protected: tuple[Path, ...]
+        self, layout: Layout, *, sandboxed: Callable[[str], bool], protected: tuple[Path, ...]
     ) -> None:
         self.layout = layout
         self._sandboxed = sandboxed
@@ -87,7 +87,7 @@ class RunBranches:
             objects=self.common_dir / "objects",
             home=home,
             hide=self.protected,
-            bwrap="bwrap" if self._sandboxed() else None,
+            bwrap="bwrap" if self._sandboxed(facts.run_id) else None,
         )
 
     @staticmethod

@@ -62,7 +62,7 @@ class StageExecutor:
     async def _run_git(
         self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
     ) -> dict[str, Any]:
-        main = self.daemon.config.repo.main
+        main = active.config.repo.main
         name = self.branches.execution_name(facts, stage, attempt, None)
         if stage.action == "sync":
             mode: Literal["merge", "rebase"] = "rebase" if stage.mode == "rebase" else "merge"
@@ -94,7 +94,7 @@ class StageExecutor:
                 tip,
                 main,
                 allow_empty=stage.allow_empty,
-                timeout=self.daemon.config.repo.git_timeout_ms / 1000,
+                timeout=active.config.repo.git_timeout_ms / 1000,
                 before_move=announce,
             )
         return {**_git_result(outcome), "commit": tip}
@@ -110,7 +110,7 @@ class StageExecutor:
                 "reset_at_ms": None,
                 "detail": f"no output for {silence} (stall_kill_after); stopped",
             }
-        settings = self.daemon.config
+        settings = active.config
         # Vendors print clock times in the host's zone ("resets 3pm").
         local_zone = datetime.now().astimezone().tzinfo
         diagnosis = vendor.classify(
@@ -131,9 +131,7 @@ class StageExecutor:
             await self.branches.reset_to(facts, pinned)
         if stage.result_check == "panel":
             return await self._run_panel(active, facts, stage, attempt, pinned)
-        command = stage.command or (
-            self.daemon.config.agent.command if stage.action == "agent" else ()
-        )
+        command = stage.command or (active.config.agent.command if stage.action == "agent" else ())
         code = await self.children.run(active, facts, stage, attempt, None, command)
         if isinstance(code, str):
             return {

@@ -37,6 +37,8 @@ class LaunchRequest:
     token: str | None = None
     prompt_file: Path | None = None
     network: bool = True
+    # The run's admitted agent settings (env, mounts); the current ones when None.
+    settings: AgentSettings | None = None
 
 
 class LaunchRefused(Exception):
@@ -112,7 +114,8 @@ class HostLauncher:
             sloop["SLOOP_TOKEN"] = request.token
         if request.prompt_file is not None:
             sloop["SLOOP_PROMPT_FILE"] = self._inside(request.prompt_file, sandbox.PROMPT_PATH)
-        return child_environment(os.environ, passed=self.agent.env, home=home, sloop=sloop)
+        agent = request.settings or self.agent
+        return child_environment(os.environ, passed=agent.env, home=home, sloop=sloop)
 
     def _inside(self, host: Path, _sandboxed: str) -> str:
         return str(host)
@@ -154,8 +157,9 @@ class SandboxLauncher(HostLauncher):
     def spec(self, request: LaunchRequest, env: Mapping[str, str]) -> sandbox.SandboxSpec:
         protected = self.protected()
         mounts: list[sandbox.Mount] = []
-        for raw, writable in [(p, False) for p in self.agent.ro_mounts] + [
-            (p, True) for p in self.agent.rw_mounts
+        agent = request.settings or self.agent
+        for raw, writable in [(p, False) for p in agent.ro_mounts] + [
+            (p, True) for p in agent.rw_mounts
         ]:
             source, target = _expand(raw)
             guarded = _overlaps(source, protected)

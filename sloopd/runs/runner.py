@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 from sloopd import vendor
@@ -35,6 +36,8 @@ from sloopd.util.clock import now_ms
 log = logging.getLogger(__name__)
 
 STALL_CHECK_SECONDS = 1.0
+# A stall tick later than this means the daemon was stopped or held, not the agents.
+PAUSE_TOLERANCE_SECONDS = 0.5
 
 
 class SandboxUnavailable(Exception):
@@ -68,7 +71,7 @@ class RunManager:
         assert isinstance(sandbox, SandboxLauncher)
         self.branches = RunBranches(
             daemon.layout,
-            sandboxed=lambda: daemon.config.sandbox != "none",
+            sandboxed=self._sandboxed,
             protected=tuple(sandbox.protected()),
         )
         children = ChildStarter(
@@ -76,7 +79,7 @@ class RunManager:
             self.records,
             self.credentials,
             self.worker_sockets.path,
-            lambda: self.launchers[daemon.config.sandbox],
+            lambda mode: self.launchers[mode],
         )
         self.executor = StageExecutor(
             daemon,
@@ -90,8 +93,15 @@ class RunManager:
     def store(self) -> Store:
         return self.daemon.require_store()
 
+    def _sandboxed(self, run_id: str) -> bool:
+        """Whether a run's git steps are sandboxed: as the run was admitted."""
+        active = self.active.get(run_id)
+        config = active.config if active is not None else self.daemon.config
+        return config.sandbox != "none"
+
     def start(self, run_id: str) -> None:
-        active = ActiveRun(run_id, stall_after_ms=self.daemon.config.agent.stall_after_ms)
+        config = self.daemon.config
+        active = ActiveRun(run_id, config, stall_after_ms=config.agent.stall_after_ms)
         self.active[run_id] = active
         active.task = asyncio.get_running_loop().create_task(self._drive(active))
 
@@ -145,7 +155,7 @@ class RunManager:
             return False
 
     async def _prepare(self, active: ActiveRun, facts: RunFacts) -> None:
-        if self.daemon.config.sandbox != "none":
+        if active.config.sandbox != "none":
             missing = await asyncio.to_thread(sandbox_probe)
             self.daemon.sandbox_problem = missing
             if missing is not None:
@@ -158,7 +168,7 @@ class RunManager:
         facts.worktree.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         await self.worker_sockets.open(facts.run_id)
         async with self.worktree_lock:
-            await self.branches.create(facts, self.daemon.config.repo.main)
+            await self.branches.create(facts, active.config.repo.main)
         with self.store.writer.transaction() as tx:
             tx.run("run_set_worktree", (str(facts.worktree), facts.run_id))
             tx.run("run_started", {"id": facts.run_id, "now": now_ms()})
@@ -314,11 +324,25 @@ class RunManager:
             tx.run("run_clear_worktree", (run_id,))
 
     async def watch_stalls(self) -> None:
-        """Stop a stage whose child has been silent past stall_kill_after."""
+        """Stop a stage whose child has been silent past stall_kill_after.
+
+        Time the daemon itself did not run (SIGSTOP, a suspended VM, a loop held by
+        a long call) is not the agents' silence: an agent blocked on a request to a
+        stopped daemon is waiting for us.  A tick that comes late by more than
+        PAUSE_TOLERANCE_SECONDS credits the gap to every child before judging.
+        """
+        last_tick = time.monotonic()
         while True:
             await asyncio.sleep(STALL_CHECK_SECONDS)
-            kill_after = self.daemon.config.agent.stall_kill_after_ms
+            tick = time.monotonic()
+            paused = tick - last_tick - STALL_CHECK_SECONDS
+            last_tick = tick
+            if paused > PAUSE_TOLERANCE_SECONDS:
+                log.warning("the daemon did not run for %.1f s; not counted as silence", paused)
+                for active in self.active.values():
+                    active.credit_pause(paused)
             for active in list(self.active.values()):
+                kill_after = active.config.agent.stall_kill_after_ms
                 silent = active.silent_for_ms()
                 child = active.child
                 if (

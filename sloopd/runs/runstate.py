@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sloopd.core.config import Config
 from sloopd.flows.flow import Flow
 from sloopd.runs.children import Child
 from sloopd.vendor.tail import OutputTail
@@ -16,6 +17,9 @@ from sloopd.vendor.tail import OutputTail
 @dataclass
 class ActiveRun:
     run_id: str
+    # The configuration the run was admitted with: commands, limits, sandbox, patterns.
+    # A reload (SIGHUP) applies to runs started after it, never to one in flight.
+    config: Config
     task: asyncio.Task[None] | None = None
     child: Child | None = None
     stage: str | None = None
@@ -38,6 +42,12 @@ class ActiveRun:
         if self.child is None:
             return None
         return int((time.monotonic() - self.child.last_output_monotonic) * 1000)
+
+    def credit_pause(self, seconds: float) -> None:
+        """The daemon did not run for ``seconds``: that is not the child's silence."""
+        if self.child is not None:
+            now = time.monotonic()
+            self.child.last_output_monotonic = min(now, self.child.last_output_monotonic + seconds)
 
     def stall(self) -> dict[str, Any] | None:
         silent = self.silent_for_ms()

@@ -35,13 +35,13 @@ class ChildStarter:
         records: RunRecords,
         credentials: Credentials,
         socket_path: Callable[[str], Path],
-        launchers: Callable[[], Launcher],
+        launchers: Callable[[str], Launcher],
     ) -> None:
         self.layout = layout
         self.records = records
         self.credentials = credentials
         self.socket_path = socket_path
-        self.launchers = launchers  # the launcher sloop.toml's sandbox key picks now
+        self.launchers = launchers  # by the sandbox mode the run was admitted with
 
     def run_dir(self, run_id: str) -> Path:
         directory = self.layout.state_dir / "runs" / run_id
@@ -92,11 +92,12 @@ class ChildStarter:
             token=credential.token,
             prompt_file=prompt_file,
             network=stage.network,
+            settings=active.config.agent,
         )
         recent = active.recent_output
         recent.clear()
         sink = self.records.sink
-        settings = self.records.daemon.config.agent
+        settings = active.config.agent
         budget = OutputBudget(settings.max_log_lines, settings.max_log_bytes)
         unflushed = 0
 
@@ -111,7 +112,7 @@ class ChildStarter:
                 unflushed = 0
                 sink.flush()
 
-        launcher = self.launchers()
+        launcher = self.launchers(active.config.sandbox)
         try:
             child = await launcher.start(request, on_line)
         except (ChildSpawnError, LaunchRefused) as exc:

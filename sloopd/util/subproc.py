@@ -11,8 +11,9 @@ exit status.
 
 A tool outlives a SIGKILLed daemon: killing it with the daemon (``PR_SET_PDEATHSIG``)
 was tried and left ``packed-refs.lock`` and ``<ref>.lock`` files behind that failed
-every later run.  Instead every tool carries ``TOOL_MARKER`` in its environment (the
-daemon sets it in its own), and the next daemon waits for the marked survivors to
+every later run.  Instead every tool carries ``TOOL_MARKER`` in its environment (set
+by ``mark_tools`` at startup, added by ``run``; never the daemon's own environment,
+so nothing else it starts carries it), and the next daemon waits for the marked survivors to
 finish (``await_survivors``) before it reads a ref to decide whether a merge happened,
 so a ``git update-ref`` still running cannot move ``main`` after that decision.
 """
@@ -32,6 +33,12 @@ from sloopd.util import procfs
 
 # NAME=<state dir> in the environment of every tool a daemon runs (set by the server).
 TOOL_MARKER = "SLOOP_DAEMON_TOOLS"
+_marker: dict[str, str] = {}
+
+
+def mark_tools(state_dir: str) -> None:
+    """Every later ``run`` marks its tool as this daemon's (see ``await_survivors``)."""
+    _marker[TOOL_MARKER] = state_dir
 
 
 class TimedOut(Exception):
@@ -60,7 +67,7 @@ async def run(
         stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env=dict(env) if env is not None else None,
+        env={**(env if env is not None else os.environ), **_marker},
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)

@@ -159,7 +159,7 @@ def test_a_full_disk_loses_nothing_silently_and_the_run_settles(
     cursors = [int(r["cursor"]) for r in records]
     assert cursors == list(range(1, len(cursors) + 1)), "a cursor gap"
     stored = [r for r in records if r["stream"] == "stdout" and r["text"].startswith("line ")]
-    losses = [r for r in records if r["stream"] == "system" and "dropped" in r]
+    losses = [r for r in records if r.get("dropped", {}).get("cause") == "store"]
     dropped = sum(r["dropped"]["streams"].get("stdout", 0) for r in losses)
     assert losses, "the disk filled but no loss was recorded"
     assert len(stored) + dropped == LINES, (len(stored), dropped)
