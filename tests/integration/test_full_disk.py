@@ -19,13 +19,15 @@ Skipped, with the reason, where mounting a tmpfs is refused (not root).
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import apsw
 import pytest
 
-from tests.support.agents import Bench, sloop_toml, ticket_text
+from tests.support.agents import Bench, printer_argv, sloop_toml, ticket_text
 from tests.support.daemon import query, sloopctl_argv, sloopctl_env, wait_until
 
 LINES = 30_000
@@ -171,3 +173,42 @@ def test_a_full_disk_loses_nothing_silently_and_the_run_settles(
     numbers = [int(r["text"].split()[1]) for r in stored]
     assert numbers == sorted(numbers), "stored lines out of order"
     assert query(bench.state_dir, "PRAGMA integrity_check") == [("ok",)]
+
+
+def test_a_store_locked_elsewhere_stalls_no_client_and_loses_nothing(bench: Bench) -> None:
+    """Another process holds the store's write lock (a backup, an operator's sqlite3
+    shell) for 3 s while an agent prints: clients are answered at once (a write verb
+    with ``daemon_unavailable``, reason ``busy``), and every line is stored after."""
+    steps: list[dict[str, Any]] = [
+        {"do": "touch", "path": str(bench.path("started"))},
+        {"do": "wait", "path": str(bench.path("go"))},
+        {"do": "lines", "text": "held {n}", "first": 1, "last": 2000},
+    ]
+    config = sloop_toml(
+        printer_argv(bench, steps), flows={"default": [{"name": "implement", "action": "agent"}]}
+    )
+    bench.setup(config, {"locked": ticket_text("Print while the store is locked")})
+    bench.start()
+    bench.post("locked")
+    wait_until(lambda: bench.path("started").exists(), timeout=30)
+    conn = apsw.Connection(str(bench.state_dir / "store.sqlite3"))
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        bench.release("go")
+        time.sleep(0.5)
+        started = time.monotonic()
+        refused = bench.client.call("pause", {"reason": "locked"})
+        shown = bench.client.call("show")
+        assert time.monotonic() - started < 1.0, "a client waited on the store's lock"
+        assert shown["ok"], shown
+        assert refused["error"]["code"] == "daemon_unavailable", refused
+        assert refused["error"]["details"]["reason"] == "busy", refused
+        time.sleep(2.5)
+    finally:
+        conn.execute("ROLLBACK")
+        conn.close()
+    run = bench.wait_run("R1")
+    assert run["stages"][0]["state"] == "passed", run
+    texts = [r["text"] for r in all_records(bench, "R1") if r["stream"] == "stdout"]
+    assert texts == [f"held {n}" for n in range(1, 2001)]
+    assert bench.dashboard()["daemon"]["store_fault"] is None
