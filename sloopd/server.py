@@ -30,7 +30,7 @@ from sloopd.runs import peers
 from sloopd.runs.children import ProcessGroups
 from sloopd.runs.runner import RunManager
 from sloopd.runs.sandbox import probe as sandbox_probe
-from sloopd.store import Store, StoreLock, StoreTooNew
+from sloopd.store import Store, StoreLock, StoreTooNew, StoreUnavailable
 from sloopd.util import subproc
 from sloopd.verbs import operator_handlers, refused_handlers
 from sloopd.wire import api
@@ -145,7 +145,14 @@ class Server:
             layout=layout, config=settings, store=store, refused=refused, metrics=self.metrics
         )
         if store is not None:
-            scheduler: Scheduler | None = await self._reconcile()
+            try:
+                scheduler: Scheduler | None = await self._reconcile()
+            except StoreUnavailable as exc:
+                # Recovery must record what it decides; without a writable store it
+                # decides nothing and leaves everything for the next start.
+                store.close()
+                self._lock.release()
+                raise StartupError(f"refusing to start: {exc}; free space and start again") from exc
         else:
             scheduler = None
             # Even a daemon that refuses its store ends what a crashed one left.
@@ -155,7 +162,10 @@ class Server:
         self._write_info()
         loop = asyncio.get_running_loop()
         if store is not None:
-            self.daemon.append_event("daemon_started", data={"pid": os.getpid()})
+            try:
+                self.daemon.append_event("daemon_started", data={"pid": os.getpid()})
+            except StoreUnavailable as exc:
+                log.warning("daemon_started not recorded: %s", exc)
             self.metrics.watch(self.daemon)
         if scheduler is not None and self.runs is not None:
             self._tasks += [

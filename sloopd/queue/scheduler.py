@@ -17,7 +17,7 @@ import orjson
 from sloopd.core.state import Daemon
 from sloopd.flows.flow import Flow
 from sloopd.queue import gate
-from sloopd.store import Transaction
+from sloopd.store import StoreUnavailable, Transaction
 from sloopd.util.clock import now_ms
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,10 @@ class Scheduler:
             try:
                 for run_id in self.claim_due():
                     self._start_run(run_id)
+            except StoreUnavailable as exc:
+                log.warning("claiming waits for the store: %s", exc)
+                await asyncio.sleep(1.0)
+                continue
             except Exception:
                 log.exception("claiming due triggers failed; retrying shortly")
                 await asyncio.sleep(1.0)
