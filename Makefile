@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := test
-.PHONY: venv test lint typecheck unit demo bench clean
+.PHONY: venv test test-long lint typecheck unit demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ unit: $(STAMP)
 	$(BIN)/pytest -q
 
 test: $(STAMP) .debian-packages lint typecheck unit
+
+# Minutes of load, not run by `make test`: the long protocol fuzz (-m overrides
+# pyproject's `-m 'not long'`).  SLOOP_FUZZ_SEED=<seed> replays its first seed.
+test-long: $(STAMP) .debian-packages
+	$(BIN)/pytest -q -s -m long
 
 # Every agent runs in a bubblewrap sandbox (docs/security.md): the demo's too.
 demo: $(STAMP)

@@ -6,6 +6,7 @@ same transaction, so two requests can never queue two triggers for a ticket.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from sloopd.core import rows
@@ -16,6 +17,30 @@ from sloopd.util.clock import now_ms
 from sloopd.wire import api
 from sloopd.wire.api import ErrorCode, ProtocolError
 
+# Linux's limits on a path, checked before a system call sees one: it would
+# fail there (ENAMETOOLONG), and Python refuses a NUL before asking the kernel.
+PATH_MAX_BYTES = 4096  # counting the terminating NUL
+NAME_MAX_BYTES = 255  # one component
+
+
+def check_path(repo: Path, given: str) -> None:
+    """Refuse a ``post`` path no file can have, naming the rule it breaks."""
+    if "\0" in given:
+        raise api.invalid_arguments("'path' must not contain a NUL character", field="path")
+    full = str(repo / given).encode()
+    if len(full) >= PATH_MAX_BYTES:
+        raise api.invalid_arguments(
+            f"'path' is longer than PATH_MAX ({PATH_MAX_BYTES - 1} bytes, from the root)",
+            field="path",
+            limit_bytes=PATH_MAX_BYTES - 1,
+        )
+    if max(len(part) for part in full.split(b"/")) > NAME_MAX_BYTES:
+        raise api.invalid_arguments(
+            f"a component of 'path' is longer than NAME_MAX ({NAME_MAX_BYTES} bytes)",
+            field="path",
+            limit_bytes=NAME_MAX_BYTES,
+        )
+
 
 def known_flows(daemon: Daemon) -> set[str]:
     return set(daemon.config.flows)
@@ -24,6 +49,7 @@ def known_flows(daemon: Daemon) -> set[str]:
 def post(daemon: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     store = daemon.require_store()
     repo = daemon.layout.repo
+    check_path(repo, args["path"])
     ticket = tickets.read(repo, daemon.config.repo.tickets, args["path"], known_flows(daemon))
     hold = bool(args.get("hold"))
     manual = bool(args.get("manual"))

@@ -8,12 +8,12 @@ expression when the text holds a metacharacter).
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from sloopd.store import Store
+from sloopd.util.regex import Pattern, PatternError, compile_pattern
 from sloopd.wire import api
 from sloopd.wire.api import ErrorCode, ProtocolError
 
@@ -84,19 +84,23 @@ def run_id(store: Store, repo: Path, ref: str) -> str:
     return exact.key
 
 
-def pattern(ref: str, field: str = "ref") -> re.Pattern[str]:
-    """The pattern rung: metacharacters make a regex, anything else a substring."""
-    if any(ch in api.REGEX_METACHARACTERS for ch in ref):
-        try:
-            return re.compile(ref, re.IGNORECASE)
-        except re.error as exc:
-            raise ProtocolError(
-                ErrorCode.INVALID_ARGUMENTS,
-                f"'{ref}' is not a valid regular expression: {exc}",
-                {"field": field, field: ref},
-            ) from exc
-    return re.compile(re.escape(ref), re.IGNORECASE)
+def pattern(ref: str, field: str = "ref") -> Pattern:
+    """The pattern rung: metacharacters make a regex, anything else a substring.
+
+    RE2 (``sloopd.util.regex``) compiles and matches it, in time linear in
+    each name, so no pattern can stall the daemon's loop; what it refuses,
+    it refuses as ``invalid_arguments`` with its reason.
+    """
+    regex = any(ch in api.REGEX_METACHARACTERS for ch in ref)
+    try:
+        return compile_pattern(ref, literal=not regex)
+    except PatternError as exc:
+        raise ProtocolError(
+            ErrorCode.INVALID_ARGUMENTS,
+            f"'{ref}' is not a valid regular expression: {exc}",
+            {"field": field, field: ref},
+        ) from exc
 
 
-def matches(expression: re.Pattern[str], ticket_id: str, name: str) -> bool:
-    return bool(expression.search(ticket_id) or expression.search(name))
+def matches(expression: Pattern, ticket_id: str, name: str) -> bool:
+    return expression.search(ticket_id) or expression.search(name)

@@ -62,7 +62,11 @@ def locate(repo: Path, given: str) -> tuple[Path, str]:
             f"{given}: not a Markdown file (expected {' or '.join(MARKDOWN_SUFFIXES)})",
             path=given,
         )
-    if not real.is_file():
+    try:
+        is_file = real.is_file()  # EACCES or ENAMETOOLONG raise: the path's fault
+    except OSError as exc:
+        raise invalid_arguments(f"{given}: cannot be read: {exc.strerror}", path=given) from exc
+    if not is_file:
         raise invalid_arguments(f"{given}: no such file", path=given)
     return real, real.relative_to(root).as_posix()
 

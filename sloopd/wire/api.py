@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -29,6 +30,8 @@ MAX_REQUEST_BYTES: Final = 1024 * 1024
 # Integers on the wire stay exactly representable in every JSON client (and
 # in SQLite's 64-bit integers): 2**53 - 1.
 MAX_INTEGER: Final = 2**53 - 1
+# Refs (ref, run, scope) are refused above this: the pattern rung's cost grows with it.
+MAX_REF_CHARS: Final = 1024
 
 OPERATOR_SOCKET_NAME: Final = "operator.sock"
 WORKER_SOCKET_DIR_NAME: Final = "w"
@@ -105,10 +108,14 @@ def _string(name: str, value: Any) -> str:
     return value
 
 
-def _nonempty_string(name: str, value: Any) -> str:
+def _nonempty_string(name: str, value: Any, limit: int = MAX_REQUEST_BYTES) -> str:
     text = _string(name, value)
     if not text.strip():
         raise invalid_arguments(f"'{name}' must not be empty", field=name)
+    if len(text) > limit:
+        raise invalid_arguments(
+            f"'{name}' exceeds {limit} characters", field=name, limit_chars=limit
+        )
     return text
 
 
@@ -129,12 +136,8 @@ def _integer(name: str, value: Any, minimum: int | None) -> int:
     return value
 
 
-def _positive_integer(name: str, value: Any) -> int:
-    return _integer(name, value, 1)
-
-
-def _non_negative_integer(name: str, value: Any) -> int:
-    return _integer(name, value, 0)
+_positive_integer = partial(_integer, minimum=1)
+_non_negative_integer = partial(_integer, minimum=0)
 
 
 def _one_of(choices: tuple[str, ...]) -> Validator:
@@ -210,13 +213,14 @@ def _verb(
     return Verb(name, fields, operator=operator, worker=worker, deprecated=deprecated)
 
 
-_REF = Field(_nonempty_string, required=True)
+_ref = partial(_nonempty_string, limit=MAX_REF_CHARS)
+_REF = Field(_ref, required=True)
 _TRIGGER = Field(_trigger)
 
 VERBS: Final[Mapping[str, Verb]] = {
     v.name: v
     for v in (
-        _verb("show", worker=True, ref=Field(_nonempty_string), limit=Field(_positive_integer)),
+        _verb("show", worker=True, ref=Field(_ref), limit=Field(_positive_integer)),
         _verb(
             "post",
             path=Field(_nonempty_string, required=True),
@@ -239,7 +243,7 @@ VERBS: Final[Mapping[str, Verb]] = {
             "events",
             after=Field(_string),
             tail=Field(_positive_integer),
-            scope=Field(_nonempty_string),
+            scope=Field(_ref),
         ),
         _verb("brief", operator=False, worker=True),
         _verb("note", operator=False, worker=True, text=Field(_nonempty_string, required=True)),
@@ -252,7 +256,7 @@ VERBS: Final[Mapping[str, Verb]] = {
             confidence=Field(_one_of(CONFIDENCES)),
         ),
         _verb("status", deprecated=True),
-        _verb("list", deprecated=True, ref=Field(_nonempty_string), limit=Field(_positive_integer)),
+        _verb("list", deprecated=True, ref=Field(_ref), limit=Field(_positive_integer)),
         _verb(
             "wait",
             deprecated=True,

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from sloopd.wire import api
+from sloopd.wire import api, salvage
 from sloopd.wire.api import ErrorCode, ProtocolError
 
 log = logging.getLogger(__name__)
@@ -55,8 +55,10 @@ class Dispatcher:
         try:
             message = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
+            # Strict JSON only; a lenient reread (only now, off the hot path)
+            # still finds the id of a line that is JSON in all but orjson's bounds.
             err = ProtocolError(ErrorCode.INVALID_REQUEST, f"malformed JSON: {exc}")
-            return self._error(None, err, verb, started)
+            return self._error(salvage.recover_id(line), err, verb, started)
         request_id = api.readable_id(message)
         try:
             try:
