@@ -116,7 +116,10 @@ def run(ref: str, at_ms: int | None) -> None:
 @click.argument("run_ref", metavar="RUN")
 @common_options
 def abort(run_ref: str) -> None:
-    """Stop a run, settle it aborted and hold its ticket."""
+    """Stop a run, settle it aborted and hold its ticket.
+
+    A merge that has already started is let finish: the run then reads merged.
+    """
     call("abort", {"run": run_ref})
 
 

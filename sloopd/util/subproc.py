@@ -76,7 +76,7 @@ async def run(
             doomed = kill_tree(proc.pid)
             # Shielded: a cancelled caller still must not leave a zombie or a live tool.
             await asyncio.shield(proc.wait())
-            _reap_adopted(doomed[1:])
+            await asyncio.shield(_reap_adopted(doomed[1:]))
         if isinstance(exc, TimeoutError):
             raise TimedOut(f"did not finish within {timeout:.3g} s") from None
         raise
@@ -106,15 +106,26 @@ def kill_tree(pid: int) -> list[int]:
     return doomed
 
 
-def _reap_adopted(pids: Sequence[int]) -> None:
-    """Collect killed hooks the subreaper inherited: they share our group, which the
-    orphan reaper leaves alone, so no one else would."""
+async def _reap_adopted(pids: Sequence[int], within: float = 2.0) -> None:
+    """Collect killed hooks the subreaper inherits: they share our process group,
+    which the orphan reaper leaves alone, so no one else would.  A killed hook may
+    still be dying when its git is already collected, hence the short wait."""
     me = os.getpid()
-    for pid in pids:
-        stat = procfs.stat(pid)
-        if stat is not None and stat.ppid == me and stat.state == "Z":
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
+    waiting = set(pids)
+    deadline = time.monotonic() + within
+    while waiting and time.monotonic() < deadline:
+        for pid in list(waiting):
+            stat = procfs.stat(pid)
+            if stat is None:
+                waiting.discard(pid)
+            elif stat.state == "Z" and stat.ppid == me:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+                waiting.discard(pid)
+            elif stat.state == "Z" and not procfs.exists(stat.ppid):
+                waiting.discard(pid)  # someone else's to collect
+        if waiting:
+            await asyncio.sleep(0.02)
 
 
 def survivors(state_dir: str) -> list[int]:

@@ -16,7 +16,7 @@ own what the reply's ``id`` must be, and asserts:
 - a second connection's ``show`` is answered within a second throughout.
 
 The seed is printed; ``SLOOP_FUZZ_SEED=<seed>`` replays a run.  The long
-variant (``make test-long``) sends 10,000 requests under each of three seeds.
+variant (``make test-long``) sends at least 10,000 requests under each of three seeds.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ BATCH = 10  # lines per Hypothesis example, pipelined in one write
 PROBE_EVERY_S = 0.1
 PROBE_LIMIT_S = 1.0
 MUTATING = frozenset({"post", "run", "hold", "ready", "pause", "resume", "gc"})
-LONG_NAME = "a" * 200
+LONG_NAME = "a" * 99  # ticket names are at most 100 characters
 TICKETS: dict[str, dict[str, Any]] = {  # name -> post arguments; none schedules a run
     "login": {"manual": True},
     "fix.login": {"hold": True},
@@ -492,5 +492,7 @@ def test_hostile_requests_are_answered_with_their_ids_and_change_nothing(
 def test_long_fuzz(target: Operator, index: int) -> None:
     given_seed = os.environ.get("SLOOP_FUZZ_SEED")
     chosen = int(given_seed) + index if given_seed else random.SystemRandom().randrange(2**32)
-    figures = fuzz(target, chosen, requests=10_000, overlong=5)
-    assert figures.requests >= 8_000
+    # About 2% of generated lines could change state and are not sent: generate more,
+    # so at least 10,000 hostile requests reach the daemon under each seed.
+    figures = fuzz(target, chosen, requests=10_500, overlong=5)
+    assert figures.requests >= 10_000
