@@ -174,6 +174,16 @@ def dashboard(data: Mapping[str, Any], now: int, paint: Paint) -> list[str]:
     warning = _mapping(daemon.get("sandbox")).get("warning")
     if warning:
         out.append(paint(f"UNSAFE: {text(warning)}", "red"))
+    fault = _mapping(daemon.get("store_fault"))
+    if fault:
+        since = relative(fault.get("since_ms"), now)
+        out.append(
+            paint(
+                f"STORE: cannot write ({text(fault.get('reason'))}) since {since}: "
+                f"{text(fault.get('detail'))}; runs wait, output is held",
+                "red",
+            )
+        )
 
     runs = [
         [

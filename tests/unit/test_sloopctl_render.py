@@ -211,3 +211,12 @@ def test_colour_only_on_a_tty_without_no_color() -> None:
     assert not colour_enabled(Tty(), {"NO_COLOR": "1"})
     assert colour_enabled(Tty(), {"NO_COLOR": ""})  # no-color.org: empty means unset
     assert not colour_enabled(io.StringIO(), {})
+
+
+def test_a_store_fault_is_named_on_the_dashboard() -> None:
+    fault = {"reason": "full", "detail": "the disk is full", "since_ms": NOW - MIN, "failures": 3}
+    board = {**DASHBOARD, "daemon": {**DASHBOARD["daemon"], "store_fault": fault}}
+    out = render("show", board, NOW, colour=False)
+    assert "STORE: cannot write (full) since" in out
+    assert "the disk is full" in out
+    assert "STORE:" not in render("show", DASHBOARD, NOW, colour=False)
