@@ -182,6 +182,22 @@ def crash_walks(bench: Bench, kills: int, seed: int) -> None:
 
     wait_until(all_merged, timeout=120, interval=0.2)
     invariants.check(f"seed {seed}, at the end")
+    intents = query(bench.state_dir, "SELECT count(*) FROM stage_log WHERE kind = 'merge_intent'")
+    recovered = query(
+        bench.state_dir,
+        "SELECT count(*) FROM stage_log WHERE kind = 'stage_finished' AND stage = 'merge' "
+        "AND data LIKE '%before the daemon restarted%'",
+    )
+    interrupted = query(
+        bench.state_dir,
+        "SELECT count(*) FROM stage_log WHERE kind = 'stage_finished' AND stage = 'merge' "
+        "AND data LIKE '%restarted before%moved%'",
+    )
+    print(
+        f"crash test seed {seed}: {kills} kills, {len(names)} tickets merged once each, "
+        f"{intents[0][0]} merge intents, {recovered[0][0]} merges recovered as done, "
+        f"{interrupted[0][0]} recovered as not done"
+    )
     merged_tickets = query(
         bench.state_dir, "SELECT count(DISTINCT ticket) FROM runs WHERE state = 'merged'"
     )
