@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from sloopd.wire.api import SOFTWARE_VERSION
 from tests.support.agents import Bench, sloop_toml, start_with_args, ticket_text
 from tests.support.daemon import (
     ArgsDaemon,
@@ -108,7 +109,7 @@ def test_a_healthy_daemon_passes_every_check(repo: Path, daemon: DaemonProcess) 
         assert check["status"] == "ok", check  # nothing to warn about on a fresh repository
         assert check["fix"] is None, check
         assert isinstance(check["detail"], str) and check["detail"], check
-    assert "sloopd 0.5.0, protocol v1" in report.check("version")["detail"]
+    assert f"sloopd {SOFTWARE_VERSION}, protocol v1" in report.check("version")["detail"]
     assert "schema version" in report.check("store")["detail"]
     assert "main branch 'main' at" in report.check("git")["detail"]
     assert report.check("worktrees")["detail"] == "no run checkouts"
