@@ -23,8 +23,9 @@ from typing import Any, Final
 import click
 import orjson
 
+from sloopctl import streams
 from sloopctl.client import Client
-from sloopctl.invoke import EXIT_OK, answer, common_options, connected
+from sloopctl.invoke import EXIT_OK, answer, common_options, connected, options
 from sloopctl.layout import Paint, colour_enabled, painter, text
 from sloopctl.polling import Pace, Sleep, json_wanted, page_data, present, rows
 
@@ -34,15 +35,25 @@ _STREAM_STYLE: Final = {"stderr": "yellow", "note": "cyan", "system": "dim"}
 # --- rendering (pure) -----------------------------------------------------------
 
 
-def record_line(record: Mapping[str, Any], paint: Paint) -> str:
-    """``[stage#attempt stream] text``; only the stream is painted, stdout never."""
+def record_line(record: Mapping[str, Any], paint: Paint, *, events: bool = True) -> str:
+    """``[stage#attempt stream] text``; only the stream is painted, stdout never.
+
+    With ``events``, an agent CLI's JSON event on stdout is shown as a person reads
+    it (``sloopctl.streams``); ``--raw`` turns that off and shows the stored JSON.
+    """
     stage, attempt = record.get("stage"), record.get("attempt")
     where = text(stage) + ("" if attempt is None else f"#{attempt}")
     stream = text(record.get("stream"))
     style = _STREAM_STYLE.get(stream, "")
     label = paint(stream, style) if style else stream
     body = record.get("text")
-    return f"[{where} {label}] {body if isinstance(body, str) else text(body)}"
+    if isinstance(body, str):
+        shown = streams.readable(body) if events and stream == "stdout" else None
+        if shown is not None:
+            # Several lines (an assistant turn) keep the prefix on each.
+            return "\n".join(f"[{where} {label}] {part}" for part in shown.splitlines() or [""])
+        return f"[{where} {label}] {body}"
+    return f"[{where} {label}] {text(body)}"
 
 
 def elided_line(count: int) -> str:
@@ -110,8 +121,9 @@ def read_logs(
             elided = page.get("elided")
             if isinstance(elided, int) and elided > 0:
                 click.echo(elided_line(elided), err=True)
+            readable_events = not options().raw
             for record in records:
-                click.echo(record_line(record, paint))
+                click.echo(record_line(record, paint, events=readable_events))
         if done:
             return EXIT_OK
         args = {**base, "after": page["next_cursor"]}

@@ -1,0 +1,96 @@
+"""Agent CLIs' JSON event lines, rendered as a person reads them (and left alone otherwise)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import orjson
+
+from sloopctl.feeds_cli import record_line
+from sloopctl.layout import painter
+from sloopctl.streams import SHOWN_CHARS, readable
+
+
+def line(event: Mapping[str, object]) -> str:
+    return orjson.dumps(event).decode()
+
+
+def test_claude_turns_tools_and_result() -> None:
+    turn = line(
+        {
+            "type": "assistant",
+            "message": {
+                "content": [
+                    {"type": "text", "text": "I'll add the file."},
+                    {"type": "tool_use", "name": "Bash", "input": {"command": "git commit"}},
+                ]
+            },
+        }
+    )
+    assert readable(turn) == 'I\'ll add the file.\n→ Bash: {"command":"git commit"}'
+    result = line(
+        {"type": "user", "message": {"content": [{"type": "tool_result", "content": "ok"}]}}
+    )
+    assert readable(result) == "← ok"
+    done = line(
+        {
+            "type": "result",
+            "subtype": "success",
+            "total_cost_usd": 0.0123,
+            "usage": {"input_tokens": 1200, "output_tokens": 300, "cache_read_input_tokens": 100},
+            "permission_denials": [{"tool_name": "Write"}, {"tool_name": "Edit"}],
+        }
+    )
+    assert readable(done) == (
+        "done (success): 1200 in, 300 out, 100 cached, $0.0123; refused tools: Edit, Write"
+    )
+
+
+def test_codex_items_and_turns() -> None:
+    started = line({"type": "item.started", "item": {"type": "command_execution", "command": "ls"}})
+    assert readable(started) == "→ $ ls"
+    finished = {"type": "command_execution", "exit_code": 1, "aggregated_output": "no such\nfile"}
+    assert readable(line({"type": "item.completed", "item": finished})) == "✗ exit 1: no such file"
+    said = line({"type": "item.completed", "item": {"type": "agent_message", "text": "Done."}})
+    assert readable(said) == "Done."
+    usage = {"input_tokens": 1500, "cached_input_tokens": 200, "output_tokens": 250}
+    assert readable(line({"type": "turn.completed", "usage": usage})) == (
+        "turn done: 1500 in, 250 out, 200 cached"
+    )
+    failed = line({"type": "turn.failed", "error": {"message": "stream disconnected"}})
+    assert readable(failed) == "turn failed: stream disconnected"
+
+
+def test_gemini_messages_tools_and_stats() -> None:
+    assert readable(line({"type": "message", "role": "user", "content": "the prompt"})) is None
+    assert readable(line({"type": "message", "role": "assistant", "content": "Hi"})) == "Hi"
+    use = {"type": "tool_use", "tool_name": "run_shell_command", "parameters": {"command": "ls"}}
+    assert readable(line(use)) == '→ run_shell_command: {"command":"ls"}'
+    assert readable(line({"type": "tool_result", "status": "error", "error": "x"})) == "✗ x"
+    stats = {"input_tokens": 1800, "output_tokens": 220, "cached": 300}
+    assert readable(line({"type": "result", "status": "success", "stats": stats})) == (
+        "success: 1800 in, 220 out, 300 cached"
+    )
+
+
+def test_anything_else_prints_as_it_is() -> None:
+    for text in ["plain output", "{not json", '{"type": "unknown.kind"}', "[1, 2]", '{"a": 1}']:
+        assert readable(text) is None
+    # A known type with an unexpected shape is not an error: it prints raw.
+    assert readable('{"type": "assistant", "message": "text"}') is None
+
+
+def test_long_tool_output_is_cut_to_one_screen_line() -> None:
+    event = {"type": "tool_result", "status": "success", "output": "x" * 5000}
+    shown = readable(line(event))
+    assert shown is not None and len(shown) <= SHOWN_CHARS + 2 and shown.endswith("…")
+
+
+def test_logs_render_events_unless_raw() -> None:
+    paint = painter(False)
+    said = line({"type": "item.completed", "item": {"type": "agent_message", "text": "A\nB"}})
+    record = {"stage": "implement", "attempt": 1, "stream": "stdout", "text": said}
+    assert record_line(record, paint) == "[implement#1 stdout] A\n[implement#1 stdout] B"
+    assert record_line(record, paint, events=False) == f"[implement#1 stdout] {said}"
+    # stderr and system lines are never reinterpreted.
+    assert record_line({**record, "stream": "stderr"}, paint).endswith(said)
