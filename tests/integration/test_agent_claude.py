@@ -24,7 +24,7 @@ import pytest
 from tests.support.agent_clis import cli
 from tests.support.agents import BENCH_VAR, Bench, ticket_text, toml_value
 from tests.support.daemon import git
-from tests.support.standins.anthropic import AnthropicStandIn
+from tests.support.standins.anthropic import AnthropicStandIn, hello_script, verdict_script
 
 # Claude Code's switches for an unattended run in a sandbox (values set per test).
 CLAUDE_ENV: dict[str, str] = {
@@ -48,13 +48,18 @@ def claude_command() -> list[str]:
     return ["sh", "-c", CLAUDE_SCRIPT, str(cli("claude"))]
 
 
-def claude_toml(bench: Bench) -> str:
-    names = ["ANTHROPIC_BASE_URL", *CLAUDE_ENV, BENCH_VAR]
+# Pointed at the stand-in too: a call to any other host would be a CONNECT it logs.
+PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY")
+
+
+def claude_toml(bench: Bench, flows: str = "") -> str:
+    names = ["ANTHROPIC_BASE_URL", *CLAUDE_ENV, *PROXY_VARS, BENCH_VAR]
     return (
         "[agent]\n"
         f"command = {toml_value(claude_command())}\n"
         f"env = {toml_value(names)}\n"
         f"rw_mounts = {toml_value([str(bench.root / 'flags')])}\n"
+        f"{flows}"
     )
 
 
@@ -64,10 +69,14 @@ def api() -> Iterator[AnthropicStandIn]:
         yield standin
 
 
-def start_claude(bench: Bench, api: AnthropicStandIn, tickets: dict[str, str]) -> None:
+def start_claude(
+    bench: Bench, api: AnthropicStandIn, tickets: dict[str, str], flows: str = ""
+) -> None:
     bench.env.update(CLAUDE_ENV)
-    bench.env["ANTHROPIC_BASE_URL"] = api.url
-    bench.setup(claude_toml(bench), tickets)
+    bench.env.update(
+        ANTHROPIC_BASE_URL=api.url, HTTPS_PROXY=api.url, HTTP_PROXY=api.url, NO_PROXY="127.0.0.1"
+    )
+    bench.setup(claude_toml(bench, flows), tickets)
     bench.start()
 
 
@@ -141,18 +150,73 @@ def test_a_vendor_429_fails_the_run_rate_limited_and_closes_the_gate(
     assert result_event(lines)["is_error"] is True
 
 
-def test_a_401_fails_the_run_auth_failed_and_leaves_the_gate_open(
-    bench: Bench, api: AnthropicStandIn
+@pytest.mark.parametrize(
+    ("mode", "classification"),
+    [("auth", "auth_failed"), ("overloaded", "overloaded"), ("too_long", "context_length")],
+)
+def test_other_vendor_failures_are_classified_and_leave_the_gate_open(
+    bench: Bench, api: AnthropicStandIn, mode: str, classification: str
 ) -> None:
-    api.mode = "auth"
+    api.mode = mode
     start_claude(bench, api, {"denied": ticket_text("Add hello.txt")})
     bench.post("denied")
     run = bench.wait_run("denied#1", timeout=CLAUDE_TIMEOUT_S)
 
     lines = agent_lines(bench, run["id"])
     assert run["state"] == "failed", (run, lines[-10:])
-    assert run["classification"] == "auth_failed", (run, lines[-10:])
+    assert run["classification"] == classification, (run, lines[-10:])
+    assert run["diagnosis"]["vendor"] == "claude", run["diagnosis"]
     assert bench.dashboard()["gate"]["state"] == "open"
+    assert result_event(lines)["is_error"] is True
+
+
+def test_an_unreachable_api_is_a_network_failure(bench: Bench, api: AnthropicStandIn) -> None:
+    api.close()  # the port now refuses connections
+    start_claude(bench, api, {"offline": ticket_text("Add hello.txt")})
+    bench.post("offline")
+    run = bench.wait_run("offline#1", timeout=CLAUDE_TIMEOUT_S)
+
+    lines = agent_lines(bench, run["id"])
+    assert run["state"] == "failed", (run, lines[-10:])
+    assert run["classification"] == "network", (run, lines[-10:])
+    assert "ECONNREFUSED" in result_event(lines)["result"]
+    assert bench.dashboard()["gate"]["state"] == "open"
+
+
+REVIEW_FLOW = """
+[[flows.default.stages]]
+name = "implement"
+action = "agent"
+
+[[flows.default.stages]]
+name = "review"
+action = "agent"
+result_check = "reported"
+
+[[flows.default.stages]]
+name = "sync"
+action = "sync"
+
+[[flows.default.stages]]
+name = "merge"
+action = "ff_only"
+"""
+
+
+def test_claude_reports_a_verdict_through_sloopctl(bench: Bench, api: AnthropicStandIn) -> None:
+    # implement: two turns (commit, done); review: two more (verdict, done).
+    api.scripts = [hello_script(), verdict_script("pass", "hello.txt is there")]
+    start_claude(bench, api, {"reviewed": ticket_text("Add hello.txt")}, REVIEW_FLOW)
+    bench.post("reviewed")
+    run = bench.wait_run("reviewed#1", timeout=CLAUDE_TIMEOUT_S)
+
+    assert run["state"] == "merged", (run, agent_lines(bench, run["id"])[-10:])
+    review = next(r for r in run["stages"] if r["stage"] == "review")
+    assert review["state"] == "passed" and review["verdict_source"] == "reported", review
+    assert review["reason"] == "hello.txt is there", review
+    assert review["confidence"] == "medium", review
+    assert (bench.repo / "hello.txt").read_text() == "hello\n"
+    assert len(api.sessions()) == 2, api.sessions()
 
 
 def save_stream(bench: Bench, run_id: str, path: Path) -> None:

@@ -1,8 +1,9 @@
 """A scripted stand-in for the Anthropic Messages API, as Claude Code uses it.
 
 ``AnthropicStandIn`` is a ``ThreadingHTTPServer`` on 127.0.0.1 (port 0) in a thread.
-``POST /v1/messages`` answers the next turn of a *script*: a list of ``Turn``
-(content blocks and a stop reason), streamed as server-sent events when the request
+``POST /v1/messages`` answers the next turn of its session's *script* (a list of
+``Turn``: content blocks and a stop reason; ``scripts`` holds one per CLI session,
+told apart by ``metadata.user_id``), streamed as server-sent events when the request
 says ``stream: true`` (message_start, content_block_start/delta/stop per block,
 text as ``text_delta``, tool input as ``input_json_delta``, message_delta with the
 stop reason and usage, message_stop), or as one JSON message otherwise.  Which turn
@@ -12,7 +13,9 @@ request: a title, a quota probe) gets a short text answer and does not advance t
 script.  ``count_tokens`` and every other path get small, well-formed answers.
 
 Every request is logged (``requests``: path, selected headers, parsed body) so a
-test can see what the CLI asked.  ``mode`` makes the server fail the way the API
+test can see what the CLI asked; pointed at as the CLI's ``HTTPS_PROXY``, it also
+logs (and refuses) every ``CONNECT`` to another host, so a test sees any traffic
+that was not meant for the API.  ``mode`` makes the server fail the way the API
 does (``MODES``): a 429 with ``retry-after`` and ``anthropic-ratelimit-*-reset``
 headers, a 529 ``overloaded_error``, a 401 ``authentication_error``, a 400
 ``invalid_request_error`` "prompt is too long", a slow answer, or no server at all
@@ -101,13 +104,17 @@ class Request:
 class AnthropicStandIn:
     """The server; ``start`` it (or use it as a context manager), point the CLI at ``url``."""
 
-    script: Sequence[Turn] = field(default_factory=hello_script)
+    # One script per CLI session, in the order the sessions first call (the last one
+    # serves any further session): a flow's stages are sessions of their own.
+    scripts: list[Sequence[Turn]] = field(default_factory=lambda: [hello_script()])
     mode: str = "normal"
     delay_s: float = 0.0  # "slow": seconds before each /v1/messages answer
     requests: list[Request] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
+    _port: int = 0
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _sessions: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -123,12 +130,13 @@ class AnthropicStandIn:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
+        self._port = int(self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
         return self
 
     def close(self) -> None:
-        """Stop serving: the port refuses connections from now on."""
+        """Stop serving: the port (``url`` stays valid) refuses connections from now on."""
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -142,8 +150,8 @@ class AnthropicStandIn:
 
     @property
     def port(self) -> int:
-        assert self._server is not None, "start the stand-in first"
-        return int(self._server.server_address[1])
+        assert self._port, "start the stand-in first"
+        return self._port
 
     @property
     def url(self) -> str:
@@ -172,13 +180,36 @@ class AnthropicStandIn:
 
     # -- answers -------------------------------------------------------------------
 
+    def sessions(self) -> list[str]:
+        """The CLI sessions seen, in order of their first conversation request."""
+        with self._lock:
+            return list(self._sessions)
+
     def turn_for(self, body: dict[str, Any]) -> Turn:
         if not body.get("tools"):
             return text("Sloop stand-in.")
+        key = session_of(body)
+        with self._lock:
+            number = self._sessions.setdefault(key, len(self._sessions))
+        script = self.scripts[min(number, len(self.scripts) - 1)]
         done = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
-        if done < len(self.script):
-            return self.script[done]
+        if done < len(script):
+            return script[done]
         return text("Done.")
+
+
+def session_of(body: dict[str, Any]) -> str:
+    """The session a request belongs to: Claude Code puts its id in ``metadata.user_id``."""
+    metadata = body.get("metadata")
+    user = metadata.get("user_id") if isinstance(metadata, dict) else None
+    if not isinstance(user, str):
+        return ""
+    try:
+        parsed = json.loads(user)
+    except ValueError:
+        return user
+    session = parsed.get("session_id") if isinstance(parsed, dict) else None
+    return session if isinstance(session, str) else user
 
 
 def error_body(kind: str, message: str) -> dict[str, Any]:
@@ -247,6 +278,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("content-length", "0")
         self.end_headers()
+
+    def do_CONNECT(self) -> None:
+        """A proxy tunnel (the CLI's ``HTTPS_PROXY`` pointed here): logged, refused."""
+        self._record(None)
+        self._json(403, error_body("permission_error", "the stand-in proxies nothing"))
+        self.close_connection = True
 
     def do_POST(self) -> None:
         body = self._body()
