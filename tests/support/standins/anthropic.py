@@ -279,6 +279,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("content-length", "0")
         self.end_headers()
 
+    def handle_one_request(self) -> None:
+        try:
+            super().handle_one_request()
+        except OSError:  # the CLI gave up on an answer (a timeout): nothing to tell
+            self.close_connection = True
+
     def do_CONNECT(self) -> None:
         """A proxy tunnel (the CLI's ``HTTPS_PROXY`` pointed here): logged, refused."""
         self._record(None)
