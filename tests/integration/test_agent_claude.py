@@ -185,6 +185,34 @@ def test_an_unreachable_api_is_a_network_failure(bench: Bench, api: AnthropicSta
     assert bench.dashboard()["gate"]["state"] == "open"
 
 
+OFFLINE_FLOW = """
+[[flows.default.stages]]
+name = "implement"
+action = "agent"
+network = false
+
+[[flows.default.stages]]
+name = "sync"
+action = "sync"
+
+[[flows.default.stages]]
+name = "merge"
+action = "ff_only"
+"""
+
+
+def test_a_stage_without_network_cannot_reach_even_loopback(
+    bench: Bench, api: AnthropicStandIn
+) -> None:
+    start_claude(bench, api, {"offline": ticket_text("Add hello.txt")}, OFFLINE_FLOW)
+    bench.post("offline")
+    run = bench.wait_run("offline#1", timeout=CLAUDE_TIMEOUT_S)
+
+    lines = agent_lines(bench, run["id"])
+    assert run["state"] == "failed" and run["classification"] == "network", (run, lines[-5:])
+    assert api.paths() == []  # its own network namespace: the host's 127.0.0.1 is not there
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="sloopd.vendor.patterns misses Claude Code's timeout wording 'Request timed out. If "
