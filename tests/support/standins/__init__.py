@@ -1,0 +1,1 @@
+"""Stand-ins for the vendor services real agent CLIs talk to, on loopback only."""
