@@ -126,7 +126,7 @@ def test_codex_casts_a_reported_verdict_through_its_shell(bench: Bench, codex: P
         OpenAIStandin() as implementer,
         OpenAIStandin(script=(Shell(verdict), Say("Verdict cast."))) as reviewer,
     ):
-        flow = [
+        flow: list[dict[str, Any]] = [
             {
                 "name": "implement",
                 "action": "agent",

@@ -57,6 +57,7 @@ class Mode(Enum):
     UNAUTHORIZED = "unauthorized"  # 401 invalid_api_key
     CONTEXT = "context"  # 400 context_length_exceeded
     SLOW = "slow"  # normal answers, each event ``delay`` seconds apart
+    DISCONNECT = "disconnect"  # the stream ends after response.created, never completed
 
 
 @dataclass(frozen=True)
@@ -211,7 +212,10 @@ class OpenAIStandin:
         h.send_header("cache-control", "no-cache")
         h.send_header("connection", "close")
         h.end_headers()
-        for event in self.events(step, done + 1):
+        events = self.events(step, done + 1)
+        if self.mode is Mode.DISCONNECT:
+            events = events[:1]
+        for event in events:
             payload = f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
             h.wfile.write(payload.encode())
             h.wfile.flush()
