@@ -205,6 +205,8 @@ def test_a_429_is_rate_limited_and_closes_the_gate(bench: Bench, codex: Path) ->
         ),
         (Mode.UNAUTHORIZED, "auth_failed"),
         (Mode.CONTEXT, "context_length"),
+        (Mode.USAGE_LIMIT, "usage_limit"),
+        (Mode.DISCONNECT, "network"),
     ],
 )
 def test_vendor_errors_are_classified(
