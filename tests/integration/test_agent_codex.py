@@ -236,3 +236,24 @@ def test_an_unreachable_api_fails_at_once_as_network(bench: Bench, codex: Path) 
     texts = log_texts(bench, run["id"])
     assert any("Connection failed: error sending request" in t for t in texts), texts
     assert not any("Reconnecting" in t for t in texts), texts
+
+
+def test_left_retrying_an_unreachable_api_codex_is_stopped_once_silent(
+    bench: Bench, codex: Path
+) -> None:
+    # Codex's default (unbounded_connection_retries on) never gives up: it prints
+    # "Reconnecting... waiting for network (…)" after about 3 s, 11 s, 24 s, 47 s, …
+    # The gaps grow, so a stall_kill_after shorter than one stops it as silent.
+    argv = codex_argv(str(codex), refused_url())
+    at = argv.index("unbounded_connection_retries")
+    del argv[at - 1 : at + 1]
+    stall = 'stall_after = "2s"\nstall_kill_after = "6s"'
+    start(bench, config(bench, argv, agent_extra=stall), {"lost": ticket_text("Lost")})
+    bench.post("lost")
+    run = bench.wait_run("lost#1", timeout=CODEX_TIMEOUT_S)
+
+    assert run["state"] == "failed", run
+    assert run["classification"] == "stalled", run
+    texts = log_texts(bench, run["id"])
+    assert any("Reconnecting... waiting for network" in t for t in texts), texts
+    assert not any('"turn.failed"' in t for t in texts), texts  # it never gave up itself

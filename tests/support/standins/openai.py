@@ -405,5 +405,5 @@ def codex_argv(codex: str, base_url: str) -> list[str]:
         "-c",
         f'model_provider="{PROVIDER}"',
         "-m",
-        "gpt-5",
+        "gpt-5.5",  # a model Codex has metadata for (gpt-5 draws a warning event)
     ]
