@@ -1,0 +1,1 @@
+"""Stand-ins for vendor APIs the real agent CLIs talk to, on loopback."""
