@@ -46,7 +46,7 @@ PER_MINUTE_QUOTA = "GenerateRequestsPerMinutePerProjectPerModel-FreeTier"
 PER_DAY_QUOTA = "GenerateRequestsPerDayPerProjectPerModel-FreeTier"
 
 
-def _quota_error(quota_id: str, metric_unit: str, limit: int, retry: str | None) -> dict[str, Any]:
+def _quota_error(quota_id: str, limit: int, retry: str | None) -> dict[str, Any]:
     metric = "generativelanguage.googleapis.com/generate_content_free_tier_requests"
     message = (
         f"You exceeded your current quota, please check your plan and billing details. "
@@ -80,7 +80,6 @@ def _quota_error(quota_id: str, metric_unit: str, limit: int, retry: str | None)
     ]
     if retry:
         details.append({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": retry})
-    del metric_unit
     return {
         "error": {
             "code": 429,
@@ -99,9 +98,12 @@ def _error(code: int, status: str, message: str, **extra: Any) -> dict[str, Any]
 
 # mode -> (HTTP status, JSON error body)
 MODES: dict[str, tuple[int, dict[str, Any]]] = {
-    "rate_minute": (429, _quota_error(PER_MINUTE_QUOTA, "minute", 2, "20s")),
-    "quota_daily": (429, _quota_error(PER_DAY_QUOTA, "day", 50, None)),
-    "overloaded": (503, _error(503, "UNAVAILABLE", "The model is overloaded. Please try again later.")),
+    "rate_minute": (429, _quota_error(PER_MINUTE_QUOTA, 2, "20s")),
+    "quota_daily": (429, _quota_error(PER_DAY_QUOTA, 50, None)),
+    "overloaded": (
+        503,
+        _error(503, "UNAVAILABLE", "The model is overloaded. Please try again later."),
+    ),
     "auth": (
         400,
         _error(
@@ -163,63 +165,8 @@ class GeminiStandIn:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def start(self) -> GeminiStandIn:
-        standin = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                pass
-
-            def do_GET(self) -> None:  # noqa: N802
-                standin._log(Request("GET", self.path))
-                if urlsplit(self.path).path.rstrip("/").endswith("/models"):
-                    self._json(200, {"models": [model_info()]})
-                else:
-                    self._json(404, _error(404, "NOT_FOUND", f"no {self.path}"))
-
-            def do_POST(self) -> None:  # noqa: N802
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                try:
-                    body: Any = json.loads(raw) if raw else None
-                except ValueError:
-                    body = raw.decode(errors="replace")
-                standin._log(Request("POST", self.path, body))
-                path = urlsplit(self.path).path
-                if standin.delay:
-                    threading.Event().wait(standin.delay)
-                if path.endswith(":countTokens"):
-                    self._json(200, {"totalTokens": 1800})
-                    return
-                if standin.mode in MODES:
-                    status, error = MODES[standin.mode]
-                    self._json(status, error)
-                    return
-                if path.endswith(":streamGenerateContent"):
-                    self._sse(turn(body))
-                elif path.endswith(":generateContent"):
-                    self._json(200, side_answer(body))
-                else:
-                    self._json(404, _error(404, "NOT_FOUND", f"no {path}"))
-
-            def _json(self, status: int, value: Any) -> None:
-                data = json.dumps(value).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=UTF-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _sse(self, chunks: list[dict[str, Any]]) -> None:
-                data = b"".join(b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in chunks)
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        handler = type("Handler", (_Handler,), {"standin": self})
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
@@ -332,3 +279,61 @@ def refused_url() -> str:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     return f"http://127.0.0.1:{port}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """One request: logged on the stand-in, answered by its mode and script."""
+
+    protocol_version = "HTTP/1.1"
+    standin: GeminiStandIn  # set on a subclass per server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self.standin._log(Request("GET", self.path))
+        if urlsplit(self.path).path.rstrip("/").endswith("/models"):
+            self._json(200, {"models": [model_info()]})
+        else:
+            self._json(404, _error(404, "NOT_FOUND", f"no {self.path}"))
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw.decode(errors="replace")
+        self.standin._log(Request("POST", self.path, body))
+        path = urlsplit(self.path).path
+        if self.standin.delay:
+            threading.Event().wait(self.standin.delay)
+        if path.endswith(":countTokens"):
+            self._json(200, {"totalTokens": 1800})
+            return
+        if self.standin.mode in MODES:
+            status, error = MODES[self.standin.mode]
+            self._json(status, error)
+            return
+        if path.endswith(":streamGenerateContent"):
+            self._sse(turn(body))
+        elif path.endswith(":generateContent"):
+            self._json(200, side_answer(body))
+        else:
+            self._json(404, _error(404, "NOT_FOUND", f"no {path}"))
+
+    def _json(self, status: int, value: Any) -> None:
+        data = json.dumps(value).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=UTF-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _sse(self, chunks: list[dict[str, Any]]) -> None:
+        data = b"".join(b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in chunks)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
