@@ -30,7 +30,13 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q
 
-test: $(STAMP) .debian-packages lint typecheck unit
+# The real agent CLIs the tests run, at pinned versions (tests/support/agent_clis.py),
+# into a cache outside the repository (~/.cache/sloop/agent-clis), reused when present.
+.PHONY: .agent-clis
+.agent-clis: scripts/ensure-agent-clis
+	scripts/ensure-agent-clis @anthropic-ai/claude-code@2.1.332 @openai/codex@0.171.0 @google/gemini-cli@0.61.0
+
+test: $(STAMP) .debian-packages .agent-clis lint typecheck unit
 
 # Minutes of load, not run by `make test`: the long protocol fuzz (-m overrides
 # pyproject's `-m 'not long'`).  SLOOP_FUZZ_SEED=<seed> replays its first seed.

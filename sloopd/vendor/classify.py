@@ -144,6 +144,10 @@ def _config_regex(source: Any, where: str) -> re.Pattern[str]:
 # --------------------------------------------------------------------------- classify
 
 
+# A retry hint this close marks a quota error as a rate limit (see _throttled).
+SHORT_RETRY_MS = 10 * 60_000
+
+
 def classify(
     lines: Iterable[str],
     now_ms: int,
@@ -171,11 +175,29 @@ def classify(
             if match is None:
                 continue
             reset = None
-            if pattern.classification in LIMIT_CLASSES:
+            classification = pattern.classification
+            if classification in LIMIT_CLASSES:
                 following = flat[index + 1 : index + 1 + RESET_LOOKAHEAD_LINES]
                 reset = _reset_near(line, following, now_ms, tz)
-            return Diagnosis(pattern.classification, _evidence(line, match), pattern.vendor, reset)
+                classification = _throttled(classification, line, reset, now_ms)
+            return Diagnosis(classification, _evidence(line, match), pattern.vendor, reset)
     return UNKNOWN
+
+
+def _throttled(classification: str, line: str, reset: int | None, now_ms: int) -> str:
+    """A quota error that says to retry within minutes is throttling, not a spent plan.
+
+    Gemini words its per-minute limit exactly like a spent quota ("You exceeded your
+    current quota … Please retry in 20s"); only the short retry tells them apart.
+    """
+    if (
+        classification == "usage_limit"
+        and reset is not None
+        and reset - now_ms <= SHORT_RETRY_MS
+        and "quota" in line.lower()
+    ):
+        return "rate_limited"
+    return classification
 
 
 def _reset_near(line: str, following: list[str], now_ms: int, tz: tzinfo | None) -> int | None:

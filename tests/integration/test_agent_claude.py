@@ -213,12 +213,6 @@ def test_a_stage_without_network_cannot_reach_even_loopback(
     assert api.paths() == []  # its own network namespace: the host's 127.0.0.1 is not there
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sloopd.vendor.patterns misses Claude Code's timeout wording 'Request timed out. If "
-    "the API is slow to answer, …' (its pattern wants an 'API Error' prefix): "
-    "tests/unit/vendor_strings/claude.json",
-)
 def test_an_api_too_slow_to_answer_is_a_network_failure(
     bench: Bench, api: AnthropicStandIn
 ) -> None:

@@ -194,15 +194,9 @@ def test_a_429_is_rate_limited_and_closes_the_gate(bench: Bench, codex: Path) ->
 @pytest.mark.parametrize(
     ("mode", "classification"),
     [
-        pytest.param(
-            Mode.OVERLOADED,
-            "overloaded",
-            # Codex prints the 503's message alone, without its status:
-            # {"type":"turn.failed","error":{"message":"Selected model is at capacity.
-            # Please try a different model."}}; no pattern of sloopd/vendor has that
-            # wording yet (it is in tests/unit/vendor_strings/codex.json).
-            marks=pytest.mark.xfail(strict=True, reason="classifier misses 'at capacity'"),
-        ),
+        # Codex prints the 503's message alone, without its status: "Selected model is
+        # at capacity. Please try a different model."
+        (Mode.OVERLOADED, "overloaded"),
         (Mode.UNAUTHORIZED, "auth_failed"),
         (Mode.CONTEXT, "context_length"),
         (Mode.USAGE_LIMIT, "usage_limit"),

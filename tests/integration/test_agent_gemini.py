@@ -185,16 +185,6 @@ def test_per_minute_quota_closes_the_gate(bench: Bench, api: GeminiStandIn) -> N
     print("gate:", json.dumps(gate))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Sloop classifies Gemini's per-minute 429 usage_limit: the last matching line is the "
-        "CLI's result event, whose text ('Quota exceeded for metric: …, limit: 2, model: …') "
-        "names no period (the quotaId …PerMinute… is only in the details the CLI prints as "
-        "[Object]); RetryableQuotaError, which says per-minute, is on an earlier stderr line. "
-        "See tests/unit/vendor_strings/gemini.json."
-    ),
-)
 def test_per_minute_quota_is_classified_rate_limited(bench: Bench, api: GeminiStandIn) -> None:
     run = limited_run(bench, api, "rate_minute")
     assert run["classification"] == "rate_limited", explain(bench, run)

@@ -58,6 +58,45 @@ def at(hour: int, minute: int = 0, *, day: int = 15, month: int = 1, zone: tzinf
 
 # (line, classification, vendor): one or more per row of DEFAULT_PATTERNS.
 SAMPLES: list[tuple[str, str, str | None]] = [
+    # ------------------------------------- harvested in 0.6.0 (tests/unit/vendor_strings)
+    ("You've hit your org's monthly usage limit · resets Jan 1", "usage_limit", "claude"),
+    ("You're out of usage credits", "usage_limit", "claude"),
+    (
+        "API Error: Request rejected (429) · This request would exceed your account's rate limit.",
+        "rate_limited",
+        "claude",
+    ),
+    ("Server is temporarily limiting requests (not your usage limit)", "rate_limited", "claude"),
+    ("Repeated 529 Overloaded errors", "overloaded", "claude"),
+    (
+        "Opus is experiencing high load, please use /model to switch to Sonnet",
+        "overloaded",
+        "claude",
+    ),
+    ("Selected model is at capacity. Please try a different model.", "overloaded", "codex"),
+    ("Invalid auth token · Fix external auth token", "auth_failed", "claude"),
+    (
+        "Your ANTHROPIC_API_KEY belongs to a disabled organization · Unset it",
+        "auth_failed",
+        "claude",
+    ),
+    (
+        "Your organization has disabled API key authentication · Sign in again",
+        "auth_failed",
+        "claude",
+    ),
+    (
+        "When using Gemini API, you must specify the GEMINI_API_KEY environment variable.",
+        "auth_failed",
+        "gemini",
+    ),
+    ("Invalid auth method selected.", "auth_failed", "gemini"),
+    (
+        "Request timed out. If the API is slow to answer, set API_TIMEOUT_MS above 2000.",
+        "network",
+        "claude",
+    ),
+    ("API Error: No response from API", "network", "claude"),
     # ---------------------------------------------------------------- Claude Code
     (f"Claude AI usage limit reached|{RESET_EPOCH}", "usage_limit", "claude"),
     ("5-hour limit reached ∙ resets 3pm", "usage_limit", "claude"),
@@ -579,7 +618,8 @@ def test_a_reset_time_on_the_lines_after_the_evidence_counts() -> None:
         "Retrying in 0.5 seconds...",
     ]
     diagnosis = classify(lines, NOW_MS)
-    assert diagnosis.classification == "usage_limit"
+    # A quota whose retry is seconds away is a per-minute quota: throttling (0.6.0).
+    assert diagnosis.classification == "rate_limited"
     assert diagnosis.evidence == lines[0]
     assert diagnosis.reset_at_ms == NOW_MS + 57_637
     # The CLI's own back-off is not the vendor's reset time.

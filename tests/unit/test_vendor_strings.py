@@ -26,17 +26,18 @@ def cases() -> list[Any]:
         document = json.loads(table.read_text(encoding="utf-8"))
         for entry in document.get("strings") or document.get("cases") or []:
             wanted = entry.get("class")
-            if not isinstance(entry.get("text"), str):
+            lines = entry.get("lines") or [entry.get("text")]
+            if not all(isinstance(line, str) for line in lines):
                 continue
-            found.append(
-                pytest.param(entry["text"], wanted, id=f"{table.stem}:{entry['text'][:60]}")
-            )
+            found.append(pytest.param(lines, wanted, id=f"{table.stem}:{lines[-1][:60]}"))
     return found
 
 
-@pytest.mark.parametrize(("text", "wanted"), cases())
-def test_each_vendor_string_gets_its_class(text: str, wanted: str | None) -> None:
-    diagnosis = classify([text], NOW_MS)
+@pytest.mark.parametrize(("lines", "wanted"), cases())
+def test_each_vendor_string_gets_its_class(lines: list[str], wanted: str | None) -> None:
+    """A case is one line, or the lines a CLI prints for one failure (the last decides)."""
+    text = "\n".join(lines)
+    diagnosis = classify(lines, NOW_MS)
     got = diagnosis.classification
     if wanted is None:
         assert got == "unknown", f"{text!r} is no failure but was classified {got}"
