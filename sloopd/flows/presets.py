@@ -1,0 +1,120 @@
+"""Agent presets: the command lines that make the real agent CLIs work unattended in Sloop.
+
+Each preset was found by running the CLI, unmodified, inside Sloop's sandbox against
+a stand-in of its vendor's API (tests/integration/test_agent_<cli>.py):
+
+* the prompt goes on standard input from ``$SLOOP_PROMPT_FILE``, never in argv (a
+  ticket over 128 KiB would not fit);
+* the CLI's own permission system is switched off: Sloop's sandbox is the boundary,
+  and a headless CLI that asks for permission refuses every tool and exits 0;
+* its own retries are capped at one, so a vendor limit reaches Sloop's classifier
+  while it is fresh instead of hiding behind minutes of silent back-off;
+* it prints a JSON event per line (``stream``), which Sloop reads for tokens and cost
+  and ``sloopctl logs`` renders for people;
+* telemetry, update checks and other traffic to the vendor's side hosts are off.
+
+Only variables named in ``env`` reach the CLI (credentials and base URLs, passed by
+name from the daemon's environment); the fixed settings are exported by the command
+itself, so they show in ``sloop.toml`` as written by ``sloopctl init``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+PROMPT_ON_STDIN: Final = '< "$SLOOP_PROMPT_FILE"'
+
+
+@dataclass(frozen=True, slots=True)
+class Preset:
+    name: str
+    command: tuple[str, ...]
+    env: tuple[str, ...]  # passed through by name when the daemon has them
+    stream: str | None  # the JSON event stream the command prints (sloopd.vendor.usage)
+    summary: str
+
+
+def _sh(script: str) -> tuple[str, ...]:
+    return ("sh", "-c", script)
+
+
+CLAUDE = Preset(
+    "claude",
+    _sh(
+        "export IS_SANDBOX=1 DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1 "
+        "DISABLE_AUTOUPDATER=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 "
+        "CLAUDE_CODE_MAX_RETRIES=1; "
+        "exec claude -p --output-format stream-json --verbose "
+        f"--dangerously-skip-permissions {PROMPT_ON_STDIN}"
+    ),
+    ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL"),
+    "claude",
+    "Claude Code in headless mode, tools allowed (IS_SANDBOX=1: Sloop's sandbox is the boundary)",
+)
+
+CODEX = Preset(
+    "codex",
+    _sh(
+        "exec codex exec --json --dangerously-bypass-approvals-and-sandbox "
+        "--disable unbounded_connection_retries --disable plugins --disable remote_plugin "
+        "--disable apps --disable in_app_updates "
+        "-c allow_login_shell=false -c analytics.enabled=false -c feedback.enabled=false "
+        "-c check_for_update_on_startup=false "
+        '-c model_providers.sloop.name=\\"sloop\\" '
+        '-c "model_providers.sloop.base_url=\\"${OPENAI_BASE_URL:-https://api.openai.com/v1}\\"" '
+        '-c model_providers.sloop.wire_api=\\"responses\\" '
+        '-c model_providers.sloop.env_key=\\"OPENAI_API_KEY\\" '
+        "-c model_providers.sloop.request_max_retries=1 "
+        "-c model_providers.sloop.stream_max_retries=1 "
+        '-c model_provider=\\"sloop\\" '
+        '${CODEX_MODEL:+-m "$CODEX_MODEL"} '
+        f"- {PROMPT_ON_STDIN}"
+    ),
+    ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_MODEL"),
+    "codex",
+    "Codex exec, its own sandbox off (Sloop's is the boundary), commands in a plain shell",
+)
+
+GEMINI_SETTINGS: Final = (
+    '{"security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": false}}, '
+    '"general": {"maxAttempts": 1, "enableAutoUpdate": false, '
+    '"enableAutoUpdateNotification": false, "checkpointing": {"enabled": false}}, '
+    '"privacy": {"usageStatisticsEnabled": false}, "telemetry": {"enabled": false}, '
+    '"ide": {"enabled": false}}'
+)
+
+GEMINI = Preset(
+    "gemini",
+    _sh(
+        'set -e; mkdir -p "$HOME/.gemini"; '
+        f"printf '%s\\n' '{GEMINI_SETTINGS}' > \"$HOME/.gemini/settings.json\"; "
+        # Gemini runs git with GIT_CONFIG_GLOBAL=/dev/null: give its commits the run's identity.
+        'export GIT_AUTHOR_NAME="$(git config user.name)" '
+        'GIT_AUTHOR_EMAIL="$(git config user.email)"; '
+        'export GIT_COMMITTER_NAME="$GIT_AUTHOR_NAME" GIT_COMMITTER_EMAIL="$GIT_AUTHOR_EMAIL"; '
+        'exec gemini --yolo --model "${GEMINI_MODEL:-gemini-2.5-pro}" '
+        f"--output-format stream-json {PROMPT_ON_STDIN}"
+    ),
+    ("GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL", "GEMINI_MODEL"),
+    "gemini",
+    "Gemini CLI with --yolo (tools allowed), one attempt per request, a pinned model",
+)
+
+EXAMPLE = Preset(
+    "example",
+    ("python3", "-m", "sloopd.examples.agent"),
+    (),
+    None,
+    "the bundled example agent (sloopd.examples.agent): edits and commits, no vendor",
+)
+
+PRESETS: Final[dict[str, Preset]] = {p.name: p for p in (CLAUDE, CODEX, GEMINI, EXAMPLE)}
+
+
+def preset(name: str) -> Preset:
+    """The preset called ``name``; KeyError names the known ones."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise KeyError(f"unknown agent preset {name!r} (known: {', '.join(PRESETS)})") from None
