@@ -23,6 +23,8 @@ from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.runs.spawning import ChildStarter
 from sloopd.util.clock import now_ms
+from sloopd.vendor.usage import Usage
+from sloopd.vendor.usage import total as usage_total
 
 
 class StageExecutor:
@@ -132,7 +134,7 @@ class StageExecutor:
         if stage.result_check == "panel":
             return await self._run_panel(active, facts, stage, attempt, pinned)
         command = stage.command or (active.config.agent.command if stage.action == "agent" else ())
-        code = await self.children.run(active, facts, stage, attempt, None, command)
+        code, usage = await self.children.run(active, facts, stage, attempt, None, command)
         if isinstance(code, str):
             return {
                 "passed": False,
@@ -141,6 +143,8 @@ class StageExecutor:
                 "reason": code,
             }
         result = self._judge(facts, stage, attempt, code)
+        if usage is not None:
+            result["usage"] = usage.row()
         name = self.branches.execution_name(facts, stage, attempt, None)
         if not produces(stage):
             left = await self.branches.review_leftovers(facts, pinned, name)
@@ -177,9 +181,10 @@ class StageExecutor:
     ) -> dict[str, Any]:
         """Seats one after another, each with its own credential; passes ≥ quorum."""
         discarded: list[dict[str, Any]] = []
+        seat_usage: list[Usage | None] = []
         for seat, reviewer in enumerate(stage.reviewers):
-            if active.cancel_reason is not None:
-                break
+            if active.cancel_reason is not None or active.stop_cause is not None:
+                break  # stopped: a spent budget or a timeout ends the panel too
             await self.records.append_steps_durably(
                 facts.run_id,
                 walk.SEAT_STARTED,
@@ -188,10 +193,15 @@ class StageExecutor:
                 seat,
                 {"target": reviewer.target},
             )
-            code = await self.children.run(active, facts, stage, attempt, seat, reviewer.command)
+            code, usage = await self.children.run(
+                active, facts, stage, attempt, seat, reviewer.command
+            )
             result: dict[str, Any] = {"exit_code": code if isinstance(code, int) else None}
             if isinstance(code, str):
                 result["error"] = code
+            if usage is not None:
+                result["usage"] = usage.row()
+            seat_usage.append(usage)
             name = self.branches.execution_name(facts, stage, attempt, seat)
             left = await self.branches.review_leftovers(facts, pinned, name)
             if left is not None:
@@ -212,6 +222,7 @@ class StageExecutor:
             "reason": f"{passes} of {total} reviewers passed (quorum {stage.quorum})",
             "commit": pinned,
             **_discarded(discarded),
+            **_usage(usage_total(seat_usage)),
         }
 
     def _judge(self, facts: RunFacts, stage: Stage, attempt: int, code: int) -> dict[str, Any]:
@@ -249,6 +260,10 @@ class StageExecutor:
             "verdict_source": "panel",
             "reason": "panel stages need reviewer seats",
         }
+
+
+def _usage(usage: Usage | None) -> dict[str, Any]:
+    return {"usage": usage.row()} if usage is not None else {}
 
 
 def _discarded(entries: list[dict[str, Any]]) -> dict[str, Any]:
