@@ -18,6 +18,7 @@ from sloopd.flows import walk
 from sloopd.flows.flow import Stage
 from sloopd.runs import gitops
 from sloopd.runs.branch import RunBranches, produces
+from sloopd.runs.budget import TIMED_OUT
 from sloopd.runs.checkout import CheckoutError
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
@@ -182,9 +183,10 @@ class StageExecutor:
         """Seats one after another, each with its own credential; passes ≥ quorum."""
         discarded: list[dict[str, Any]] = []
         seat_usage: list[Usage | None] = []
+        timed_out: list[str] = []
         for seat, reviewer in enumerate(stage.reviewers):
             if active.cancel_reason is not None or active.stop_cause is not None:
-                break  # stopped: a spent budget or a timeout ends the panel too
+                break  # stopped: a spent budget ends the panel too
             await self.records.append_steps_durably(
                 facts.run_id,
                 walk.SEAT_STARTED,
@@ -202,6 +204,12 @@ class StageExecutor:
             if usage is not None:
                 result["usage"] = usage.row()
             seat_usage.append(usage)
+            cause = active.stop_cause
+            if cause is not None and cause["classification"] == TIMED_OUT:
+                # Each seat has its own clock: this one fails, the next one sits.
+                result["error"] = cause["detail"]
+                timed_out.append(f"seat {seat} ({reviewer.target}) {cause['detail']}")
+                active.stop_cause = None
             name = self.branches.execution_name(facts, stage, attempt, seat)
             left = await self.branches.review_leftovers(facts, pinned, name)
             if left is not None:
@@ -223,6 +231,7 @@ class StageExecutor:
             "commit": pinned,
             **_discarded(discarded),
             **_usage(usage_total(seat_usage)),
+            **({} if passed or not timed_out else _timed_out("; ".join(timed_out))),
         }
 
     def _judge(self, facts: RunFacts, stage: Stage, attempt: int, code: int) -> dict[str, Any]:
@@ -260,6 +269,19 @@ class StageExecutor:
             "verdict_source": "panel",
             "reason": "panel stages need reviewer seats",
         }
+
+
+def _timed_out(detail: str) -> dict[str, Any]:
+    """The diagnosis of a panel that failed with seats stopped by their timeout."""
+    return {
+        "diagnosis": {
+            "classification": TIMED_OUT,
+            "evidence": None,
+            "vendor": None,
+            "reset_at_ms": None,
+            "detail": detail,
+        }
+    }
 
 
 def _usage(usage: Usage | None) -> dict[str, Any]:

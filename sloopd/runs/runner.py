@@ -290,7 +290,7 @@ class RunManager:
             result = {**result, "passed": False, "reason": active.cancel_reason}
         elif active.stop_cause is not None:  # a timeout or a spent budget stopped it
             result = budget.stopped_result(result, active.stop_cause)
-        elif not result["passed"] and stage.action == "agent":
+        elif not result["passed"] and stage.action == "agent" and "diagnosis" not in result:
             result["diagnosis"] = self.executor.diagnose(active)
         active.child = None
         active.stall_killed_after_ms = active.stop_cause = None
