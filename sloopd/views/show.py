@@ -18,14 +18,18 @@ def dashboard(daemon: Daemon, limit: int | None) -> dict[str, Any]:
     view: dict[str, Any] = {"kind": "dashboard", **status(daemon)}
     store = daemon.store
     if store is None:
-        view.update(recent=[], recent_total=0, recent_limit=recent_limit)
+        view.update(recent=[], recent_total=0, recent_limit=recent_limit, usage=None)
         return view
     recent = [_live_run_row(daemon, r) for r in store.all("runs_recent", (recent_limit,))]
     total = store.one("runs_recent_count")
+    # Additive in 0.6.0 (the deprecated status keeps its fields): what every run's
+    # agents reported, those in flight included.
+    live = [active.usage_total() for active in daemon.active_runs.values()]
     view.update(
         recent=recent,
         recent_total=int(total[0]) if total else 0,
         recent_limit=recent_limit,
+        usage=rows.usage_sum([rows.usage_of(store, "usage_total_settled"), *live]),
     )
     return view
 
@@ -46,9 +50,6 @@ def status(daemon: Daemon) -> dict[str, Any]:
         queued_triggers=queued,
         tickets=[rows.ticket_row(t, facts) for t in store.all("tickets_nonterminal")],
     )
-    # Additive in 0.6.0: what every run's agents reported, those in flight included.
-    live = [active.usage_total() for active in daemon.active_runs.values()]
-    fields["usage"] = rows.usage_sum([rows.usage_of(store, "usage_total_settled"), *live])
     wake = next_wake(daemon)
     if wake is not None:
         fields["next_wake"] = wake
