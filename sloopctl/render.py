@@ -24,6 +24,7 @@ from sloopctl.layout import (
     table,
     text,
 )
+from sloopctl.usage_text import usage_text
 
 _STAGE_MARK: Final = {"passed": "✓", "failed": "✗", "running": "▶", "pending": "·"}
 
@@ -99,11 +100,12 @@ def runs_section(rows: Any, now: int, paint: Paint, title: str = "Runs") -> list
             relative(r.get("started_at_ms"), now),
             relative(r.get("finished_at_ms"), now) if r.get("finished_at_ms") else "-",
             stages_summary(r.get("stages")),
+            usage_text(r.get("usage")),
             text(r.get("reason")) if r.get("reason") else "",
         ]
         for r in _rows(rows)
     ]
-    headers = ["ID", "ALIAS", "STATE", "STARTED", "FINISHED", "STAGES", "REASON"]
+    headers = ["ID", "ALIAS", "STATE", "STARTED", "FINISHED", "STAGES", "USAGE", "REASON"]
     return section(title, headers, cells, paint)
 
 
@@ -119,11 +121,13 @@ def stages_section(rows: Any, now: int, paint: Paint) -> list[str]:
             text(s.get("exit_code")),
             text(s.get("verdict_source")),
             text(s.get("confidence")),
+            usage_text(s.get("usage")),
             text(s.get("reason")) if s.get("reason") else "",
         ]
         for s in stages
     ]
-    headers = ["STAGE", "ATTEMPT", "STATE", "STARTED", "TOOK", "EXIT", "SOURCE", "CONF", "REASON"]
+    headers = ["STAGE", "ATTEMPT", "STATE", "STARTED", "TOOK", "EXIT", "SOURCE", "CONF", "USAGE"]
+    headers.append("REASON")
     out = section("Stages", headers, cells, paint)
     for s in stages:
         seats = _rows(s.get("reviewers"))
@@ -133,13 +137,14 @@ def stages_section(rows: Any, now: int, paint: Paint) -> list[str]:
                 paint(f"Reviewers of {text(s.get('stage'))}#{text(s.get('attempt'))}", "bold"),
             ]
             out += table(
-                ["SEAT", "TARGET", "VERDICT", "CONF", "REASON"],
+                ["SEAT", "TARGET", "VERDICT", "CONF", "USAGE", "REASON"],
                 [
                     [
                         text(r.get("reviewer")),
                         text(r.get("target")),
                         state_cell(r.get("verdict")),
                         text(r.get("confidence")),
+                        usage_text(r.get("usage")),
                         text(r.get("reason")) if r.get("reason") else "",
                     ]
                     for r in seats
@@ -170,6 +175,8 @@ def dashboard(data: Mapping[str, Any], now: int, paint: Paint) -> list[str]:
     head.append(gate_words)
     if isinstance(data.get("next_wake"), int):
         head.append(f"next wake {relative(data['next_wake'], now)}")
+    if isinstance(data.get("usage"), dict):
+        head.append(f"agents used {usage_text(data['usage'])}")
     out = [" · ".join(head)]
     warning = _mapping(daemon.get("sandbox")).get("warning")
     if warning:

@@ -17,6 +17,7 @@ from sloopd.flows.flow import parse as parse_flows
 from sloopd.util.durations import parse_ms
 from sloopd.util.names import ref_problem
 from sloopd.vendor import Pattern, VendorConfigError, patterns_from_config
+from sloopd.vendor import usage as vendor_usage
 
 CONFIG_FILE = "sloop.toml"
 
@@ -86,6 +87,7 @@ def parse(document: dict[str, Any], path: Path | None = None) -> Config:
         parsed = parse_flows(agent, flows)
     except FlowError as exc:
         raise ConfigError(f"{where}{exc}") from exc
+    _check_streams(parsed.agent, parsed.flows, where)
     return Config(
         repo=repo,
         agent=parsed.agent,
@@ -94,6 +96,26 @@ def parse(document: dict[str, Any], path: Path | None = None) -> Config:
         vendor_patterns=_vendor_section(document.get("vendor", {}), where),
         sandbox=sandbox,
     )
+
+
+def _check_streams(agent: AgentSettings, flows: dict[str, Flow], where: str) -> None:
+    """Every stream named has a parser here: a typo fails at load, not mid-run."""
+    named: list[tuple[str, str | None]] = [("agent.stream", agent.stream)]
+    for flow in flows.values():
+        for index, stage in enumerate(flow.stages):
+            key = f"flows.{flow.name}.stages[{index}]"
+            named.append((f"{key}.stream", stage.stream))
+            named += [
+                (f"{key}.reviewers[{seat}].stream", reviewer.stream)
+                for seat, reviewer in enumerate(stage.reviewers)
+            ]
+    for key, name in named:
+        if name is None:
+            continue
+        try:
+            vendor_usage.parser(name)
+        except vendor_usage.UnknownStream as exc:
+            raise ConfigError(f"{where}'{key}': {exc}") from exc
 
 
 def _vendor_section(section: Any, where: str) -> tuple[Pattern, ...]:

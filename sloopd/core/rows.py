@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,6 +10,7 @@ import orjson
 
 from sloopd.store import Store
 from sloopd.store.db import Row
+from sloopd.vendor import usage
 from sloopd.wire.api import TERMINAL_RUN_STATES, TERMINAL_TICKET_STATES
 
 # Column order of the ticket_* queries.
@@ -107,7 +108,11 @@ def waiting(ticket_id: str, state: str, flow: str, facts: QueueFacts) -> dict[st
 
 def run_row(store: Store, run_id: str) -> dict[str, Any] | None:
     record = store.one("run_by_id", (run_id,))
-    return None if record is None else run_row_of(record)
+    if record is None:
+        return None
+    row = run_row_of(record)
+    row["usage"] = usage_of(store, "usage_for_run", (run_id,))
+    return row
 
 
 def run_row_of(record: Row) -> dict[str, Any]:
@@ -153,3 +158,19 @@ def run_row_of(record: Row) -> dict[str, Any]:
         "diagnosis": diagnosis,
         "stall": None,
     }
+
+
+def usage_sum(found: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """Stored usage objects summed; None when none was reported."""
+    summed = usage.total(usage.from_row(r) for r in found)
+    return summed.row() if summed is not None else None
+
+
+def usage_of(store: Store, query: str, args: tuple[Any, ...] = ()) -> dict[str, Any] | None:
+    """The summed usage of the stage_finished rows a ``usage_*`` query selects."""
+    record = store.one(query, args)
+    if record is None or not record[0]:
+        return None
+    _reported, input_tokens, output_tokens, cached_tokens, cost = record
+    priced = None if cost is None else float(cost)
+    return usage.Usage(int(input_tokens), int(output_tokens), int(cached_tokens), priced).row()

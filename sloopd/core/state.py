@@ -29,6 +29,10 @@ class LiveRun(Protocol):
 
     def stall(self) -> dict[str, Any] | None: ...
 
+    def usage_total(self) -> dict[str, Any] | None: ...
+
+    def live_usage(self) -> dict[str, Any] | None: ...
+
 
 def _nothing() -> None:
     pass

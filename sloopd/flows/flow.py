@@ -10,9 +10,30 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from sloopd.util.durations import parse_ms
+from sloopd.flows.agent_settings import (
+    DEFAULT_AGENT_COMMAND,
+    AgentSettings,
+    Budget,
+    FlowError,
+    argv,
+    budget,
+    duration,
+    parse_agent,
+    stream,
+)
 from sloopd.util.names import NAME_RULE, name_problem
-from sloopd.util.sizes import parse_bytes
+
+__all__ = [
+    "DEFAULT_AGENT_COMMAND",
+    "AgentSettings",
+    "Budget",
+    "Flow",
+    "FlowError",
+    "Flows",
+    "Reviewer",
+    "Stage",
+    "parse",
+]
 
 Action = Literal["agent", "command", "sync", "ff_only"]
 Check = Literal["exit_code", "reported", "panel"]
@@ -21,7 +42,6 @@ ACTIONS: tuple[Action, ...] = ("agent", "command", "sync", "ff_only")
 CHECKS: tuple[Check, ...] = ("exit_code", "reported", "panel")
 FAIL_ACTIONS = ("fail", "continue")
 SYNC_MODES = ("merge", "rebase")
-DEFAULT_AGENT_COMMAND = ("claude", "-p", "{prompt}")
 DEFAULT_PROMPT = "Implement the ticket. Commit your work."
 _STAGE_KEYS = {
     "name",
@@ -38,30 +58,17 @@ _STAGE_KEYS = {
     "network",
     "commit",
     "allow_empty",
-}
-_AGENT_KEYS = {
-    "command",
-    "stall_after",
-    "stall_kill_after",
-    "cooldown",
-    "max_cooldown",
-    "max_log_lines",
-    "max_log_bytes",
-    "env",
-    "ro_mounts",
-    "rw_mounts",
+    "timeout",
+    "stream",
 }
 COMMIT_MODES = ("manual", "auto")
-
-
-class FlowError(Exception):
-    """A flow or agent section that does not validate; names the key and reason."""
 
 
 @dataclass(frozen=True, slots=True)
 class Reviewer:
     target: str
     command: tuple[str, ...]
+    stream: str | None = None  # None: the stage's (else the agent's) stream
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +90,11 @@ class Stage:
     commit: str = "manual"
     # ff_only only: merging nothing beyond main passes instead of failing.
     allow_empty: bool = False
+    # Wall-clock limit per child (an agent or command stage, each panel seat);
+    # None: agent.agent_timeout or agent.command_timeout.
+    timeout_ms: int | None = None
+    # An agent stage's JSON event stream; None: agent.stream.
+    stream: str | None = None
 
     @property
     def advisory(self) -> bool:
@@ -93,6 +105,17 @@ class Stage:
 class Flow:
     name: str
     stages: tuple[Stage, ...]
+    # The flow's own run budget; None falls back to [agent]'s.
+    max_cost_usd: float | None = None
+    max_tokens: int | None = None
+
+    def budget(self, agent: AgentSettings) -> Budget:
+        """The budget a run of this flow spends: the flow's figures, else [agent]'s."""
+        fallback = agent.budget
+        return Budget(
+            self.max_cost_usd if self.max_cost_usd is not None else fallback.max_cost_usd,
+            self.max_tokens if self.max_tokens is not None else fallback.max_tokens,
+        )
 
     def stage(self, name: str) -> Stage | None:
         return next((s for s in self.stages if s.name == name), None)
@@ -109,33 +132,19 @@ class Flow:
         for raw in data["stages"]:
             raw = dict(raw)
             raw["reviewers"] = tuple(
-                Reviewer(r["target"], tuple(r["command"])) for r in raw.get("reviewers", ())
+                Reviewer(r["target"], tuple(r["command"]), r.get("stream"))
+                for r in raw.get("reviewers", ())
             )
             if raw.get("command") is not None:
                 raw["command"] = tuple(raw["command"])
             # Snapshots taken before 0.5.0 lack the newer keys: their defaults apply.
             stages.append(Stage(**raw))
-        return cls(name=data["name"], stages=tuple(stages))
-
-
-@dataclass(frozen=True, slots=True)
-class AgentSettings:
-    command: tuple[str, ...] = DEFAULT_AGENT_COMMAND
-    stall_after_ms: int = 20 * 60_000
-    stall_kill_after_ms: int = 2 * 3_600_000
-    # How long the gate stays closed after a vendor limit that names no reset time.
-    cooldown_ms: int = 30 * 60_000
-    # Variables passed through to every child by name (the rest is an allowlist).
-    env: tuple[str, ...] = ()
-    # Host paths every sandbox sees read-only / read-write (credentials, caches).
-    ro_mounts: tuple[str, ...] = ()
-    rw_mounts: tuple[str, ...] = ()
-    # A vendor's reset time further ahead than this is capped (the gate says so).
-    max_cooldown_ms: int = 6 * 3_600_000
-    # Per child (stage execution or panel seat): output stored past these is
-    # dropped, counted, and reported in one system record.
-    max_log_lines: int = 100_000
-    max_log_bytes: int = 64 << 20
+        return cls(
+            name=data["name"],
+            stages=tuple(stages),
+            max_cost_usd=data.get("max_cost_usd"),
+            max_tokens=data.get("max_tokens"),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,95 +166,11 @@ def default_flow() -> Flow:
 
 
 def parse(agent: dict[str, Any], flows: dict[str, Any]) -> Flows:
-    settings = _agent(agent)
+    settings = parse_agent(agent)
     parsed = {"default": default_flow()}
     for name, body in flows.items():
         parsed[name] = _flow(name, body)
     return Flows(agent=settings, flows=parsed)
-
-
-def _agent(section: dict[str, Any]) -> AgentSettings:
-    unknown = sorted(set(section) - _AGENT_KEYS)
-    if unknown:
-        raise FlowError(f"unknown key 'agent.{unknown[0]}'")
-    defaults = AgentSettings()
-    command = _argv(section.get("command", list(defaults.command)), "agent.command")
-    durations = {}
-    for key, default in (
-        ("stall_after", defaults.stall_after_ms),
-        ("stall_kill_after", defaults.stall_kill_after_ms),
-        ("cooldown", defaults.cooldown_ms),
-        ("max_cooldown", defaults.max_cooldown_ms),
-    ):
-        value = section.get(key)
-        if value is None:
-            durations[key] = default
-            continue
-        if not isinstance(value, str):
-            raise FlowError(f"'agent.{key}' must be a duration string like \"20m\"")
-        try:
-            durations[key] = parse_ms(value)
-        except ValueError as exc:
-            raise FlowError(f"'agent.{key}': {exc}") from exc
-    if durations["stall_kill_after"] < durations["stall_after"]:
-        raise FlowError("'agent.stall_kill_after' must not be shorter than 'agent.stall_after'")
-    if durations["max_cooldown"] < 1000:
-        raise FlowError("'agent.max_cooldown' must be at least 1s")
-    max_lines = section.get("max_log_lines", defaults.max_log_lines)
-    if isinstance(max_lines, bool) or not isinstance(max_lines, int) or max_lines < 1:
-        raise FlowError("'agent.max_log_lines' must be an integer of at least 1")
-    max_bytes = section.get("max_log_bytes", defaults.max_log_bytes)
-    try:
-        if not isinstance(max_bytes, int | str):
-            raise ValueError("must be an integer or a string")
-        max_bytes = parse_bytes(max_bytes)
-    except ValueError as exc:
-        raise FlowError(f"'agent.max_log_bytes': {exc}") from exc
-    if max_bytes < 1024:
-        raise FlowError("'agent.max_log_bytes' must be at least 1KiB")
-    env = _names(section.get("env", []), "agent.env")
-    ro_mounts = _paths(section.get("ro_mounts", []), "agent.ro_mounts")
-    rw_mounts = _paths(section.get("rw_mounts", []), "agent.rw_mounts")
-    return AgentSettings(
-        command,
-        durations["stall_after"],
-        durations["stall_kill_after"],
-        durations["cooldown"],
-        env,
-        ro_mounts,
-        rw_mounts,
-        max_cooldown_ms=durations["max_cooldown"],
-        max_log_lines=max_lines,
-        max_log_bytes=max_bytes,
-    )
-
-
-def _names(value: Any, key: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(
-        isinstance(name, str) and name.isidentifier() for name in value
-    ):
-        raise FlowError(f"'{key}' must be a list of environment variable names")
-    if any(name.startswith("SLOOP_") for name in value):
-        raise FlowError(f"'{key}': SLOOP_* variables are set by the daemon, not passed through")
-    return tuple(value)
-
-
-def _paths(value: Any, key: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(
-        isinstance(path, str) and path.startswith(("/", "~/")) for path in value
-    ):
-        raise FlowError(f"'{key}' must be a list of absolute paths (or paths under ~/)")
-    return tuple(value)
-
-
-def _argv(value: Any, key: str) -> tuple[str, ...]:
-    if (
-        not isinstance(value, list)
-        or not value
-        or not all(isinstance(part, str) and part for part in value)
-    ):
-        raise FlowError(f"'{key}' must be a non-empty list of strings (an argv)")
-    return tuple(value)
 
 
 def _flow(name: str, body: Any) -> Flow:
@@ -257,7 +182,7 @@ def _flow(name: str, body: Any) -> Flow:
         raise FlowError(f"'{where}': the flow name {name!r} is refused: {problem} ({NAME_RULE})")
     if not isinstance(body, dict):
         raise FlowError(f"'{where}' must be a table")
-    unknown = sorted(set(body) - {"stages"})
+    unknown = sorted(set(body) - {"stages", "max_cost_usd", "max_tokens"})
     if unknown:
         raise FlowError(f"unknown key '{where}.{unknown[0]}'")
     raw_stages = body.get("stages")
@@ -266,7 +191,8 @@ def _flow(name: str, body: Any) -> Flow:
     stages: list[Stage] = []
     for index, raw in enumerate(raw_stages):
         stages.append(_stage(f"{where}.stages[{index}]", raw, stages))
-    return Flow(name, tuple(stages))
+    limits = budget(body, where)
+    return Flow(name, tuple(stages), limits.max_cost_usd, limits.max_tokens)
 
 
 def _stage(where: str, raw: Any, earlier: list[Stage]) -> Stage:
@@ -289,7 +215,7 @@ def _stage(where: str, raw: Any, earlier: list[Stage]) -> Stage:
     if command is not None or action == "command":
         if action not in ("agent", "command"):
             raise FlowError(f"'{where}.command' is only for agent and command stages")
-        command = _argv(command, f"{where}.command")
+        command = argv(command, f"{where}.command")
     return_to, returns = _return_edge(where, raw, name, earlier, fail_action)
     reviewers, quorum = _panel(where, raw, check)
     mode = _choice(raw, "mode", SYNC_MODES, where, "merge")
@@ -301,6 +227,7 @@ def _stage(where: str, raw: Any, earlier: list[Stage]) -> Stage:
     commit = _choice(raw, "commit", COMMIT_MODES, where, "manual")
     if "commit" in raw and action != "agent":
         raise FlowError(f"'{where}.commit' is only for agent stages")
+    timeout_ms, stream_name = _child_limits(where, raw, action)
     allow_empty = _flag(raw, "allow_empty", where, False)
     if "allow_empty" in raw and action != "ff_only":
         raise FlowError(f"'{where}.allow_empty' is only for ff_only stages")
@@ -319,7 +246,26 @@ def _stage(where: str, raw: Any, earlier: list[Stage]) -> Stage:
         network=network,
         commit=commit,
         allow_empty=allow_empty,
+        timeout_ms=timeout_ms,
+        stream=stream_name,
     )
+
+
+def _child_limits(where: str, raw: dict[str, Any], action: str) -> tuple[int | None, str | None]:
+    """A stage's own ``timeout`` (agent and command stages) and ``stream`` (agent stages)."""
+    timeout_ms = None
+    if "timeout" in raw:
+        if action not in ("agent", "command"):
+            raise FlowError(f"'{where}.timeout' is only for agent and command stages")
+        timeout_ms = duration(raw["timeout"], f"{where}.timeout")
+        if timeout_ms < 1000:
+            raise FlowError(f"'{where}.timeout' must be at least 1s")
+    stream_name = None
+    if "stream" in raw:
+        if action != "agent":
+            raise FlowError(f"'{where}.stream' is only for agent stages")
+        stream_name = stream(raw["stream"], f"{where}.stream")
+    return timeout_ms, stream_name
 
 
 def _stage_name(where: str, name: Any) -> str:
@@ -395,12 +341,14 @@ def _panel(where: str, raw: dict[str, Any], check: str) -> tuple[tuple[Reviewer,
     reviewers = []
     for index, entry in enumerate(listed):
         key = f"{where}.reviewers[{index}]"
-        if not isinstance(entry, dict) or set(entry) - {"target", "command"}:
-            raise FlowError(f"'{key}' must be a table with 'target' and 'command'")
+        if not isinstance(entry, dict) or set(entry) - {"target", "command", "stream"}:
+            raise FlowError(f"'{key}' must be a table with 'target', 'command' (and 'stream')")
         target = entry.get("target")
         if not isinstance(target, str) or not target:
             raise FlowError(f"'{key}.target' must be a non-empty string")
-        reviewers.append(Reviewer(target, _argv(entry.get("command"), f"{key}.command")))
+        seat_stream = stream(entry["stream"], f"{key}.stream") if "stream" in entry else None
+        command = argv(entry.get("command"), f"{key}.command")
+        reviewers.append(Reviewer(target, command, seat_stream))
     quorum = raw.get("quorum", len(reviewers))
     if isinstance(quorum, bool) or not isinstance(quorum, int) or not 1 <= quorum <= len(reviewers):
         raise FlowError(f"'{where}.quorum' must be between 1 and {len(reviewers)}")

@@ -61,6 +61,8 @@ class Execution:
     final: bool = False
     # ff_only only: {"from": main's sha, "to": the tip} once the ref is about to move.
     merge_intent: dict[str, Any] | None = None
+    # What its agent (a panel: all its seats) reported spending; None: nothing.
+    usage: dict[str, Any] | None = None
 
     @property
     def running(self) -> bool:
@@ -217,6 +219,7 @@ def _on_seat_started(walk: Walk, row: LogRow) -> None:
         "verdict": None,
         "confidence": None,
         "reason": None,
+        "usage": None,
         "done": False,
     }
 
@@ -226,6 +229,7 @@ def _on_seat_finished(walk: Walk, row: LogRow) -> None:
     # A seat that never reported is the fail the quorum counts, with no confidence.
     if seat["verdict"] is None:
         seat["verdict"] = "fail"
+    seat["usage"] = row.data.get("usage")
     seat["done"] = True
 
 
@@ -247,6 +251,7 @@ def _on_finished(walk: Walk, row: LogRow) -> None:
     current.commit = data.get("commit")
     current.discarded = data.get("discarded")
     current.final = data.get("final") is True
+    current.usage = data.get("usage")
     _decide_after(walk, current)
 
 

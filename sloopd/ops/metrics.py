@@ -72,6 +72,20 @@ class Metrics:
             buckets=STAGE_BUCKETS,
             registry=r,
         )
+        # Usage the agents' JSON event streams reported (sloopd.vendor.usage); the
+        # vendor label is the stream's name, "custom" for a python: parser.
+        self.agent_tokens = Counter(
+            "sloop_agent_tokens",
+            "Tokens agents reported, by vendor stream and kind (input, output, cached).",
+            ["vendor", "kind"],
+            registry=r,
+        )
+        self.agent_cost = Counter(
+            "sloop_agent_cost_usd",
+            "Cost in US dollars agents reported, by vendor stream.",
+            ["vendor"],
+            registry=r,
+        )
         self.requests = Counter(
             "sloop_requests",
             "Requests answered, by verb and code ('ok' or the error code).",

@@ -18,11 +18,14 @@ from sloopd.flows import walk
 from sloopd.flows.flow import Stage
 from sloopd.runs import gitops
 from sloopd.runs.branch import RunBranches, produces
+from sloopd.runs.budget import TIMED_OUT
 from sloopd.runs.checkout import CheckoutError
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.runs.spawning import ChildStarter
 from sloopd.util.clock import now_ms
+from sloopd.vendor.usage import Usage
+from sloopd.vendor.usage import total as usage_total
 
 
 class StageExecutor:
@@ -132,7 +135,7 @@ class StageExecutor:
         if stage.result_check == "panel":
             return await self._run_panel(active, facts, stage, attempt, pinned)
         command = stage.command or (active.config.agent.command if stage.action == "agent" else ())
-        code = await self.children.run(active, facts, stage, attempt, None, command)
+        code, usage = await self.children.run(active, facts, stage, attempt, None, command)
         if isinstance(code, str):
             return {
                 "passed": False,
@@ -141,6 +144,8 @@ class StageExecutor:
                 "reason": code,
             }
         result = self._judge(facts, stage, attempt, code)
+        if usage is not None:
+            result["usage"] = usage.row()
         name = self.branches.execution_name(facts, stage, attempt, None)
         if not produces(stage):
             left = await self.branches.review_leftovers(facts, pinned, name)
@@ -177,9 +182,11 @@ class StageExecutor:
     ) -> dict[str, Any]:
         """Seats one after another, each with its own credential; passes ≥ quorum."""
         discarded: list[dict[str, Any]] = []
+        seat_usage: list[Usage | None] = []
+        timed_out: list[str] = []
         for seat, reviewer in enumerate(stage.reviewers):
-            if active.cancel_reason is not None:
-                break
+            if active.cancel_reason is not None or active.stop_cause is not None:
+                break  # stopped: a spent budget ends the panel too
             await self.records.append_steps_durably(
                 facts.run_id,
                 walk.SEAT_STARTED,
@@ -188,10 +195,21 @@ class StageExecutor:
                 seat,
                 {"target": reviewer.target},
             )
-            code = await self.children.run(active, facts, stage, attempt, seat, reviewer.command)
+            code, usage = await self.children.run(
+                active, facts, stage, attempt, seat, reviewer.command
+            )
             result: dict[str, Any] = {"exit_code": code if isinstance(code, int) else None}
             if isinstance(code, str):
                 result["error"] = code
+            if usage is not None:
+                result["usage"] = usage.row()
+            seat_usage.append(usage)
+            cause = active.stop_cause
+            if cause is not None and cause["classification"] == TIMED_OUT:
+                # Each seat has its own clock: this one fails, the next one sits.
+                result["error"] = cause["detail"]
+                timed_out.append(f"seat {seat} ({reviewer.target}) {cause['detail']}")
+                active.stop_cause = None
             name = self.branches.execution_name(facts, stage, attempt, seat)
             left = await self.branches.review_leftovers(facts, pinned, name)
             if left is not None:
@@ -212,6 +230,8 @@ class StageExecutor:
             "reason": f"{passes} of {total} reviewers passed (quorum {stage.quorum})",
             "commit": pinned,
             **_discarded(discarded),
+            **_usage(usage_total(seat_usage)),
+            **({} if passed or not timed_out else _timed_out("; ".join(timed_out))),
         }
 
     def _judge(self, facts: RunFacts, stage: Stage, attempt: int, code: int) -> dict[str, Any]:
@@ -249,6 +269,23 @@ class StageExecutor:
             "verdict_source": "panel",
             "reason": "panel stages need reviewer seats",
         }
+
+
+def _timed_out(detail: str) -> dict[str, Any]:
+    """The diagnosis of a panel that failed with seats stopped by their timeout."""
+    return {
+        "diagnosis": {
+            "classification": TIMED_OUT,
+            "evidence": None,
+            "vendor": None,
+            "reset_at_ms": None,
+            "detail": detail,
+        }
+    }
+
+
+def _usage(usage: Usage | None) -> dict[str, Any]:
+    return {"usage": usage.row()} if usage is not None else {}
 
 
 def _discarded(entries: list[dict[str, Any]]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from sloopd.core.state import Daemon
 from sloopd.flows import walk
 from sloopd.flows.flow import Stage
 from sloopd.queue import gate
-from sloopd.runs import checkout, gitops
+from sloopd.runs import budget, checkout, gitops, retries, watchdog
 from sloopd.runs.branch import RunBranches
 from sloopd.runs.children import ProcessGroups
 from sloopd.runs.execute import StageExecutor
@@ -110,6 +110,7 @@ class RunManager:
         records = self.records
         try:
             facts = records.facts(run_id)
+            active.budget = facts.flow.budget(active.config.agent)
             try:
                 await self._prepare(active, facts)
             except SandboxUnavailable as exc:
@@ -184,20 +185,22 @@ class RunManager:
         state = walk.replay(facts.flow, self.records.read_log(facts.run_id))
         # A merge that moved main wins over any stop: the record follows the ref.
         merged = state.main_moved() and state.next != "running"
-        stopping = active.cancel_reason is not None or active.requeue_at_ms is not None
+        halting = active.requeue_at_ms is not None or active.halt_reason is not None
+        stopping = active.cancel_reason is not None or halting
         if merged and stopping and state.next in ("start", "return"):
             # Stopped after the merge: what follows it does not run, the run merged.
             await self._remove_merged_worktree(facts.run_id)
             self.records.settle(facts.run_id, "merged", None, None, state=state)
             return True
-        if active.requeue_at_ms is not None and state.next != "running" and not merged:
+        if halting and state.next != "running" and not merged:
             self.records.settle(
                 facts.run_id,
                 "failed",
                 # The stage failed and the walk stops as if its fail_action were
-                # "fail": a vendor limit never spends a return_to budget.
+                # "fail": a vendor limit, a transient failure or a spent budget
+                # never spends a return_to budget.
                 "fail_action",
-                None,
+                active.halt_reason,
                 state=state,
                 requeue_at_ms=active.requeue_at_ms,
             )
@@ -285,10 +288,12 @@ class RunManager:
             )
         elif active.cancel_reason is not None:
             result = {**result, "passed": False, "reason": active.cancel_reason}
-        elif not result["passed"] and stage.action == "agent":
+        elif active.stop_cause is not None:  # a timeout or a spent budget stopped it
+            result = budget.stopped_result(result, active.stop_cause)
+        elif not result["passed"] and stage.action == "agent" and "diagnosis" not in result:
             result["diagnosis"] = self.executor.diagnose(active)
         active.child = None
-        active.stall_killed_after_ms = None
+        active.stall_killed_after_ms = active.stop_cause = None
         # The child ran: its result is a fact that must be kept, so wait for the store.
         await self.records.durably(
             lambda: self.records.finish(
@@ -297,8 +302,15 @@ class RunManager:
             f"{facts.run_id}: the result of '{stage.name}' execution {attempt}",
         )
         diagnosis = result.get("diagnosis") or {}
-        if diagnosis.get("classification") in vendor.LIMIT_CLASSES:
+        kind = diagnosis.get("classification")
+        if kind in vendor.LIMIT_CLASSES:
             self._vendor_limit(facts, diagnosis)
+        elif kind in retries.TRANSIENT_CLASSES and not stage.advisory:
+            retries.after_transient(self.store, active, facts, stage.name, attempt, diagnosis)
+        elif kind == budget.BUDGET_EXCEEDED:
+            active.halt_reason = (
+                f"stage '{stage.name}' failed on execution {attempt}: {kind} ({result['reason']})"
+            )
 
     def _vendor_limit(self, facts: RunFacts, diagnosis: dict[str, Any]) -> None:
         """A rate or usage limit: close the gate, settle failed, queue the ticket again.
@@ -324,7 +336,8 @@ class RunManager:
             tx.run("run_clear_worktree", (run_id,))
 
     async def watch_stalls(self) -> None:
-        """Stop a stage whose child has been silent past stall_kill_after.
+        """Stop a stage whose child has been silent past stall_kill_after, or ran past
+        its timeout (sloopd.runs.watchdog).
 
         Time the daemon itself did not run (SIGSTOP, a suspended VM, a loop held by
         a long call) is not the agents' silence: an agent blocked on a request to a
@@ -342,23 +355,7 @@ class RunManager:
                 for active in self.active.values():
                     active.credit_pause(paused)
             for active in list(self.active.values()):
-                kill_after = active.config.agent.stall_kill_after_ms
-                silent = active.silent_for_ms()
-                child = active.child
-                if (
-                    child is not None
-                    and silent is not None
-                    and silent >= kill_after
-                    and active.stall_killed_after_ms is None
-                ):
-                    active.stall_killed_after_ms = kill_after
-                    log.warning(
-                        "%s: stage %s silent for %d ms; stopping it",
-                        active.run_id,
-                        active.stage,
-                        silent,
-                    )
-                    asyncio.get_running_loop().create_task(child.stop())
+                watchdog.check(active)
 
     async def collect_worktrees(self) -> list[str]:
         """``gc``: remove the worktrees that settled runs kept for inspection."""

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from sloopd.core.config import Config
-from sloopd.flows.flow import Flow
+from sloopd.flows.flow import Budget, Flow
 from sloopd.runs.children import Child
 from sloopd.vendor.tail import OutputTail
+from sloopd.vendor.usage import Usage, total
 
 
 @dataclass
@@ -36,6 +37,40 @@ class ActiveRun:
     # The stage's recent output, for classifying a failure: bounded as it is
     # collected (the last 500 lines, 256 Ki characters), whatever the child prints.
     recent_output: OutputTail = field(default_factory=OutputTail)
+    # The executing child's wall clock (time.monotonic() at its start, moved on by
+    # the daemon's own pauses) and its limit (stage timeout, else the agent's).
+    child_started_monotonic: float | None = None
+    child_timeout_ms: int | None = None
+    # Why the daemon stopped the executing child early: {"classification":
+    # "timed_out" | "budget_exceeded", "detail": ...}; the stage fails with it.
+    stop_cause: dict[str, Any] | None = None
+    # Set when the run must settle failed (halt fail_action) with this reason at its
+    # next step: a spent budget, spent transient retries, a transient retry queued.
+    halt_reason: str | None = None
+    # What the run's agents reported spending: finished children, and the one
+    # executing (None until its stream reports).  Runs never resume after a restart,
+    # so memory holds the whole run.
+    budget: Budget = field(default_factory=Budget)
+    spent: Usage | None = None
+    live: Usage | None = None
+
+    def used(self) -> Usage | None:
+        """The run's usage so far, the executing child's included."""
+        return total([self.spent, self.live])
+
+    def usage_total(self) -> dict[str, Any] | None:
+        used = self.used()
+        return used.row() if used is not None else None
+
+    def live_usage(self) -> dict[str, Any] | None:
+        """The executing child's usage so far (a panel's earlier seats are stored)."""
+        return self.live.row() if self.live is not None else None
+
+    def running_for_ms(self) -> int | None:
+        """Wall-clock time of the executing child, without the daemon's pauses."""
+        if self.child is None or self.child_started_monotonic is None:
+            return None
+        return int((time.monotonic() - self.child_started_monotonic) * 1000)
 
     def silent_for_ms(self) -> int | None:
         """Time since the executing child's last output (or its start)."""
@@ -48,6 +83,8 @@ class ActiveRun:
         if self.child is not None:
             now = time.monotonic()
             self.child.last_output_monotonic = min(now, self.child.last_output_monotonic + seconds)
+            if self.child_started_monotonic is not None:
+                self.child_started_monotonic = min(now, self.child_started_monotonic + seconds)
 
     def stall(self) -> dict[str, Any] | None:
         silent = self.silent_for_ms()

@@ -7,11 +7,13 @@ environment, its run's own HOME, and the launcher's sandbox.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from sloopd.core.paths import Layout
 from sloopd.flows.flow import Stage
+from sloopd.runs import budget as budgets
 from sloopd.runs.branch import repository_identity
 from sloopd.runs.children import ChildSpawnError
 from sloopd.runs.launch import Launcher, LaunchRefused, LaunchRequest
@@ -20,6 +22,8 @@ from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.runs.worker import Credentials
 from sloopd.util import memory
+from sloopd.vendor import usage as usages
+from sloopd.vendor.usage import Usage
 
 # Stored output a flooding child may leave in the sink's batch before it is
 # written: with 64 KiB lines, the sink's 1000-record batch alone is 64 MiB.
@@ -68,8 +72,12 @@ class ChildStarter:
         attempt: int,
         seat: int | None,
         base: tuple[str, ...],
-    ) -> int | str:
-        """Run one child under a fresh credential; its exit code, or why it never ran."""
+    ) -> tuple[int | str, Usage | None]:
+        """Run one child under a fresh credential.
+
+        Its exit code (or why it never ran), and the usage its stream reported
+        (None: no stream, or nothing it recognised).
+        """
         prompt_file, prompt = self._write_prompt(facts, stage, attempt)
         argv = tuple(part.replace("{prompt}", prompt) for part in base)
         credential = self.credentials.mint(facts.run_id, stage.name, attempt, seat)
@@ -100,10 +108,20 @@ class ChildStarter:
         settings = active.config.agent
         budget = OutputBudget(settings.max_log_lines, settings.max_log_bytes)
         unflushed = 0
+        stream_name = stream_of(active, stage, seat)
+        try:
+            parse = usages.parser(stream_name)  # resolved once, when the config loaded
+        except usages.UnknownStream:
+            parse = None
+        usage = Usage()
+        active.live = None
 
         def on_line(stream: str, text: str, split: bool) -> None:
             nonlocal unflushed
             recent.append(text)  # bounded; dropped lines still tell why a child failed
+            if parse is not None and stream == "stdout" and _parsed(parse, text, usage):
+                active.live = usage
+                budgets.check(active)
             if not budget.admit(text):
                 return
             sink.append(facts.run_id, stage.name, attempt, stream, text, split)
@@ -117,18 +135,39 @@ class ChildStarter:
             child = await launcher.start(request, on_line)
         except (ChildSpawnError, LaunchRefused) as exc:
             self.credentials.revoke(facts.run_id, credential)
-            return str(exc)
+            return str(exc), None
         active.child = child
+        active.child_started_monotonic = time.monotonic()
+        active.child_timeout_ms = timeout_of(active, stage)
         try:
-            if active.cancel_reason is not None:
+            if active.cancel_reason is not None or active.stop_cause is not None:
                 await child.stop()
             code = await child.wait()
             await launcher.groups.reap_leftovers(child)
         finally:
             self.credentials.revoke(facts.run_id, credential)
             active.child = None
+            active.child_started_monotonic = active.child_timeout_ms = None
             self._after_output(facts, stage.name, attempt, budget)
-        return code
+            reported = active.live
+            active.live = None
+            active.spent = usages.total([active.spent, reported])
+            self._count(stream_name, reported)
+        return code, reported
+
+    def _count(self, stream_name: str, reported: Usage | None) -> None:
+        metrics = self.records.daemon.metrics
+        if metrics is None or reported is None:
+            return
+        vendor = usages.metric_vendor(stream_name)
+        for kind, tokens in (
+            ("input", reported.input_tokens),
+            ("output", reported.output_tokens),
+            ("cached", reported.cached_tokens),
+        ):
+            metrics.agent_tokens.labels(vendor, kind).inc(tokens)
+        if reported.cost_usd is not None:
+            metrics.agent_cost.labels(vendor).inc(reported.cost_usd)
 
     def _after_output(
         self, facts: RunFacts, stage: str, attempt: int, budget: OutputBudget
@@ -157,6 +196,34 @@ class ChildStarter:
         )
         path.write_text(prompt, encoding="utf-8")
         return path, prompt
+
+
+def stream_of(active: ActiveRun, stage: Stage, seat: int | None) -> str:
+    """The stream a child prints: its seat's, else its stage's, else [agent]'s.
+
+    Command stages run tools, not agents: they have none.
+    """
+    if stage.action != "agent":
+        return "none"
+    if seat is not None and stage.reviewers[seat].stream is not None:
+        return stage.reviewers[seat].stream or "none"
+    return stage.stream or active.config.agent.stream
+
+
+def timeout_of(active: ActiveRun, stage: Stage) -> int:
+    """A child's wall-clock limit: its stage's timeout, else the agent's or command's."""
+    if stage.timeout_ms is not None:
+        return stage.timeout_ms
+    settings = active.config.agent
+    return settings.agent_timeout_ms if stage.action == "agent" else settings.command_timeout_ms
+
+
+def _parsed(parse: usages.StreamParser, line: str, usage: Usage) -> bool:
+    """A parser's verdict on one line; a parser that raises reads nothing from it."""
+    try:
+        return parse(line, usage)
+    except Exception:
+        return False
 
 
 def _quoted(value: str) -> str:

@@ -310,3 +310,25 @@ ORDER BY position DESC LIMIT ?
 -- name: events_at_positions
 SELECT position, json_object('cursor', CAST(position AS TEXT), 'kind', kind, 'at_ms', at_ms, 'ticket', ticket, 'run', run, 'data', json(data))
 FROM events WHERE position IN (SELECT value FROM json_each(?)) ORDER BY position
+
+-- name: run_outcomes_for_ticket
+SELECT id, state, classification FROM runs WHERE ticket = ? ORDER BY attempt DESC
+
+-- name: usage_for_run
+SELECT count(json_extract(data, '$.usage')),
+       coalesce(sum(json_extract(data, '$.usage.input_tokens')), 0),
+       coalesce(sum(json_extract(data, '$.usage.output_tokens')), 0),
+       coalesce(sum(json_extract(data, '$.usage.cached_tokens')), 0),
+       sum(json_extract(data, '$.usage.cost_usd'))
+FROM stage_log WHERE run = ? AND kind = 'stage_finished'
+
+-- name: usage_total_settled
+-- Runs in flight are left out: the daemon adds their usage from memory, live.
+SELECT count(json_extract(data, '$.usage')),
+       coalesce(sum(json_extract(data, '$.usage.input_tokens')), 0),
+       coalesce(sum(json_extract(data, '$.usage.output_tokens')), 0),
+       coalesce(sum(json_extract(data, '$.usage.cached_tokens')), 0),
+       sum(json_extract(data, '$.usage.cost_usd'))
+FROM stage_log
+WHERE kind = 'stage_finished'
+  AND run NOT IN (SELECT id FROM runs WHERE state IN ('claimed', 'running'))

@@ -8,9 +8,10 @@ understand: an agent's output is untrusted text, and most lines are not usage.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 
 @dataclass(slots=True)
@@ -45,3 +46,81 @@ class Usage:
 # A stream parser: told each output line, it updates the execution's Usage in place
 # and returns True when the line was one of its events.
 StreamParser = Callable[[str, Usage], bool]
+
+
+class UnknownStream(Exception):
+    """A stream name with no parser in this installation; names what is missing."""
+
+
+# Each vendor's parser lives in its own module, imported the first time a stage
+# names its stream: adding a vendor is its module plus one line here.
+STREAM_MODULES: dict[str, str] = {
+    "claude": "sloopd.vendor.stream_claude",
+    "codex": "sloopd.vendor.stream_codex",
+    "gemini": "sloopd.vendor.stream_gemini",
+}
+PYTHON_SPEC = "python:"
+
+# Parsers resolved so far, by stream name.  ``register`` adds one by hand (a
+# plugin, a test); a ``python:<module>:<function>`` name resolves itself.
+PARSERS: dict[str, StreamParser] = {}
+
+
+def register(name: str, parser: StreamParser) -> None:
+    PARSERS[name] = parser
+
+
+def parser(name: str) -> StreamParser | None:
+    """The parser of stream ``name``; None for ``"none"``; UnknownStream if there is none."""
+    if name == "none":
+        return None
+    found = PARSERS.get(name)
+    if found is not None:
+        return found
+    if name.startswith(PYTHON_SPEC):
+        module_name, _, function = name.removeprefix(PYTHON_SPEC).partition(":")
+    elif name in STREAM_MODULES:
+        module_name, function = STREAM_MODULES[name], "parse"
+    else:
+        raise UnknownStream(f"no usage parser is known for stream {name!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UnknownStream(f"stream {name!r}: cannot import {module_name}: {exc}") from exc
+    loaded = getattr(module, function, None)
+    if not callable(loaded):
+        raise UnknownStream(f"stream {name!r}: {module_name} has no function {function!r}")
+    PARSERS[name] = cast(StreamParser, loaded)
+    return PARSERS[name]
+
+
+def metric_vendor(name: str) -> str:
+    """The ``vendor`` label of a stream: its name, or ``custom`` for a python: spec."""
+    return "custom" if name.startswith(PYTHON_SPEC) else name
+
+
+def total(usages: Iterable[Usage | None]) -> Usage | None:
+    """The sum of what was reported; None when nothing was."""
+    result: Usage | None = None
+    for usage in usages:
+        if usage is not None:
+            if result is None:
+                result = Usage()
+            result.add(usage)
+    return result
+
+
+def from_row(row: Any) -> Usage | None:
+    """A stored ``usage`` object back as a Usage; None for null or a malformed row."""
+    if not isinstance(row, dict):
+        return None
+    try:
+        cost = row.get("cost_usd")
+        return Usage(
+            int(row.get("input_tokens") or 0),
+            int(row.get("output_tokens") or 0),
+            int(row.get("cached_tokens") or 0),
+            None if cost is None else float(cost),
+        )
+    except (TypeError, ValueError):
+        return None

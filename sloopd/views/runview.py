@@ -24,7 +24,8 @@ def run_detail(daemon: Daemon, run_id: str, active: LiveRun | None) -> dict[str,
     flow = Flow.from_json(orjson.loads(snapshot[7]))
     state = walk.replay(flow, read_log(store, run_id))
     silent_for_ms = _silent_for_ms(active)
-    row["stages"] = stage_rows(state, silent_for_ms)
+    live = active.live_usage() if active is not None else None
+    row["stages"] = stage_rows(state, silent_for_ms, live)
     if row["terminal"]:
         _close_interrupted(row["stages"], state)
     row["stall"] = active.stall() if active is not None else None
@@ -33,6 +34,9 @@ def run_detail(daemon: Daemon, run_id: str, active: LiveRun | None) -> dict[str,
     row["exit_code"] = row["agent_exit_code"]
     if not row["terminal"]:
         row["agent_exit_code"] = row["exit_code"] = agent_exit_code(state)
+    # Additive in 0.6.0: what the run's agents reported spending, the running stage's
+    # so far included.
+    row["usage"] = rows.usage_sum(stage["usage"] for stage in row["stages"])
     return row
 
 
@@ -54,9 +58,14 @@ def _silent_for_ms(active: LiveRun | None) -> int | None:
     return active.silent_for_ms() if active is not None else None
 
 
-def stage_rows(state: walk.Walk, silent_for_ms: int | None) -> list[dict[str, Any]]:
-    """Executions in the order the walk made them, then unreached stages in flow order."""
-    result = [_execution_row(execution, silent_for_ms) for execution in state.executions]
+def stage_rows(
+    state: walk.Walk, silent_for_ms: int | None, live: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Executions in the order the walk made them, then unreached stages in flow order.
+
+    ``live`` is the executing child's usage so far, counted on the running row.
+    """
+    result = [_execution_row(execution, silent_for_ms, live) for execution in state.executions]
     reached = {execution.stage.name for execution in state.executions}
     for stage in state.flow.stages:
         if stage.name not in reached:
@@ -77,13 +86,20 @@ def stage_rows(state: walk.Walk, silent_for_ms: int | None) -> list[dict[str, An
                     "reviewers": [],
                     "commit": None,
                     "discarded": [],
+                    "usage": None,
                 }
             )
     return result
 
 
-def _execution_row(execution: walk.Execution, silent_for_ms: int | None) -> dict[str, Any]:
+def _execution_row(
+    execution: walk.Execution, silent_for_ms: int | None, live: dict[str, Any] | None
+) -> dict[str, Any]:
     running = execution.running
+    seats = sorted(execution.seats.items())
+    spent = execution.usage
+    if running:  # the seats that sat, and the child executing now
+        spent = rows.usage_sum([*(seat["usage"] for _, seat in seats), live])
     if running:
         state = "running"
     else:
@@ -103,8 +119,11 @@ def _execution_row(execution: walk.Execution, silent_for_ms: int | None) -> dict
         "confidence": execution.confidence if execution.stage.result_check == "reported" else None,
         "silent_for_ms": silent_for_ms if running else None,
         "reviewers": [
-            {key: seat[key] for key in ("reviewer", "target", "verdict", "confidence", "reason")}
-            for _, seat in sorted(execution.seats.items())
+            {
+                key: seat[key]
+                for key in ("reviewer", "target", "verdict", "confidence", "reason", "usage")
+            }
+            for _, seat in seats
         ]
         if execution.stage.result_check == "panel"
         else [],
@@ -112,4 +131,6 @@ def _execution_row(execution: walk.Execution, silent_for_ms: int | None) -> dict
         # it ended on), and what a reviewing stage committed or left that is not merged.
         "commit": execution.commit,
         "discarded": execution.discarded or [],
+        # Additive in 0.6.0: tokens and cost its agent (a panel: its seats) reported.
+        "usage": spent,
     }

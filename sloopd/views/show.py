@@ -18,14 +18,18 @@ def dashboard(daemon: Daemon, limit: int | None) -> dict[str, Any]:
     view: dict[str, Any] = {"kind": "dashboard", **status(daemon)}
     store = daemon.store
     if store is None:
-        view.update(recent=[], recent_total=0, recent_limit=recent_limit)
+        view.update(recent=[], recent_total=0, recent_limit=recent_limit, usage=None)
         return view
-    recent = [rows.run_row_of(r) for r in store.all("runs_recent", (recent_limit,))]
+    recent = [_live_run_row(daemon, r) for r in store.all("runs_recent", (recent_limit,))]
     total = store.one("runs_recent_count")
+    # Additive in 0.6.0 (the deprecated status keeps its fields): what every run's
+    # agents reported, those in flight included.
+    live = [active.usage_total() for active in daemon.active_runs.values()]
     view.update(
         recent=recent,
         recent_total=int(total[0]) if total else 0,
         recent_limit=recent_limit,
+        usage=rows.usage_sum([rows.usage_of(store, "usage_total_settled"), *live]),
     )
     return view
 
@@ -57,6 +61,9 @@ def _live_run_row(daemon: Daemon, record: tuple[Any, ...]) -> dict[str, Any]:
     active = daemon.active_runs.get(row["id"])
     if active is not None:
         row["stall"] = active.stall()
+        row["usage"] = active.usage_total()
+    else:
+        row["usage"] = rows.usage_of(daemon.require_store(), "usage_for_run", (row["id"],))
     return row
 
 
@@ -95,11 +102,14 @@ def ticket_detail(daemon: Daemon, ticket_id: str) -> dict[str, Any]:
     assert record is not None and extra is not None
     value = rows.ticket_row(record, daemon.queue_facts())
     queued = store.one("trigger_queued_for_ticket", (ticket_id,))
+    runs = [_run_summary(daemon, r[0]) for r in store.all("run_ids_for_ticket", (ticket_id,))]
     value.update(
         body=extra[0],
         manual=bool(extra[1]),
         trigger=rows.trigger_row(queued) if queued else None,
-        runs=[_run_summary(daemon, r[0]) for r in store.all("run_ids_for_ticket", (ticket_id,))],
+        runs=runs,
+        # Additive in 0.6.0: every run of the ticket, summed.
+        usage=rows.usage_sum(run["usage"] for run in runs),
     )
     return value
 
@@ -117,6 +127,7 @@ def _run_summary(daemon: Daemon, run_id: str) -> dict[str, Any]:
         "finished_at_ms",
         "reason",
         "stall",
+        "usage",
     )
     summary = {key: detail[key] for key in keys}
     summary["stages"] = [

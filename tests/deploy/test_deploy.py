@@ -65,12 +65,17 @@ METRICS = frozenset(
         "sloop_runs_stalled",
         "sloop_store_size_bytes",
         "sloop_build_info",
+        "sloop_agent_tokens_total",
+        "sloop_agent_cost_usd_total",
         "up",
     }
 )
 # Their labels, plus the target labels Prometheus adds.
 LABELS = frozenset(
-    {"job", "instance", "repo", "le", "state", "flow", "stage", "verb", "code", "version"}
+    {
+        *("job", "instance", "repo", "le", "state", "flow", "stage", "verb", "code"),
+        *("version", "vendor", "kind"),
+    }
 )
 ALERTS = frozenset(
     {

@@ -268,8 +268,11 @@ def test_rate_limit_without_reset_uses_the_configured_cooldown(
 
 def test_overload_and_auth_failures_leave_the_gate_open(bench: Bench, vendor: VendorBench) -> None:
     retry_once = [vendor.stage(return_to="implement", returns=1), SYNC, MERGE]
+    # No transient retries here (tests/integration/test_transient_retries.py has them).
+    config = sloop_toml(vendor.argv, flows={"retrying": retry_once})
+    config = config.replace("[agent]\n", "[agent]\ntransient_retries = 0\n")
     bench.setup(
-        sloop_toml(vendor.argv, flows={"retrying": retry_once}),
+        config,
         {"login": ticket_text("Login"), "busy": ticket_text("Busy", flow="retrying")},
     )
     bench.start()
@@ -286,17 +289,18 @@ def test_overload_and_auth_failures_leave_the_gate_open(bench: Bench, vendor: Ve
     assert login["diagnosis"]["vendor"] == "claude"
     assert "auth_failed" in login["reason"], login
 
-    # Overload: the flow's return_to is spent as for any failure, then needs_review.
+    # Overload: transient, so no return_to is spent; with no retries left, failed.
     busy = bench.wait_run("busy#1")
-    assert busy["state"] == "needs_review", busy
-    assert busy["halt"] == "return_budget_exhausted", busy
-    assert implement_rows(busy) == [(1, "failed"), (2, "failed")], busy["stages"]
+    assert busy["state"] == "failed", busy
+    assert busy["halt"] == "fail_action", busy
+    assert implement_rows(busy) == [(1, "failed")], busy["stages"]
     assert busy["classification"] == "overloaded", busy
+    assert "transient retries are spent" in busy["reason"], busy
     evidence = busy["diagnosis"]["evidence"]
     assert evidence.startswith("API Error: 529") and "overloaded_error" in evidence, busy
-    assert vendor.calls("T2") == ["R2", "R2"]
+    assert vendor.calls("T2") == ["R2"]
     texts = [r["text"] for r in bench.ok("logs", {"run": busy["id"]})["records"]]
-    assert "returning to 'implement'" in texts, texts  # what a limit never logs
+    assert "returning to 'implement'" not in texts, texts
 
     # Neither closes the gate, and neither ticket is queued again.
     dashboard = bench.dashboard()
@@ -304,7 +308,7 @@ def test_overload_and_auth_failures_leave_the_gate_open(bench: Bench, vendor: Ve
     assert dashboard["queued_triggers"] == [] and "next_wake" not in dashboard, dashboard
     assert gate_events(bench) == []
     assert bench.ticket("login")["state"] == "failed"
-    assert bench.ticket("busy")["state"] == "needs_review"
+    assert bench.ticket("busy")["state"] == "failed"
 
 
 def test_pause_holds_every_claim_until_resume(bench: Bench, vendor: VendorBench) -> None:

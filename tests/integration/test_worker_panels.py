@@ -27,7 +27,8 @@ from tests.support.agents import (
 )
 
 UNAUTHORIZED = {"code": "unauthorized", "message": "not authorized", "details": {}}
-REVIEWER_KEYS = frozenset({"reviewer", "target", "verdict", "confidence", "reason"})
+# usage: additive in 0.6.0, the seat's own.
+REVIEWER_KEYS = frozenset({"reviewer", "target", "verdict", "confidence", "reason", "usage"})
 
 
 @pytest.fixture

@@ -1,0 +1,224 @@
+"""The ``[agent]`` section of ``sloop.toml`` and the value checks flows share.
+
+Kept apart from ``sloopd.flows.flow`` so that neither outgrows one concern: this
+module says what an agent child gets (its command, limits, sandbox mounts, the
+stream its usage is read from, the run's budgets), the flow module how stages
+follow each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sloopd.util.durations import parse_ms
+from sloopd.util.sizes import parse_bytes
+
+DEFAULT_AGENT_COMMAND = ("claude", "-p", "{prompt}")
+# The JSON event streams a usage parser exists for, and "none" (no usage is read).
+# A ``python:<module>:<function>`` spec names any other parser (sloopd.vendor.usage).
+STREAMS = ("claude", "codex", "gemini", "none")
+PYTHON_STREAM = "python:"
+
+_AGENT_KEYS = {
+    "command",
+    "stall_after",
+    "stall_kill_after",
+    "cooldown",
+    "max_cooldown",
+    "max_log_lines",
+    "max_log_bytes",
+    "env",
+    "ro_mounts",
+    "rw_mounts",
+    "agent_timeout",
+    "command_timeout",
+    "transient_retries",
+    "transient_backoff",
+    "transient_backoff_max",
+    "stream",
+    "max_cost_usd",
+    "max_tokens",
+}
+
+
+class FlowError(Exception):
+    """A flow or agent section that does not validate; names the key and reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A run's spending limits; None is no limit."""
+
+    max_cost_usd: float | None = None
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    command: tuple[str, ...] = DEFAULT_AGENT_COMMAND
+    stall_after_ms: int = 20 * 60_000
+    stall_kill_after_ms: int = 2 * 3_600_000
+    # How long the gate stays closed after a vendor limit that names no reset time.
+    cooldown_ms: int = 30 * 60_000
+    # Variables passed through to every child by name (the rest is an allowlist).
+    env: tuple[str, ...] = ()
+    # Host paths every sandbox sees read-only / read-write (credentials, caches).
+    ro_mounts: tuple[str, ...] = ()
+    rw_mounts: tuple[str, ...] = ()
+    # A vendor's reset time further ahead than this is capped (the gate says so).
+    max_cooldown_ms: int = 6 * 3_600_000
+    # Per child (stage execution or panel seat): output stored past these is
+    # dropped, counted, and reported in one system record.
+    max_log_lines: int = 100_000
+    max_log_bytes: int = 64 << 20
+    # Wall-clock limits per child (an agent stage or seat; a command stage), for
+    # stages that set no ``timeout`` of their own.
+    agent_timeout_ms: int = 2 * 3_600_000
+    command_timeout_ms: int = 30 * 60_000
+    # An overloaded or unreachable vendor: the ticket is queued again this many
+    # times, after transient_backoff, doubling, at most transient_backoff_max.
+    transient_retries: int = 3
+    transient_backoff_ms: int = 60_000
+    transient_backoff_max_ms: int = 30 * 60_000
+    # The JSON event stream agent stages print (their usage is read from it).
+    stream: str = "none"
+    budget: Budget = Budget()
+
+
+def parse_agent(section: dict[str, Any]) -> AgentSettings:
+    unknown = sorted(set(section) - _AGENT_KEYS)
+    if unknown:
+        raise FlowError(f"unknown key 'agent.{unknown[0]}'")
+    defaults = AgentSettings()
+    command = argv(section.get("command", list(defaults.command)), "agent.command")
+    durations = _durations(section, defaults)
+    max_lines = section.get("max_log_lines", defaults.max_log_lines)
+    if isinstance(max_lines, bool) or not isinstance(max_lines, int) or max_lines < 1:
+        raise FlowError("'agent.max_log_lines' must be an integer of at least 1")
+    max_bytes = section.get("max_log_bytes", defaults.max_log_bytes)
+    try:
+        if not isinstance(max_bytes, int | str):
+            raise ValueError("must be an integer or a string")
+        max_bytes = parse_bytes(max_bytes)
+    except ValueError as exc:
+        raise FlowError(f"'agent.max_log_bytes': {exc}") from exc
+    if max_bytes < 1024:
+        raise FlowError("'agent.max_log_bytes' must be at least 1KiB")
+    retries = section.get("transient_retries", defaults.transient_retries)
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise FlowError("'agent.transient_retries' must be an integer of at least 0")
+    return AgentSettings(
+        command,
+        durations["stall_after"],
+        durations["stall_kill_after"],
+        durations["cooldown"],
+        _names(section.get("env", []), "agent.env"),
+        _paths(section.get("ro_mounts", []), "agent.ro_mounts"),
+        _paths(section.get("rw_mounts", []), "agent.rw_mounts"),
+        max_cooldown_ms=durations["max_cooldown"],
+        max_log_lines=max_lines,
+        max_log_bytes=max_bytes,
+        agent_timeout_ms=durations["agent_timeout"],
+        command_timeout_ms=durations["command_timeout"],
+        transient_retries=retries,
+        transient_backoff_ms=durations["transient_backoff"],
+        transient_backoff_max_ms=durations["transient_backoff_max"],
+        stream=stream(section.get("stream", "none"), "agent.stream"),
+        budget=budget(section, "agent"),
+    )
+
+
+def _durations(section: dict[str, Any], defaults: AgentSettings) -> dict[str, int]:
+    """Every duration key of [agent], its default where unset, checked against the others."""
+    durations: dict[str, int] = {}
+    for key, default in (
+        ("stall_after", defaults.stall_after_ms),
+        ("stall_kill_after", defaults.stall_kill_after_ms),
+        ("cooldown", defaults.cooldown_ms),
+        ("max_cooldown", defaults.max_cooldown_ms),
+        ("agent_timeout", defaults.agent_timeout_ms),
+        ("command_timeout", defaults.command_timeout_ms),
+        ("transient_backoff", defaults.transient_backoff_ms),
+        ("transient_backoff_max", defaults.transient_backoff_max_ms),
+    ):
+        value = section.get(key)
+        durations[key] = default if value is None else duration(value, f"agent.{key}")
+    if durations["stall_kill_after"] < durations["stall_after"]:
+        raise FlowError("'agent.stall_kill_after' must not be shorter than 'agent.stall_after'")
+    if durations["max_cooldown"] < 1000:
+        raise FlowError("'agent.max_cooldown' must be at least 1s")
+    for key in ("agent_timeout", "command_timeout", "transient_backoff"):
+        if durations[key] < 1000:
+            raise FlowError(f"'agent.{key}' must be at least 1s")
+    if durations["transient_backoff_max"] < durations["transient_backoff"]:
+        raise FlowError(
+            "'agent.transient_backoff_max' must not be shorter than 'agent.transient_backoff'"
+        )
+    return durations
+
+
+def duration(value: Any, key: str) -> int:
+    if not isinstance(value, str):
+        raise FlowError(f"'{key}' must be a duration string like \"20m\"")
+    try:
+        return parse_ms(value)
+    except ValueError as exc:
+        raise FlowError(f"'{key}': {exc}") from exc
+
+
+def stream(value: Any, key: str) -> str:
+    """A stream name, or a ``python:<module>:<function>`` spec (resolved by the runs)."""
+    if isinstance(value, str) and value in STREAMS:
+        return value
+    if isinstance(value, str) and value.startswith(PYTHON_STREAM):
+        module, _, function = value.removeprefix(PYTHON_STREAM).partition(":")
+        if module and function.isidentifier():
+            return value
+    raise FlowError(
+        f"'{key}' must be one of {' | '.join(STREAMS)} (or python:<module>:<function>), "
+        f"not {value!r}"
+    )
+
+
+def budget(section: dict[str, Any], where: str) -> Budget:
+    """``max_cost_usd`` (a positive number) and ``max_tokens`` (a positive integer)."""
+    cost = section.get("max_cost_usd")
+    if cost is not None and (
+        isinstance(cost, bool) or not isinstance(cost, int | float) or cost <= 0
+    ):
+        raise FlowError(f"'{where}.max_cost_usd' must be a positive number of dollars")
+    tokens = section.get("max_tokens")
+    if tokens is not None and (
+        isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1
+    ):
+        raise FlowError(f"'{where}.max_tokens' must be an integer of at least 1")
+    return Budget(None if cost is None else float(cost), tokens)
+
+
+def argv(value: Any, key: str) -> tuple[str, ...]:
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(part, str) and part for part in value)
+    ):
+        raise FlowError(f"'{key}' must be a non-empty list of strings (an argv)")
+    return tuple(value)
+
+
+def _names(value: Any, key: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(name, str) and name.isidentifier() for name in value
+    ):
+        raise FlowError(f"'{key}' must be a list of environment variable names")
+    if any(name.startswith("SLOOP_") for name in value):
+        raise FlowError(f"'{key}': SLOOP_* variables are set by the daemon, not passed through")
+    return tuple(value)
+
+
+def _paths(value: Any, key: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(path, str) and path.startswith(("/", "~/")) for path in value
+    ):
+        raise FlowError(f"'{key}' must be a list of absolute paths (or paths under ~/)")
+    return tuple(value)

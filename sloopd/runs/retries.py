@@ -1,0 +1,74 @@
+"""Transient vendor failures: the ticket is queued again, later each time, a few times.
+
+An ``overloaded`` or ``network`` failure says nothing about the work, only that
+the vendor could not be reached or could not serve: the run settles ``failed``
+(halt ``fail_action``: no ``return_to`` budget spent, no gate closed) and its
+ticket gets a trigger after ``agent.transient_backoff``, doubling per retry up to
+``agent.transient_backoff_max``.  Retries are counted from the ticket's stored
+runs, so a restart forgets none: the unbroken series of its latest runs that
+ended on a transient failure (runs a restart aborted are passed over).  Once
+``agent.transient_retries`` are spent the run settles ``failed`` saying so.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import orjson
+
+from sloopd.flows.agent_settings import AgentSettings
+from sloopd.runs.runstate import ActiveRun, RunFacts
+from sloopd.store import Store
+from sloopd.util.clock import now_ms
+from sloopd.util.durations import format_ms
+
+TRANSIENT_CLASSES: Final = frozenset({"overloaded", "network"})
+
+
+def retries_used(store: Store, ticket: str, run_id: str) -> int:
+    """Transient retries the ticket already had: its latest runs that ended on one."""
+    used = 0
+    for other, state, classification in store.all("run_outcomes_for_ticket", (ticket,)):
+        if other == run_id or state == "aborted":
+            continue
+        diagnosis = orjson.loads(classification) if classification else None
+        if not isinstance(diagnosis, dict) or diagnosis.get("classification") not in (
+            TRANSIENT_CLASSES
+        ):
+            break
+        used += 1
+    return used
+
+
+def backoff_ms(settings: AgentSettings, used: int) -> int:
+    """The wait before retry ``used + 1``: the backoff, doubled per retry, capped."""
+    return min(settings.transient_backoff_ms << min(used, 32), settings.transient_backoff_max_ms)
+
+
+def after_transient(
+    store: Store,
+    active: ActiveRun,
+    facts: RunFacts,
+    stage: str,
+    attempt: int,
+    diagnosis: dict[str, Any],
+) -> None:
+    """Decide the run's end after a transient failure: queued again, or retries spent."""
+    settings = active.config.agent
+    used = retries_used(store, facts.ticket, facts.run_id)
+    evidence = diagnosis.get("evidence") or diagnosis.get("detail")
+    cause = f"stage '{stage}' failed on execution {attempt}: {diagnosis['classification']}" + (
+        f" ({evidence})" if evidence else ""
+    )
+    allowed = settings.transient_retries
+    if used >= allowed:
+        active.halt_reason = (
+            f"{cause}; not queued again: the ticket's transient retries are spent "
+            f"({used} of agent.transient_retries = {allowed})"
+        )
+        return
+    delay = backoff_ms(settings, used)
+    active.requeue_at_ms = now_ms() + delay
+    active.halt_reason = (
+        f"{cause}; queued again in {format_ms(delay)} (transient retry {used + 1} of {allowed})"
+    )
