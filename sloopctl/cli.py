@@ -170,7 +170,16 @@ def gc() -> None:
 
 @main.command()
 @click.option("--force", is_flag=True, help="Overwrite an existing sloop.toml.")
-def init(force: bool) -> None:
+@click.option(
+    "--agent",
+    "agent",
+    type=click.Choice(init_template.AGENT_PRESETS),
+    default="claude",
+    show_default=True,
+    help="The agent preset [agent] uses: Claude Code, Codex, Gemini CLI, or the bundled "
+    "example agent (no vendor account needed).",
+)
+def init(force: bool, agent: str) -> None:
     """Write a commented default sloop.toml and an example ticket.
 
     Needs no daemon.  sloop.toml goes to the repository root and documents
@@ -186,7 +195,7 @@ def init(force: bool) -> None:
     tickets = repo.toplevel / init_template.TICKETS_FOLDER
     example = tickets / init_template.EXAMPLE_TICKET
     try:
-        config.write_text(init_template.SLOOP_TOML, encoding="utf-8")
+        config.write_text(init_template.sloop_toml(agent), encoding="utf-8")
         tickets.mkdir(parents=True, exist_ok=True)
         wrote_example = not example.exists()
         if wrote_example:
@@ -197,7 +206,7 @@ def init(force: bool) -> None:
     kept = "wrote" if wrote_example else "kept the existing"
     click.echo(f"{kept} {example}")
     click.echo(
-        "next: review sloop.toml (agent.command), commit both, then "
+        f"next: review sloop.toml (agent preset {agent!r}), commit both, then "
         "'sloopctl daemon' and 'sloopctl post "
         f"{Path(init_template.TICKETS_FOLDER, init_template.EXAMPLE_TICKET).as_posix()}'"
     )

@@ -13,6 +13,8 @@ from typing import Final
 CONFIG_FILE: Final = "sloop.toml"
 TICKETS_FOLDER: Final = "tickets"
 EXAMPLE_TICKET: Final = "example.md"
+# The presets ``sloopctl init --agent`` offers (the daemon's sloopd.flows.presets).
+AGENT_PRESETS: Final = ("claude", "codex", "gemini", "example")
 
 SLOOP_TOML: Final = """\
 # sloop.toml: how Sloop works on this repository.
@@ -49,13 +51,20 @@ parallel = 2
 branch_prefix = "sloop/"
 
 [agent]
-# The argv that starts an agent (no shell).  Every "{prompt}" in it is replaced
-# by the prompt text: the stage's prompt, then the ticket's title and body.  The
-# agent runs in the run's worktree with SLOOP_RUN, SLOOP_TICKET, SLOOP_STAGE,
-# SLOOP_ATTEMPT, SLOOP_WORKTREE and SLOOP_PROMPT_FILE (the prompt as a file) set.
-# A non-empty list of non-empty strings.  Try Sloop without a vendor account:
-#   command = ["python3", "-m", "sloopd.examples.agent"]
-command = ["claude", "-p", "{prompt}"]
+# The agent CLI agent stages run, as one of Sloop's presets (docs/agents.md):
+#   claude   Claude Code, headless, tools allowed; passes ANTHROPIC_API_KEY
+#   codex    Codex exec, its own sandbox off; passes OPENAI_API_KEY
+#   gemini   Gemini CLI with --yolo; passes GEMINI_API_KEY
+#   example  the bundled example agent: try Sloop without a vendor account
+# Each reads the prompt on standard input, prints JSON events (tokens and cost
+# are read from them) and caps the CLI's own retries.  Sloop's sandbox is the
+# boundary, so the CLI's permission prompts are off.  The key itself goes in
+# the daemon's environment, never in this file.
+preset = "claude"
+# Or your own argv instead of a preset (no shell; every "{prompt}" in it is
+# replaced by the prompt text; the agent also gets SLOOP_PROMPT_FILE, the prompt
+# as a file, and SLOOP_RUN, SLOOP_TICKET, SLOOP_STAGE, SLOOP_WORKTREE):
+#    command = ["my-agent", "--prompt-file", "/sloop/prompt.md"]
 # A stage silent (no output line) this long shows as stalled.  Durations are
 # written like 30s, 20m, 2h, 1h30m or 1d.
 stall_after = "20m"
@@ -84,8 +93,23 @@ env = []
 ro_mounts = []
 rw_mounts = []
 # For example:
-#   env = ["ANTHROPIC_API_KEY"]
-#   ro_mounts = ["~/.claude"]
+#   env = ["HTTPS_PROXY"]
+#   ro_mounts = ["~/.config/my-agent"]
+# A wall-clock limit per agent stage (each panel seat) and per command stage:
+# past it the child is stopped and the stage fails (classification timed_out).
+agent_timeout = "2h"
+command_timeout = "30m"
+# An overloaded or unreachable vendor: the ticket is queued again this many
+# times, after transient_backoff, doubling up to transient_backoff_max.
+transient_retries = 3
+transient_backoff = "1m"
+transient_backoff_max = "30m"
+# The JSON event stream agent stages print, for tokens and cost: claude | codex
+# | gemini | none.  A preset sets it; name it for your own command.
+# stream = "claude"
+# A run that spends more than this is stopped (classification budget_exceeded).
+# max_cost_usd = 5.0
+# max_tokens = 2000000
 
 # --- flows -------------------------------------------------------------------
 #
@@ -102,6 +126,10 @@ rw_mounts = []
 #   prompt        agent stages only: the instructions put before the ticket.
 #   command       agent and command stages: an argv; on an agent stage it
 #                   replaces agent.command for this stage.
+#   agent         agent stages: a preset for this stage (claude | codex |
+#                   gemini | example), instead of command.
+#   stream        agent stages: the JSON event stream its command prints.
+#   timeout       agent and command stages: this stage's wall-clock limit.
 #   result_check  exit_code (default: exit status 0 passes)
 #                 | reported (the worker's first `sloopctl verdict` decides;
 #                   exiting without one fails the stage)
@@ -116,7 +144,8 @@ rw_mounts = []
 #                   needs_review.
 #   quorum        panel only: passes needed, 1..number of reviewers (default:
 #                   all of them).  A seat that never reports counts as a fail.
-#   reviewers     panel only, at least one: [{ target = "NAME", command = [argv] }]
+#   reviewers     panel only, at least one: [{ target = "NAME", agent = "PRESET" }]
+#                   (or command = [argv] instead of agent).
 #   mode          sync only: merge (default) | rebase.
 #   network       agent and command stages: true (default) | false (no network
 #                   in the sandbox; test commands usually should not need it).
@@ -135,7 +164,7 @@ action = "agent"
 prompt = "Implement the ticket. Commit your work."
 result_check = "exit_code"
 # fail_action = "fail"
-# command = ["claude", "-p", "{prompt}"]
+# command = ["my-agent", "--prompt-file", "/sloop/prompt.md"]
 # network = true
 # commit = "manual"
 
@@ -146,6 +175,7 @@ result_check = "exit_code"
 # command = ["make", "test"]
 # result_check = "exit_code"
 # network = false
+# timeout = "20m"
 # return_to = "implement"
 # returns = 2
 
@@ -160,6 +190,8 @@ result_check = "exit_code"
 # [[flows.default.stages]]
 # name = "self-check"
 # action = "agent"
+# agent = "codex"
+# stream = "codex"
 # result_check = "reported"
 # prompt = "Check the branch against the ticket; report a verdict."
 
@@ -170,8 +202,8 @@ result_check = "exit_code"
 # result_check = "panel"
 # quorum = 2
 # prompt = "Review the branch against the ticket; report one verdict with a reason."
-# reviewers = [ { target = "claude", command = ["claude", "-p", "{prompt}"] },
-#               { target = "codex",  command = ["codex", "exec", "{prompt}"] } ]
+# reviewers = [ { target = "claude", agent = "claude" },
+#               { target = "gemini", agent = "gemini" } ]
 
 [[flows.default.stages]]
 name = "sync"
@@ -221,3 +253,8 @@ first "# " heading above, and everything else is the body the agent reads.
 Post it with `sloopctl post tickets/example.md`, then follow it with
 `sloopctl show example`.
 """
+
+
+def sloop_toml(agent: str = "claude") -> str:
+    """The template with ``agent`` as the [agent] preset."""
+    return SLOOP_TOML.replace('\npreset = "claude"\n', f'\npreset = "{agent}"\n', 1)

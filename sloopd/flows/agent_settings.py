@@ -11,16 +11,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sloopd.flows.presets import CLAUDE, PRESETS, Preset
 from sloopd.util.durations import parse_ms
 from sloopd.util.sizes import parse_bytes
 
-DEFAULT_AGENT_COMMAND = ("claude", "-p", "{prompt}")
+# Without [agent] command or preset: Claude Code as the "claude" preset runs it
+# (headless, tools allowed, prompt on stdin, JSON events); "claude -p {prompt}"
+# refused every tool and exited 0, so a run that did nothing read as merged.
+DEFAULT_PRESET = CLAUDE
+DEFAULT_AGENT_COMMAND = CLAUDE.command
 # The JSON event streams a usage parser exists for, and "none" (no usage is read).
 # A ``python:<module>:<function>`` spec names any other parser (sloopd.vendor.usage).
 STREAMS = ("claude", "codex", "gemini", "none")
 PYTHON_STREAM = "python:"
 
 _AGENT_KEYS = {
+    "preset",
     "command",
     "stall_after",
     "stall_kill_after",
@@ -62,7 +68,7 @@ class AgentSettings:
     # How long the gate stays closed after a vendor limit that names no reset time.
     cooldown_ms: int = 30 * 60_000
     # Variables passed through to every child by name (the rest is an allowlist).
-    env: tuple[str, ...] = ()
+    env: tuple[str, ...] = DEFAULT_PRESET.env
     # Host paths every sandbox sees read-only / read-write (credentials, caches).
     ro_mounts: tuple[str, ...] = ()
     rw_mounts: tuple[str, ...] = ()
@@ -82,7 +88,7 @@ class AgentSettings:
     transient_backoff_ms: int = 60_000
     transient_backoff_max_ms: int = 30 * 60_000
     # The JSON event stream agent stages print (their usage is read from it).
-    stream: str = "none"
+    stream: str = DEFAULT_PRESET.stream or "none"
     budget: Budget = Budget()
 
 
@@ -91,7 +97,15 @@ def parse_agent(section: dict[str, Any]) -> AgentSettings:
     if unknown:
         raise FlowError(f"unknown key 'agent.{unknown[0]}'")
     defaults = AgentSettings()
-    command = argv(section.get("command", list(defaults.command)), "agent.command")
+    chosen = preset_named(section.get("preset", DEFAULT_PRESET.name), "agent.preset")
+    if "preset" in section and "command" in section:
+        raise FlowError("set 'agent.preset' or 'agent.command', not both")
+    command = argv(section.get("command", list(chosen.command)), "agent.command")
+    # An explicit command prints what it prints: no stream is assumed for it.
+    default_stream = "none" if "command" in section else (chosen.stream or "none")
+    passed = _names(section.get("env", []), "agent.env")
+    if "command" not in section:
+        passed = tuple(dict.fromkeys((*chosen.env, *passed)))
     durations = _durations(section, defaults)
     max_lines = section.get("max_log_lines", defaults.max_log_lines)
     if isinstance(max_lines, bool) or not isinstance(max_lines, int) or max_lines < 1:
@@ -113,7 +127,7 @@ def parse_agent(section: dict[str, Any]) -> AgentSettings:
         durations["stall_after"],
         durations["stall_kill_after"],
         durations["cooldown"],
-        _names(section.get("env", []), "agent.env"),
+        passed,
         _paths(section.get("ro_mounts", []), "agent.ro_mounts"),
         _paths(section.get("rw_mounts", []), "agent.rw_mounts"),
         max_cooldown_ms=durations["max_cooldown"],
@@ -124,9 +138,16 @@ def parse_agent(section: dict[str, Any]) -> AgentSettings:
         transient_retries=retries,
         transient_backoff_ms=durations["transient_backoff"],
         transient_backoff_max_ms=durations["transient_backoff_max"],
-        stream=stream(section.get("stream", "none"), "agent.stream"),
+        stream=stream(section.get("stream", default_stream), "agent.stream"),
         budget=budget(section, "agent"),
     )
+
+
+def preset_named(name: Any, key: str) -> Preset:
+    """The preset ``name`` names, for ``agent.preset`` and a stage's or seat's ``agent``."""
+    if not isinstance(name, str) or name not in PRESETS:
+        raise FlowError(f"'{key}' must be one of {' | '.join(PRESETS)}")
+    return PRESETS[name]
 
 
 def _durations(section: dict[str, Any], defaults: AgentSettings) -> dict[str, int]:

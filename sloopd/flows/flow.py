@@ -19,6 +19,7 @@ from sloopd.flows.agent_settings import (
     budget,
     duration,
     parse_agent,
+    preset_named,
     stream,
 )
 from sloopd.util.names import NAME_RULE, name_problem
@@ -60,6 +61,7 @@ _STAGE_KEYS = {
     "allow_empty",
     "timeout",
     "stream",
+    "agent",
 }
 COMMIT_MODES = ("manual", "auto")
 
@@ -69,6 +71,8 @@ class Reviewer:
     target: str
     command: tuple[str, ...]
     stream: str | None = None  # None: the stage's (else the agent's) stream
+    # Variables the seat's preset passes through by name, beside agent.env.
+    env: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +99,8 @@ class Stage:
     timeout_ms: int | None = None
     # An agent stage's JSON event stream; None: agent.stream.
     stream: str | None = None
+    # Variables the stage's preset (``agent = "codex"``) passes through, beside agent.env.
+    env: tuple[str, ...] = ()
 
     @property
     def advisory(self) -> bool:
@@ -132,11 +138,12 @@ class Flow:
         for raw in data["stages"]:
             raw = dict(raw)
             raw["reviewers"] = tuple(
-                Reviewer(r["target"], tuple(r["command"]), r.get("stream"))
+                Reviewer(r["target"], tuple(r["command"]), r.get("stream"), tuple(r.get("env", ())))
                 for r in raw.get("reviewers", ())
             )
             if raw.get("command") is not None:
                 raw["command"] = tuple(raw["command"])
+            raw["env"] = tuple(raw.get("env", ()))
             # Snapshots taken before 0.5.0 lack the newer keys: their defaults apply.
             stages.append(Stage(**raw))
         return cls(
@@ -211,11 +218,7 @@ def _stage(where: str, raw: Any, earlier: list[Stage]) -> Stage:
     prompt = raw.get("prompt")
     if prompt is not None and (not isinstance(prompt, str) or action != "agent"):
         raise FlowError(f"'{where}.prompt' must be a string, on an agent stage")
-    command = raw.get("command")
-    if command is not None or action == "command":
-        if action not in ("agent", "command"):
-            raise FlowError(f"'{where}.command' is only for agent and command stages")
-        command = argv(command, f"{where}.command")
+    command, preset_stream, preset_env = _command(where, raw, action)
     return_to, returns = _return_edge(where, raw, name, earlier, fail_action)
     reviewers, quorum = _panel(where, raw, check)
     mode = _choice(raw, "mode", SYNC_MODES, where, "merge")
@@ -228,6 +231,7 @@ def _stage(where: str, raw: Any, earlier: list[Stage]) -> Stage:
     if "commit" in raw and action != "agent":
         raise FlowError(f"'{where}.commit' is only for agent stages")
     timeout_ms, stream_name = _child_limits(where, raw, action)
+    stream_name = stream_name or preset_stream
     allow_empty = _flag(raw, "allow_empty", where, False)
     if "allow_empty" in raw and action != "ff_only":
         raise FlowError(f"'{where}.allow_empty' is only for ff_only stages")
@@ -248,7 +252,28 @@ def _stage(where: str, raw: Any, earlier: list[Stage]) -> Stage:
         allow_empty=allow_empty,
         timeout_ms=timeout_ms,
         stream=stream_name,
+        env=preset_env,
     )
+
+
+def _command(
+    where: str, raw: dict[str, Any], action: str
+) -> tuple[tuple[str, ...] | None, str | None, tuple[str, ...]]:
+    """A stage's own command: ``command``, or a preset's (``agent = "codex"``), with the
+    preset's stream and the variable names it passes through."""
+    if "agent" in raw:
+        if action != "agent":
+            raise FlowError(f"'{where}.agent' is only for agent stages")
+        if "command" in raw:
+            raise FlowError(f"set '{where}.agent' or '{where}.command', not both")
+        chosen = preset_named(raw["agent"], f"{where}.agent")
+        return chosen.command, chosen.stream, chosen.env
+    command = raw.get("command")
+    if command is None and action != "command":
+        return None, None, ()
+    if action not in ("agent", "command"):
+        raise FlowError(f"'{where}.command' is only for agent and command stages")
+    return argv(command, f"{where}.command"), None, ()
 
 
 def _child_limits(where: str, raw: dict[str, Any], action: str) -> tuple[int | None, str | None]:
@@ -329,6 +354,16 @@ def _return_edge(
     return return_to, returns
 
 
+def _reviewer(key: str, entry: dict[str, Any], target: str, seat_stream: str | None) -> Reviewer:
+    """A seat runs its ``command``, or its preset's (``agent = "gemini"``)."""
+    if "agent" in entry:
+        if "command" in entry:
+            raise FlowError(f"set '{key}.agent' or '{key}.command', not both")
+        chosen = preset_named(entry["agent"], f"{key}.agent")
+        return Reviewer(target, chosen.command, seat_stream or chosen.stream, chosen.env)
+    return Reviewer(target, argv(entry.get("command"), f"{key}.command"), seat_stream)
+
+
 def _panel(where: str, raw: dict[str, Any], check: str) -> tuple[tuple[Reviewer, ...], int]:
     if check != "panel":
         for key in ("reviewers", "quorum"):
@@ -341,14 +376,15 @@ def _panel(where: str, raw: dict[str, Any], check: str) -> tuple[tuple[Reviewer,
     reviewers = []
     for index, entry in enumerate(listed):
         key = f"{where}.reviewers[{index}]"
-        if not isinstance(entry, dict) or set(entry) - {"target", "command", "stream"}:
-            raise FlowError(f"'{key}' must be a table with 'target', 'command' (and 'stream')")
+        if not isinstance(entry, dict) or set(entry) - {"target", "command", "agent", "stream"}:
+            raise FlowError(
+                f"'{key}' must be a table with 'target' and 'command' or 'agent' (and 'stream')"
+            )
         target = entry.get("target")
         if not isinstance(target, str) or not target:
             raise FlowError(f"'{key}.target' must be a non-empty string")
         seat_stream = stream(entry["stream"], f"{key}.stream") if "stream" in entry else None
-        command = argv(entry.get("command"), f"{key}.command")
-        reviewers.append(Reviewer(target, command, seat_stream))
+        reviewers.append(_reviewer(key, entry, target, seat_stream))
     quorum = raw.get("quorum", len(reviewers))
     if isinstance(quorum, bool) or not isinstance(quorum, int) or not 1 <= quorum <= len(reviewers):
         raise FlowError(f"'{where}.quorum' must be between 1 and {len(reviewers)}")

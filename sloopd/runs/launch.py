@@ -39,6 +39,8 @@ class LaunchRequest:
     network: bool = True
     # The run's admitted agent settings (env, mounts); the current ones when None.
     settings: AgentSettings | None = None
+    # Names the stage's or seat's preset passes through, beside agent.env.
+    passed: tuple[str, ...] = ()
 
 
 class LaunchRefused(Exception):
@@ -115,7 +117,8 @@ class HostLauncher:
         if request.prompt_file is not None:
             sloop["SLOOP_PROMPT_FILE"] = self._inside(request.prompt_file, sandbox.PROMPT_PATH)
         agent = request.settings or self.agent
-        return child_environment(os.environ, passed=agent.env, home=home, sloop=sloop)
+        names = (*agent.env, *request.passed)
+        return child_environment(os.environ, passed=names, home=home, sloop=sloop)
 
     def _inside(self, host: Path, _sandboxed: str) -> str:
         return str(host)

@@ -101,6 +101,7 @@ class ChildStarter:
             prompt_file=prompt_file,
             network=stage.network,
             settings=active.config.agent,
+            passed=stage.reviewers[seat].env if seat is not None else stage.env,
         )
         recent = active.recent_output
         recent.clear()

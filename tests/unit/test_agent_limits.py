@@ -30,7 +30,8 @@ def test_defaults() -> None:
     assert (agent.agent_timeout_ms, agent.command_timeout_ms) == (2 * 3_600_000, 30 * 60_000)
     assert (agent.transient_retries, agent.transient_backoff_ms) == (3, 60_000)
     assert agent.transient_backoff_max_ms == 30 * 60_000
-    assert agent.stream == "none" and agent.budget == Budget()
+    # The default agent is the claude preset, which prints Claude Code's JSON events.
+    assert agent.stream == "claude" and agent.budget == Budget()
 
 
 def test_agent_keys_parse() -> None:

@@ -7,6 +7,7 @@ DESIGN gives.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sloopd.core import config
+from sloopd.flows import presets
 from sloopd.flows.flow import (
     DEFAULT_AGENT_COMMAND,
     Flow,
@@ -322,7 +324,9 @@ def test_default_flow_and_agent_settings() -> None:
         "sync",
         3,
     )
-    assert parsed.agent.command == DEFAULT_AGENT_COMMAND == ("claude", "-p", "{prompt}")
+    # Claude Code as the claude preset runs it (prompt on stdin, tools allowed, JSON).
+    assert parsed.agent.command == DEFAULT_AGENT_COMMAND == presets.CLAUDE.command
+    assert parsed.agent.stream == "claude"
     assert parsed.agent.stall_after_ms == 20 * 60_000
     assert parsed.agent.stall_kill_after_ms == 2 * 3_600_000
 
@@ -496,3 +500,73 @@ action = "ff_only"
 return_to = "sync"
 returns = 3
 """
+
+
+def test_presets_per_agent_section_stage_and_seat() -> None:
+    parsed = parse(
+        {"preset": "gemini", "env": ["EXTRA"]},
+        {
+            "default": {
+                "stages": [
+                    {"name": "implement", "action": "agent", "agent": "codex"},
+                    {
+                        "name": "review",
+                        "action": "agent",
+                        "result_check": "panel",
+                        "reviewers": [
+                            {"target": "claude", "agent": "claude"},
+                            {"target": "own", "command": ["my-reviewer"]},
+                        ],
+                    },
+                ]
+            }
+        },
+    )
+    agent = parsed.agent
+    assert agent.command == presets.GEMINI.command and agent.stream == "gemini"
+    assert agent.env == (*presets.GEMINI.env, "EXTRA")
+    implement, review = parsed.flows["default"].stages
+    assert implement.command == presets.CODEX.command
+    assert (implement.stream, implement.env) == ("codex", presets.CODEX.env)
+    seat, own = review.reviewers
+    assert (seat.command, seat.stream, seat.env) == (
+        presets.CLAUDE.command,
+        "claude",
+        presets.CLAUDE.env,
+    )
+    assert (own.command, own.stream, own.env) == (("my-reviewer",), None, ())
+    # The snapshot keeps what the preset resolved to.
+    assert (
+        type(parsed.flows["default"]).from_json(parsed.flows["default"].to_json())
+        == (parsed.flows["default"])
+    )
+
+
+def test_an_explicit_command_assumes_no_stream() -> None:
+    agent = parse({"command": ["my-agent"]}, {}).agent
+    assert (agent.command, agent.stream, agent.env) == (("my-agent",), "none", ())
+
+
+@pytest.mark.parametrize(
+    ("agent", "stages", "message"),
+    [
+        ({"preset": "nope"}, [], "'agent.preset' must be one of claude | codex | gemini"),
+        ({"preset": "codex", "command": ["x"]}, [], "set 'agent.preset' or 'agent.command'"),
+        (
+            {},
+            [{"name": "t", "action": "command", "command": ["x"], "agent": "codex"}],
+            "'flows.default.stages[0].agent' is only for agent stages",
+        ),
+        (
+            {},
+            [{"name": "i", "action": "agent", "agent": "codex", "command": ["x"]}],
+            "set 'flows.default.stages[0].agent' or 'flows.default.stages[0].command'",
+        ),
+    ],
+)
+def test_preset_mistakes_name_the_key(
+    agent: dict[str, object], stages: list[dict[str, object]], message: str
+) -> None:
+    flows = {"default": {"stages": stages}} if stages else {}
+    with pytest.raises(FlowError, match=re.escape(message)):
+        parse(agent, flows)

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from sloopctl import init_template
 from sloopctl.cli import main
 from sloopd.core import config
-from sloopd.flows import flow
+from sloopd.flows import flow, presets
 from sloopd.queue import tickets
 
 # A commented-out key (`# returns = 2`), table header or continuation line.
@@ -77,7 +77,12 @@ def test_every_commented_example_is_valid_when_switched_on() -> None:
         "repo.tickets",
         "repo.parallel",
         "repo.branch_prefix",
-        "agent.command",
+        "agent.preset",
+        "agent.agent_timeout",
+        "agent.command_timeout",
+        "agent.transient_retries",
+        "agent.transient_backoff",
+        "agent.transient_backoff_max",
         "agent.stall_after",
         "agent.stall_kill_after",
         "agent.cooldown",
@@ -166,3 +171,18 @@ def test_init_outside_a_repository_is_a_usage_error(
     result = CliRunner().invoke(main, ["init"])
     assert result.exit_code == 2
     assert not (tmp_path / "sloop.toml").exists()
+
+
+@pytest.mark.parametrize("agent", init_template.AGENT_PRESETS)
+def test_init_agent_writes_that_preset(repo: Path, agent: str) -> None:
+    result = CliRunner().invoke(main, ["init", "--agent", agent])
+    assert result.exit_code == 0, result.output
+    loaded = config.load(repo)
+    chosen = presets.PRESETS[agent]
+    assert loaded.agent.command == chosen.command
+    assert loaded.agent.stream == (chosen.stream or "none")
+    assert set(chosen.env) <= set(loaded.agent.env)
+
+
+def test_the_cli_knows_every_daemon_preset() -> None:
+    assert set(init_template.AGENT_PRESETS) == set(presets.PRESETS)
