@@ -20,6 +20,7 @@ itself, so they show in ``sloop.toml`` as written by ``sloopctl init``.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Final
 
@@ -103,7 +104,8 @@ GEMINI = Preset(
 
 EXAMPLE = Preset(
     "example",
-    ("python3", "-m", "sloopd.examples.agent"),
+    # The daemon's own interpreter: the one that has sloopd installed (a venv's too).
+    (sys.executable or "python3", "-m", "sloopd.examples.agent"),
     (),
     None,
     "the bundled example agent (sloopd.examples.agent): edits and commits, no vendor",

@@ -1,0 +1,190 @@
+"""The presets, as an operator would use them: ``[agent] preset = "<cli>"`` and nothing else.
+
+Each real CLI, installed at its pinned version, is put on the daemon's PATH (as a
+global npm install would be) and its install folder shown read-only; the vendor's
+key and base URL are in the daemon's environment, pointing at the stand-in.  The
+preset alone must walk a ticket to ``merged`` with the CLI's commit on main, and
+the run's tokens must be what the stand-in reported (cost too, where the vendor's
+stream carries it).  A two-seat panel of two different CLIs is selected per seat
+with ``agent = "..."``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.agent_clis import PINNED, cache_dir, cli
+from tests.support.agents import BENCH_VAR, Bench, ticket_text, toml_value
+from tests.support.standins import anthropic, gemini, openai
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+RUN_TIMEOUT_S = 120.0
+
+
+def install(name: str) -> Path:
+    cli(name)  # installs it when missing
+    return cache_dir() / PINNED[name].replace("/", "+")
+
+
+def preset_toml(bench: Bench, preset: str, clis: list[str], flows: str = "") -> str:
+    mounts = [str(install(name)) for name in clis]
+    return (
+        "[agent]\n"
+        f'preset = "{preset}"\n'
+        f"env = {toml_value([BENCH_VAR])}\n"
+        f"ro_mounts = {toml_value(mounts)}\n"
+        f"rw_mounts = {toml_value([str(bench.root / 'flags')])}\n"
+        f"{flows}"
+    )
+
+
+def on_path(bench: Bench, clis: list[str]) -> None:
+    """The CLIs on the daemon's PATH, as `npm install -g` would put them."""
+    bins = [str(install(name) / "node_modules" / ".bin") for name in clis]
+    bench.env["PATH"] = os.pathsep.join([*bins, os.environ.get("PATH", os.defpath)])
+
+
+@pytest.fixture
+def claude_api() -> Iterator[anthropic.AnthropicStandIn]:
+    with anthropic.AnthropicStandIn() as standin:
+        yield standin
+
+
+@pytest.fixture
+def codex_api() -> Iterator[openai.OpenAIStandin]:
+    with openai.OpenAIStandin() as standin:
+        yield standin
+
+
+@pytest.fixture
+def gemini_api() -> Iterator[gemini.GeminiStandIn]:
+    standin = gemini.GeminiStandIn().start()
+    try:
+        yield standin
+    finally:
+        standin.stop()
+
+
+def merged_run(bench: Bench, name: str) -> dict[str, Any]:
+    bench.post(name)
+    run = bench.wait_run(f"{name}#1", timeout=RUN_TIMEOUT_S)
+    logs = [r["text"] for r in bench.ok("logs", {"run": run["id"]})["records"]][-15:]
+    assert run["state"] == "merged", (run["reason"], logs)
+    assert (bench.repo / "hello.txt").read_text() == "hello\n"
+    return run
+
+
+def test_the_claude_preset_merges_and_counts_tokens_and_cost(
+    bench: Bench, claude_api: anthropic.AnthropicStandIn
+) -> None:
+    on_path(bench, ["claude"])
+    bench.env.update(
+        ANTHROPIC_API_KEY="sk-ant-api03-sloop-stand-in", ANTHROPIC_BASE_URL=claude_api.url
+    )
+    bench.setup(preset_toml(bench, "claude", ["claude"]), {"hello": ticket_text("Add hello")})
+    bench.start()
+    run = merged_run(bench, "hello")
+    calls = len(claude_api.message_requests())
+    per_call = anthropic.USAGE
+    usage = run["usage"]
+    assert usage["input_tokens"] == calls * (
+        per_call["input_tokens"]
+        + per_call["cache_read_input_tokens"]
+        + per_call["cache_creation_input_tokens"]
+    ), usage
+    assert usage["output_tokens"] == calls * per_call["output_tokens"], usage
+    assert usage["cached_tokens"] == calls * per_call["cache_read_input_tokens"], usage
+    assert isinstance(usage["cost_usd"], float) and usage["cost_usd"] > 0, usage
+
+
+def test_the_codex_preset_merges_and_counts_tokens(
+    bench: Bench, codex_api: openai.OpenAIStandin
+) -> None:
+    on_path(bench, ["codex"])
+    bench.env.update(
+        OPENAI_API_KEY="sk-standin-key", OPENAI_BASE_URL=codex_api.base_url, CODEX_MODEL="gpt-5.5"
+    )
+    bench.setup(preset_toml(bench, "codex", ["codex"]), {"hello": ticket_text("Add hello")})
+    bench.start()
+    run = merged_run(bench, "hello")
+    turns = len(codex_api.requests)
+    usage = run["usage"]
+    assert usage["input_tokens"] == turns * openai.USAGE["input_tokens"], usage
+    assert usage["output_tokens"] == turns * openai.USAGE["output_tokens"], usage
+    assert usage["cached_tokens"] == turns * openai.USAGE["cached_tokens"], usage
+    assert usage["cost_usd"] is None, usage  # Codex reports no cost
+
+
+def test_the_gemini_preset_merges_and_counts_tokens(
+    bench: Bench, gemini_api: gemini.GeminiStandIn
+) -> None:
+    on_path(bench, ["gemini"])
+    bench.env.update(GEMINI_API_KEY="standin-key", GOOGLE_GEMINI_BASE_URL=gemini_api.url)
+    bench.setup(preset_toml(bench, "gemini", ["gemini"]), {"hello": ticket_text("Add hello")})
+    bench.start()
+    run = merged_run(bench, "hello")
+    usage = run["usage"]
+    assert usage["output_tokens"] > 0 and usage["input_tokens"] > 0, usage
+    assert usage["output_tokens"] % gemini.USAGE["candidatesTokenCount"] == 0, usage
+    assert usage["cached_tokens"] % gemini.USAGE["cachedContentTokenCount"] == 0, usage
+    assert usage["cost_usd"] is None, usage
+
+
+PANEL = """
+[[flows.default.stages]]
+name = "implement"
+action = "agent"
+agent = "example"
+
+[[flows.default.stages]]
+name = "review"
+action = "agent"
+result_check = "panel"
+quorum = 2
+reviewers = [ { target = "claude", agent = "claude" }, { target = "codex", agent = "codex" } ]
+
+[[flows.default.stages]]
+name = "sync"
+action = "sync"
+
+[[flows.default.stages]]
+name = "merge"
+action = "ff_only"
+"""
+
+
+def test_a_panel_of_two_different_clis_each_casting_its_verdict(bench: Bench) -> None:
+    claude_api = anthropic.AnthropicStandIn(scripts=[anthropic.verdict_script("pass", "fine")])
+    verdict = "sloopctl verdict pass --reason 'codex agrees' --confidence high"
+    codex_api = openai.OpenAIStandin(script=[openai.Shell(verdict), openai.Say("Reported.")])
+    with claude_api, codex_api:
+        on_path(bench, ["claude", "codex"])
+        bench.env.update(
+            ANTHROPIC_API_KEY="sk-ant-api03-sloop-stand-in",
+            ANTHROPIC_BASE_URL=claude_api.url,
+            OPENAI_API_KEY="sk-standin-key",
+            OPENAI_BASE_URL=codex_api.base_url,
+            CODEX_MODEL="gpt-5.5",
+        )
+        config = preset_toml(bench, "example", ["claude", "codex"], PANEL)
+        bench.setup(config, {"panel": ticket_text("Reviewed by two CLIs")})
+        bench.start()
+        bench.post("panel")
+        run = bench.wait_run("panel#1", timeout=RUN_TIMEOUT_S)
+    review = next(s for s in run["stages"] if s["stage"] == "review")
+    assert run["state"] == "merged", (run["reason"], review)
+    seats = {seat["target"]: seat for seat in review["reviewers"]}
+    assert seats["claude"]["verdict"] == "pass" and seats["claude"]["reason"] == "fine"
+    assert seats["codex"]["verdict"] == "pass" and seats["codex"]["reason"] == "codex agrees"
+    assert seats["claude"]["usage"]["cost_usd"] > 0, seats["claude"]
+    assert seats["codex"]["usage"]["output_tokens"] > 0, seats["codex"]
+    assert run["usage"]["output_tokens"] >= (
+        seats["claude"]["usage"]["output_tokens"] + seats["codex"]["usage"]["output_tokens"]
+    )
