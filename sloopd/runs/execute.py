@@ -146,6 +146,10 @@ class StageExecutor:
         result = self._judge(facts, stage, attempt, code)
         if usage is not None:
             result["usage"] = usage.row()
+        if active.refused_tools:
+            # A headless CLI that refuses a tool still exits 0: say what it refused.
+            refused = "the agent's CLI refused tools: " + ", ".join(active.refused_tools)
+            result["reason"] = f"{result['reason']}; {refused}" if result.get("reason") else refused
         name = self.branches.execution_name(facts, stage, attempt, None)
         if not produces(stage):
             left = await self.branches.review_leftovers(facts, pinned, name)

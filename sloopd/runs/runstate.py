@@ -53,6 +53,9 @@ class ActiveRun:
     budget: Budget = field(default_factory=Budget)
     spent: Usage | None = None
     live: Usage | None = None
+    # Tools the child's CLI said it refused for want of permission (Claude Code's
+    # permission_denials): named in the stage's reason.
+    refused_tools: tuple[str, ...] = ()
 
     def used(self) -> Usage | None:
         """The run's usage so far, the executing child's included."""

@@ -22,6 +22,7 @@ from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.runs.worker import Credentials
 from sloopd.util import memory
+from sloopd.vendor import stream_claude
 from sloopd.vendor import usage as usages
 from sloopd.vendor.usage import Usage
 
@@ -116,6 +117,7 @@ class ChildStarter:
             parse = None
         usage = Usage()
         active.live = None
+        active.refused_tools = ()
 
         def on_line(stream: str, text: str, split: bool) -> None:
             nonlocal unflushed
@@ -123,6 +125,9 @@ class ChildStarter:
             if parse is not None and stream == "stdout" and _parsed(parse, text, usage):
                 active.live = usage
                 budgets.check(active)
+                if stream_name == "claude" and '"permission_denials"' in text:
+                    refused = stream_claude.permission_denials(text) or []
+                    active.refused_tools = tuple(dict.fromkeys(refused))
             if not budget.admit(text):
                 return
             sink.append(facts.run_id, stage.name, attempt, stream, text, split)

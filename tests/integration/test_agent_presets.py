@@ -188,3 +188,38 @@ def test_a_panel_of_two_different_clis_each_casting_its_verdict(bench: Bench) ->
     assert run["usage"]["output_tokens"] >= (
         seats["claude"]["usage"]["output_tokens"] + seats["codex"]["usage"]["output_tokens"]
     )
+
+
+def test_tools_the_cli_refused_are_named_in_the_stage_reason(
+    bench: Bench, claude_api: anthropic.AnthropicStandIn
+) -> None:
+    # Without the bypass, headless Claude Code refuses its tools and still exits 0.
+    on_path(bench, ["claude"])
+    bench.env.update(
+        ANTHROPIC_API_KEY="sk-ant-api03-sloop-stand-in",
+        ANTHROPIC_BASE_URL=claude_api.url,
+        DISABLE_TELEMETRY="1",
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+    )
+    command = [
+        "sh",
+        "-c",
+        'exec claude -p --output-format stream-json --verbose < "$SLOOP_PROMPT_FILE"',
+    ]
+    names = [BENCH_VAR, "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "DISABLE_TELEMETRY"]
+    names.append("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC")
+    config = (
+        "[agent]\n"
+        f"command = {toml_value(command)}\n"
+        'stream = "claude"\n'
+        f"env = {toml_value(names)}\n"
+        f"ro_mounts = {toml_value([str(install('claude'))])}\n"
+        f"rw_mounts = {toml_value([str(bench.root / 'flags')])}\n"
+    )
+    bench.setup(config, {"refused": ticket_text("Add hello")})
+    bench.start()
+    bench.post("refused")
+    run = bench.wait_run("refused#1", timeout=RUN_TIMEOUT_S)
+    implement = run["stages"][0]
+    assert "refused tools: Bash" in (implement["reason"] or ""), implement
+    assert run["state"] != "merged", run
