@@ -162,7 +162,13 @@ def _read_clock(text: str, now_ms: int, zone: tzinfo) -> int | None:
             continue
         where = _zone(match["zone"] or match["bare"], zone)
         now = datetime.fromtimestamp(now_ms / 1000, where)
-        return round(_next_at(match, moment, now).timestamp() * 1000)
+        at = _next_at(match, moment, now)
+        if match["minute"] is not None and match["second"] is None:
+            # "resets 8:01am" is printed to the minute: the limit lasts to the end of
+            # it.  Read as 8:01:00, the gate reopened early, and once that minute
+            # had begun the reset looked past and the default cooldown applied.
+            at += timedelta(minutes=1)
+        return round(at.timestamp() * 1000)
     return None
 
 

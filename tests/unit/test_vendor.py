@@ -52,6 +52,10 @@ def ms_of(**kwargs: float) -> int:
     return round(timedelta(**kwargs).total_seconds() * 1000)
 
 
+# A clock time printed to the minute ("resets 8:01am") lasts to the end of it (0.6.0).
+TO_END_OF_MINUTE = 60_000
+
+
 def at(hour: int, minute: int = 0, *, day: int = 15, month: int = 1, zone: tzinfo = UTC) -> int:
     return ms(datetime(2026, month, day, hour, minute, tzinfo=zone))
 
@@ -787,14 +791,14 @@ def test_config_errors_name_the_key_and_the_reason(section: Any, message: str) -
         ("quota resets 2026-01-16 09:00:00+01:00", at(8, day=16)),
         # clock times, next occurrence (UTC unless the line or tz says otherwise)
         ("5-hour limit reached ∙ resets 3pm", at(15)),
-        ("Session limit reached ∙ resets 9:30pm", at(21, 30)),
+        ("Session limit reached ∙ resets 9:30pm", at(21, 30) + TO_END_OF_MINUTE),
         ("Claude usage limit reached. Your limit will reset at 5pm.", at(17)),
         ("resets 5 p.m.", at(17)),
-        ("Rate limited until 17:30", at(17, 30)),
-        ("Try again at 3:14 PM.", at(15, 14)),
+        ("Rate limited until 17:30", at(17, 30) + TO_END_OF_MINUTE),
+        ("Try again at 3:14 PM.", at(15, 14) + TO_END_OF_MINUTE),
         ("You've hit your limit · resets 12am", at(0, day=16)),
-        ("resets 10:30am", at(10, 30, day=16)),  # 90 minutes ago: tomorrow
-        ("resets 11:15am", at(11, 15)),  # 45 minutes ago: it has lifted already
+        ("resets 10:30am", at(10, 30, day=16) + TO_END_OF_MINUTE),  # 90 minutes ago: tomorrow
+        ("resets 11:15am", at(11, 15) + TO_END_OF_MINUTE),  # 45 minutes ago: it has lifted already
         ("Your limit will reset at 5pm (America/New_York).", at(17, zone=NEW_YORK)),
         ("You've hit your limit · resets 5pm (Europe/Berlin)", at(17, zone=BERLIN)),
         ("resets 11am (America/New_York)", at(11, zone=NEW_YORK)),  # 16:00 UTC
@@ -805,8 +809,11 @@ def test_config_errors_name_the_key_and_the_reason(section: Any, message: str) -
         ("resets Jan 20 at 5pm", at(17, day=20)),
         ("resets Tue 5pm", at(17, day=20)),
         ("resets Thursday 1pm", at(13)),
-        ("try again at Jan 29th, 2026 10:15 PM.", at(22, 15, day=29)),
-        ("try again at Feb 1st, 2026 9:00 AM (Europe/Berlin)", at(9, day=1, month=2, zone=BERLIN)),
+        ("try again at Jan 29th, 2026 10:15 PM.", at(22, 15, day=29) + TO_END_OF_MINUTE),
+        (
+            "try again at Feb 1st, 2026 9:00 AM (Europe/Berlin)",
+            at(9, day=1, month=2, zone=BERLIN) + TO_END_OF_MINUTE,
+        ),
         # relative delays
         ("Please try again in 20s.", NOW_MS + 20_000),
         ("try again in 5 minutes", NOW_MS + ms_of(minutes=5)),
@@ -1005,3 +1012,9 @@ def test_needles_occur_in_every_match_of_any_regex(data: st.DataObject, source: 
     if needles is not None and regex.search(text):
         folded = prefilter._fold(text)
         assert any(n in folded for n in needles), (source, text, needles)
+
+
+def test_a_reset_printed_to_the_minute_holds_once_that_minute_has_begun() -> None:
+    # At 8:01:30, "resets 8:01am" is 30 s ahead, not past (the default cooldown).
+    now = at(8, 1) + 30_000
+    assert parse_reset("You've hit your limit · resets 8:01am", now) == at(8, 2)
