@@ -44,9 +44,10 @@ test-long: $(STAMP) .debian-packages
 	$(BIN)/pytest -q -s -m long
 
 # Every agent runs in a bubblewrap sandbox (docs/security.md): the demo's too.
+# make demo AGENT=claude|codex|gemini: a real agent CLI against a local stand-in.
 demo: $(STAMP)
 	scripts/ensure-debian-packages git:git bubblewrap:bwrap
-	$(BIN)/python scripts/demo.py
+	AGENT="$(AGENT)" $(BIN)/python scripts/demo.py
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

@@ -70,8 +70,13 @@ def say(text: str) -> None:
     print(f"\n== {text}", flush=True)
 
 
+# AGENT=claude|codex|gemini: a real agent CLI against a local stand-in (demo_agents).
+AGENT: Final = os.environ.get("AGENT") or "example"
+EXTRA_ENV: dict[str, str] = {}
+
+
 def environment() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV} | EXTRA_ENV
     env["NO_COLOR"] = "1"  # the output is read as a transcript
     return env
 
@@ -94,9 +99,8 @@ def toml_list(items: Sequence[str]) -> str:
     return "[" + ", ".join(json.dumps(item) for item in items) + "]"
 
 
-def make_repository(demo: Path) -> list[str]:
+def make_repository(demo: Path, agent_section: str) -> list[str]:
     """The sample repository; returns the ticket paths, relative to it."""
-    agent = [sys.executable, "-m", "sloopd.examples.agent"]
     (demo / "README.md").write_text("# A sample project\n\nSloop's demo works on this.\n")
     (demo / ".gitignore").write_text(".sloop-state/\n.s/\n")
     (demo / "sloop.toml").write_text(
@@ -108,9 +112,7 @@ tickets = "tickets"
 parallel = 2
 
 [agent]
-# The bundled example agent: writes notes/<ticket>.md and commits it.
-command = {toml_list(agent)}
-
+{agent_section}
 [[flows.default.stages]]
 name = "implement"
 action = "agent"
@@ -129,12 +131,14 @@ returns = 3
     )
     tickets = demo / "tickets"
     tickets.mkdir()
-    for name, text in TICKETS.items():
+    # A vendor stand-in scripts one change (hello.txt): one ticket is enough.
+    chosen = TICKETS if AGENT == "example" else dict(list(TICKETS.items())[:1])
+    for name, text in chosen.items():
         (tickets / name).write_text(text)
     git(demo, "init", "--quiet", "--initial-branch=main")
     git(demo, "add", "-A")
     git(demo, "commit", "--quiet", "-m", "A sample project with three tickets")
-    return [f"tickets/{name}" for name in sorted(TICKETS)]
+    return [f"tickets/{name}" for name in sorted(chosen)]
 
 
 def start_daemon(demo: Path, state: Path, sockets: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -254,7 +258,8 @@ def stop_daemon(proc: subprocess.Popen[bytes]) -> None:
 def demo_run(demo: Path) -> None:
     state, sockets, log = demo / ".sloop-state", demo / ".s", demo / ".sloop-state" / "daemon.log"
     say(f"a sample repository in {demo}")
-    tickets = make_repository(demo)
+    section = EXAMPLE_AGENT if AGENT == "example" else demo_agents().agent_section(AGENT)
+    tickets = make_repository(demo, section)
     print(git(demo, "log", "--oneline", "main"), end="")
     print("\n".join(f"  {path}" for path in tickets))
 
@@ -281,6 +286,9 @@ def demo_run(demo: Path) -> None:
         print(f"$ git log --oneline main\n{git(demo, 'log', '--oneline', 'main')}", end="")
         say(f"one run in detail: {names[0]}#1")
         sloopctl(demo, socket, "show", f"{names[0]}#1")
+        if AGENT != "example":
+            say("what it cost")
+            print("  " + demo_agents().cost_line(show_json(demo, socket, f"{names[0]}#1")["value"]))
         if failed:
             raise DemoFailed(
                 "not every ticket merged: " + ", ".join(f"{n} {s}" for n, s in failed.items())
@@ -295,10 +303,32 @@ def demo_run(demo: Path) -> None:
     print(f"  stopped with status {proc.returncode}")
 
 
+def demo_agents() -> Any:
+    """The real-CLI half of the demo, imported only when AGENT asks for it."""
+    import demo_agents as agents
+
+    return agents
+
+
+EXAMPLE_AGENT: Final = (
+    "# The bundled example agent: writes notes/<ticket>.md and commits it.\n"
+    'preset = "example"\n'
+)
+
+
 def main() -> int:
+    if AGENT not in ("example", "claude", "codex", "gemini"):
+        print(f"AGENT must be example, claude, codex or gemini, not {AGENT!r}", file=sys.stderr)
+        return 2
     demo = Path(tempfile.mkdtemp(prefix="sloop-demo-", dir="/tmp"))
     try:
-        demo_run(demo)
+        if AGENT == "example":
+            demo_run(demo)
+        else:
+            say(f"agent: the real {AGENT} CLI, against a local stand-in of its vendor's API")
+            with demo_agents().stand_in(AGENT) as extra:
+                EXTRA_ENV.update(extra)
+                demo_run(demo)
     except DemoFailed as exc:
         print(f"\ndemo failed: {exc}", file=sys.stderr)
         print(f"the sample repository is left in {demo}", file=sys.stderr)
