@@ -251,3 +251,23 @@ def test_left_retrying_an_unreachable_api_codex_is_stopped_once_silent(
     texts = log_texts(bench, run["id"])
     assert any("Reconnecting... waiting for network" in t for t in texts), texts
     assert not any('"turn.failed"' in t for t in texts), texts  # it never gave up itself
+
+
+def test_left_reconnecting_for_ever_codex_is_stopped_by_the_stage_timeout(
+    bench: Bench, codex: Path
+) -> None:
+    # Its "Reconnecting..." lines keep the stall clock from ever firing (stall_kill_after
+    # is an hour here); the stage's wall-clock timeout stops it all the same.
+    argv = codex_argv(str(codex), refused_url())
+    at = argv.index("unbounded_connection_retries")
+    del argv[at - 1 : at + 1]
+    limits = 'stall_after = "1h"\nstall_kill_after = "1h"\nagent_timeout = "15s"'
+    start(bench, config(bench, argv, agent_extra=limits), {"forever": ticket_text("Forever")})
+    bench.post("forever")
+    run = bench.wait_run("forever#1", timeout=CODEX_TIMEOUT_S)
+
+    assert run["state"] == "failed", run
+    assert run["classification"] == "timed_out", run
+    assert "timeout 15s" in (run["stages"][0]["reason"] or ""), run["stages"][0]
+    texts = log_texts(bench, run["id"])
+    assert any("Reconnecting... waiting for network" in t for t in texts), texts
