@@ -144,6 +144,8 @@ def _config_regex(source: Any, where: str) -> re.Pattern[str]:
 # --------------------------------------------------------------------------- classify
 
 
+# How far above a generic status line a CLI's own wording is looked for.
+SPECIFIC_LOOKBACK_LINES = 8
 # A retry hint this close marks a quota error as a rate limit (see _throttled).
 SHORT_RETRY_MS = 10 * 60_000
 
@@ -165,23 +167,48 @@ def classify(
     """
     flat = [part for line in bounded(lines) for part in line.splitlines()]
     prefilter = Prefilter(patterns)
-    for index in range(len(flat) - 1, -1, -1):
+    found = _last_match(flat, len(flat) - 1, 0, prefilter, patterns)
+    if found is None:
+        return UNKNOWN
+    index, line, pattern, match = found
+    if pattern.vendor is None:
+        # A generic status line ("status: 429") printed after the CLI's own, more
+        # specific wording ("You have exhausted your daily quota") does not decide.
+        earlier = _last_match(
+            flat, index - 1, max(0, index - SPECIFIC_LOOKBACK_LINES), prefilter, patterns, True
+        )
+        if earlier is not None:
+            index, line, pattern, match = earlier
+    reset = None
+    classification = pattern.classification
+    if classification in LIMIT_CLASSES:
+        following = flat[index + 1 : index + 1 + RESET_LOOKAHEAD_LINES]
+        reset = _reset_near(line, following, now_ms, tz)
+        classification = _throttled(classification, line, reset, now_ms)
+    return Diagnosis(classification, _evidence(line, match), pattern.vendor, reset)
+
+
+def _last_match(
+    flat: list[str],
+    start: int,
+    stop: int,
+    prefilter: Prefilter,
+    patterns: Sequence[Pattern],
+    vendor_only: bool = False,
+) -> tuple[int, str, Pattern, re.Match[str]] | None:
+    """The last line in ``flat[stop:start + 1]`` that a pattern matches, with it."""
+    for index in range(start, stop - 1, -1):
         line = clean_line(flat[index])
         if not line:
             continue
         for candidate in prefilter.candidates(line):
             pattern = patterns[candidate]
-            match = pattern.regex.search(line)
-            if match is None:
+            if vendor_only and pattern.vendor is None:
                 continue
-            reset = None
-            classification = pattern.classification
-            if classification in LIMIT_CLASSES:
-                following = flat[index + 1 : index + 1 + RESET_LOOKAHEAD_LINES]
-                reset = _reset_near(line, following, now_ms, tz)
-                classification = _throttled(classification, line, reset, now_ms)
-            return Diagnosis(classification, _evidence(line, match), pattern.vendor, reset)
-    return UNKNOWN
+            match = pattern.regex.search(line)
+            if match is not None:
+                return index, line, pattern, match
+    return None
 
 
 def _throttled(classification: str, line: str, reset: int | None, now_ms: int) -> str:

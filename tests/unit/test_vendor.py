@@ -1018,3 +1018,17 @@ def test_a_reset_printed_to_the_minute_holds_once_that_minute_has_begun() -> Non
     # At 8:01:30, "resets 8:01am" is 30 s ahead, not past (the default cooldown).
     now = at(8, 1) + 30_000
     assert parse_reset("You've hit your limit · resets 8:01am", now) == at(8, 2)
+
+
+def test_the_clis_own_wording_wins_over_a_later_generic_status_line() -> None:
+    # Gemini prints its daily-quota message, then the HTTP response's fields.
+    lines = [
+        "You have exhausted your daily quota on this model.",
+        "  status: 429,",
+        "  statusText: 'Too Many Requests'",
+    ]
+    diagnosis = classify(lines, NOW_MS)
+    assert (diagnosis.classification, diagnosis.vendor) == ("usage_limit", "gemini")
+    assert diagnosis.evidence == lines[0]
+    # Alone, the status line still says what it says.
+    assert classify(lines[1:], NOW_MS).classification == "rate_limited"
