@@ -252,7 +252,10 @@ class Server:
         while True:
             if usec > 0:
                 self.notifier.send("WATCHDOG=1")
-            status = self._status_line()
+            try:
+                status = self._status_line()
+            except StoreUnavailable:
+                status = self._last_status  # the store is busy: say nothing new
             if status != self._last_status:
                 self.notifier.status(status)
                 self._last_status = status

@@ -48,7 +48,13 @@ class Scheduler:
                 log.exception("claiming due triggers failed; retrying shortly")
                 await asyncio.sleep(1.0)
                 continue
-            await self._sleep_until_next()
+            try:
+                await self._sleep_until_next()
+            except StoreUnavailable as exc:
+                # Reading when to wake failed (a lock held elsewhere): look again soon.
+                # Raised out of here, it would end the scheduler for good, silently.
+                log.warning("the scheduler waits for the store: %s", exc)
+                await asyncio.sleep(1.0)
 
     async def _sleep_until_next(self) -> None:
         wake = next_wake(self.daemon)
