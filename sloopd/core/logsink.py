@@ -70,7 +70,6 @@ class LogSink:
         # Set while the store refuses writes: the reason, for the loss records.
         self.failing: str | None = None
         self.losses: dict[Execution, Loss] = {}
-        self.dropped_total = 0
         self._forget_later: set[str] = set()
 
     def append(
@@ -101,7 +100,6 @@ class LogSink:
             self._schedule(FLUSH_INTERVAL)
 
     def _drop(self, execution: Execution, stream: str, size: int, ts: int) -> None:
-        self.dropped_total += 1
         reason = self.failing or "the store cannot be written"
         loss = self.losses.setdefault(execution, Loss(0, 0, ts, ts, reason, {}))
         loss.add(stream, size, ts, reason)

@@ -232,15 +232,21 @@ def test_an_unreachable_api_fails_at_once_as_network(bench: Bench, codex: Path) 
     assert not any("Reconnecting" in t for t in texts), texts
 
 
+def reconnecting_argv(codex: Path) -> list[str]:
+    """Codex against nothing, with its default unbounded connection retries left on."""
+    argv = codex_argv(str(codex), refused_url())
+    at = argv.index("unbounded_connection_retries")
+    del argv[at - 1 : at + 1]
+    return argv
+
+
 def test_left_retrying_an_unreachable_api_codex_is_stopped_once_silent(
     bench: Bench, codex: Path
 ) -> None:
     # Codex's default (unbounded_connection_retries on) never gives up: it prints
     # "Reconnecting... waiting for network (…)" after about 3 s, 11 s, 24 s, 47 s, …
     # The gaps grow, so a stall_kill_after shorter than one stops it as silent.
-    argv = codex_argv(str(codex), refused_url())
-    at = argv.index("unbounded_connection_retries")
-    del argv[at - 1 : at + 1]
+    argv = reconnecting_argv(codex)
     stall = 'stall_after = "2s"\nstall_kill_after = "6s"'
     start(bench, config(bench, argv, agent_extra=stall), {"lost": ticket_text("Lost")})
     bench.post("lost")
@@ -258,9 +264,7 @@ def test_left_reconnecting_for_ever_codex_is_stopped_by_the_stage_timeout(
 ) -> None:
     # Its "Reconnecting..." lines keep the stall clock from ever firing (stall_kill_after
     # is an hour here); the stage's wall-clock timeout stops it all the same.
-    argv = codex_argv(str(codex), refused_url())
-    at = argv.index("unbounded_connection_retries")
-    del argv[at - 1 : at + 1]
+    argv = reconnecting_argv(codex)
     limits = 'stall_after = "1h"\nstall_kill_after = "1h"\nagent_timeout = "15s"'
     start(bench, config(bench, argv, agent_extra=limits), {"forever": ticket_text("Forever")})
     bench.post("forever")
