@@ -57,7 +57,7 @@ PROBE_INTERVAL = 0.010
 FLOOD_SOURCE = """\
 import os, sys, time
 
-go, seconds = sys.argv[1], float(sys.argv[2])
+go, seconds = os.path.join(sys.argv[1], "go"), float(sys.argv[2])
 deadline = time.monotonic() + 120
 while not os.path.exists(go):  # every agent starts flooding at the same moment
     if time.monotonic() > deadline:
@@ -76,7 +76,10 @@ sys.stdout.buffer.flush()
 def setup(root: Path, flood_seconds: float) -> Path:
     flood = root / "flood.py"
     flood.write_text(FLOOD_SOURCE, encoding="utf-8")
-    agent = [sys.executable, str(flood), str(root / "go"), str(flood_seconds)]
+    # The start flag lives in a folder the command line names: the sandbox shows that
+    # folder (live), where a file created after the start would not be visible.
+    (root / "signal").mkdir(exist_ok=True)
+    agent = [sys.executable, str(flood), str(root / "signal"), str(flood_seconds)]
     files = {
         "sloop.toml": "[repo]\nparallel = 8\n\n[agent]\ncommand = "
         + orjson.dumps(agent).decode()
@@ -179,7 +182,7 @@ def _run(box: Sandbox, table: Table, quick: bool) -> None:
         for i in range(1, AGENTS + 1):
             client.call("post", {"path": f"tickets/flood-{i}.md"})
             wait_until(client, running(i), 60, f"{i} runs are running")
-        (root / "go").touch()
+        (root / "signal" / "go").touch()
         time.sleep(0.2)
         flooding = probe(daemon, probe_seconds)
         probe_end_ms = time.time() * 1000
