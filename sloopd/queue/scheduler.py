@@ -37,8 +37,12 @@ class Scheduler:
     async def loop(self) -> None:
         while True:
             self._poked.clear()
+            # One instant per look: a trigger falling due between the claim and the
+            # wake-up read would be neither claimed (not yet due) nor a next wake
+            # (no longer in the future), and the scheduler slept IDLE_SECONDS.
+            looked_at = now_ms()
             try:
-                for run_id in self.claim_due():
+                for run_id in self.claim_due(looked_at):
                     self._start_run(run_id)
             except StoreUnavailable as exc:
                 log.warning("claiming waits for the store: %s", exc)
@@ -49,15 +53,15 @@ class Scheduler:
                 await asyncio.sleep(1.0)
                 continue
             try:
-                await self._sleep_until_next()
+                await self._sleep_until_next(looked_at)
             except StoreUnavailable as exc:
                 # Reading when to wake failed (a lock held elsewhere): look again soon.
                 # Raised out of here, it would end the scheduler for good, silently.
                 log.warning("the scheduler waits for the store: %s", exc)
                 await asyncio.sleep(1.0)
 
-    async def _sleep_until_next(self) -> None:
-        wake = next_wake(self.daemon)
+    async def _sleep_until_next(self, looked_at: int) -> None:
+        wake = next_wake(self.daemon, looked_at)
         timeout = IDLE_SECONDS
         if wake is not None:
             timeout = min(timeout, max(0.0, (wake - now_ms()) / 1000))
@@ -69,7 +73,7 @@ class Scheduler:
         except TimeoutError:
             pass
 
-    def claim_due(self) -> list[str]:
+    def claim_due(self, now: int) -> list[str]:
         daemon = self.daemon
         store = daemon.require_store()
         gate.reopen_if_due(daemon)
@@ -77,7 +81,6 @@ class Scheduler:
             return []
         settings = daemon.config
         claimed: list[tuple[str, str]] = []
-        now = now_ms()
         with store.writer.transaction() as tx:
             in_flight = tx.one("runs_in_flight_count")
             slots = settings.repo.parallel - (int(in_flight[0]) if in_flight else 0)
@@ -149,10 +152,14 @@ class Scheduler:
         return run_id
 
 
-def next_wake(daemon: Daemon) -> int | None:
-    """When the daemon will next look at the queue by itself (epoch ms)."""
+def next_wake(daemon: Daemon, after: int | None = None) -> int | None:
+    """When the daemon will next look at the queue by itself (epoch ms).
+
+    ``after`` is the instant the scheduler last looked: a trigger due after it
+    was not claimable then, so it is a wake-up even if it is due by now.
+    """
     store = daemon.require_store()
-    now = now_ms()
+    now = now_ms() if after is None else after
     candidates: list[int] = []
     row = store.one("trigger_next_wake", (now,))
     if row is not None and row[0] is not None:
