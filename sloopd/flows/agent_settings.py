@@ -72,6 +72,8 @@ class AgentSettings:
     # Host paths every sandbox sees read-only / read-write (credentials, caches).
     ro_mounts: tuple[str, ...] = ()
     rw_mounts: tuple[str, ...] = ()
+    # The preset's login files (``~/...``), read-only in each run's HOME when present.
+    logins: tuple[str, ...] = DEFAULT_PRESET.logins
     # A vendor's reset time further ahead than this is capped (the gate says so).
     max_cooldown_ms: int = 6 * 3_600_000
     # Per child (stage execution or panel seat): output stored past these is
@@ -139,6 +141,7 @@ def parse_agent(section: dict[str, Any]) -> AgentSettings:
         transient_backoff_ms=durations["transient_backoff"],
         transient_backoff_max_ms=durations["transient_backoff_max"],
         stream=stream(section.get("stream", default_stream), "agent.stream"),
+        logins=() if "command" in section else chosen.logins,
         budget=budget(section, "agent"),
     )
 

@@ -73,6 +73,8 @@ class Reviewer:
     stream: str | None = None  # None: the stage's (else the agent's) stream
     # Variables the seat's preset passes through by name, beside agent.env.
     env: tuple[str, ...] = ()
+    # The seat's preset's login files (``~/...``), read-only in its HOME when present.
+    logins: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,8 @@ class Stage:
     stream: str | None = None
     # Variables the stage's preset (``agent = "codex"``) passes through, beside agent.env.
     env: tuple[str, ...] = ()
+    # The stage's preset's login files (``~/...``), read-only in its HOME when present.
+    logins: tuple[str, ...] = ()
 
     @property
     def advisory(self) -> bool:
@@ -138,12 +142,19 @@ class Flow:
         for raw in data["stages"]:
             raw = dict(raw)
             raw["reviewers"] = tuple(
-                Reviewer(r["target"], tuple(r["command"]), r.get("stream"), tuple(r.get("env", ())))
+                Reviewer(
+                    r["target"],
+                    tuple(r["command"]),
+                    r.get("stream"),
+                    tuple(r.get("env", ())),
+                    tuple(r.get("logins", ())),
+                )
                 for r in raw.get("reviewers", ())
             )
             if raw.get("command") is not None:
                 raw["command"] = tuple(raw["command"])
             raw["env"] = tuple(raw.get("env", ()))
+            raw["logins"] = tuple(raw.get("logins", ()))
             # Snapshots taken before 0.5.0 lack the newer keys: their defaults apply.
             stages.append(Stage(**raw))
         return cls(
@@ -218,7 +229,7 @@ def _stage(where: str, raw: Any, earlier: list[Stage]) -> Stage:
     prompt = raw.get("prompt")
     if prompt is not None and (not isinstance(prompt, str) or action != "agent"):
         raise FlowError(f"'{where}.prompt' must be a string, on an agent stage")
-    command, preset_stream, preset_env = _command(where, raw, action)
+    command, preset_stream, preset_env, preset_logins = _command(where, raw, action)
     return_to, returns = _return_edge(where, raw, name, earlier, fail_action)
     reviewers, quorum = _panel(where, raw, check)
     mode = _choice(raw, "mode", SYNC_MODES, where, "merge")
@@ -253,27 +264,28 @@ def _stage(where: str, raw: Any, earlier: list[Stage]) -> Stage:
         timeout_ms=timeout_ms,
         stream=stream_name,
         env=preset_env,
+        logins=preset_logins,
     )
 
 
 def _command(
     where: str, raw: dict[str, Any], action: str
-) -> tuple[tuple[str, ...] | None, str | None, tuple[str, ...]]:
+) -> tuple[tuple[str, ...] | None, str | None, tuple[str, ...], tuple[str, ...]]:
     """A stage's own command: ``command``, or a preset's (``agent = "codex"``), with the
-    preset's stream and the variable names it passes through."""
+    preset's stream, the variable names it passes through and its login files."""
     if "agent" in raw:
         if action != "agent":
             raise FlowError(f"'{where}.agent' is only for agent stages")
         if "command" in raw:
             raise FlowError(f"set '{where}.agent' or '{where}.command', not both")
         chosen = preset_named(raw["agent"], f"{where}.agent")
-        return chosen.command, chosen.stream, chosen.env
+        return chosen.command, chosen.stream, chosen.env, chosen.logins
     command = raw.get("command")
     if command is None and action != "command":
-        return None, None, ()
+        return None, None, (), ()
     if action not in ("agent", "command"):
         raise FlowError(f"'{where}.command' is only for agent and command stages")
-    return argv(command, f"{where}.command"), None, ()
+    return argv(command, f"{where}.command"), None, (), ()
 
 
 def _child_limits(where: str, raw: dict[str, Any], action: str) -> tuple[int | None, str | None]:
@@ -360,7 +372,9 @@ def _reviewer(key: str, entry: dict[str, Any], target: str, seat_stream: str | N
         if "command" in entry:
             raise FlowError(f"set '{key}.agent' or '{key}.command', not both")
         chosen = preset_named(entry["agent"], f"{key}.agent")
-        return Reviewer(target, chosen.command, seat_stream or chosen.stream, chosen.env)
+        return Reviewer(
+            target, chosen.command, seat_stream or chosen.stream, chosen.env, chosen.logins
+        )
     return Reviewer(target, argv(entry.get("command"), f"{key}.command"), seat_stream)
 
 

@@ -34,6 +34,10 @@ class Preset:
     env: tuple[str, ...]  # passed through by name when the daemon has them
     stream: str | None  # the JSON event stream the command prints (sloopd.vendor.usage)
     summary: str
+    # A subscription login's files in the daemon user's HOME (``~/...``), shown
+    # read-only in the run's HOME when they exist: `claude login`, `codex login`,
+    # Gemini's Google sign-in work unattended as they do in a terminal.
+    logins: tuple[str, ...] = ()
 
 
 def _sh(script: str) -> tuple[str, ...]:
@@ -49,9 +53,16 @@ CLAUDE = Preset(
         "exec claude -p --output-format stream-json --verbose "
         f"--dangerously-skip-permissions {PROMPT_ON_STDIN}"
     ),
-    ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL"),
+    (
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+        "CLAUDE_CODE_OAUTH_TOKEN",  # `claude setup-token`: a subscription, unattended
+        "ANTHROPIC_BASE_URL",
+        "ANTHROPIC_MODEL",
+    ),
     "claude",
     "Claude Code in headless mode, tools allowed (IS_SANDBOX=1: Sloop's sandbox is the boundary)",
+    ("~/.claude/.credentials.json",),
 )
 
 CODEX = Preset(
@@ -75,10 +86,14 @@ CODEX = Preset(
     ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_MODEL"),
     "codex",
     "Codex exec, its own sandbox off (Sloop's is the boundary), commands in a plain shell",
+    # No login: the preset's own provider (which caps the retries) reads OPENAI_API_KEY;
+    # a ChatGPT sign-in (~/.codex/auth.json) needs the built-in provider (docs/agents.md).
 )
 
+# A printf format: %s is the auth type (an API key, or the Google sign-in whose files
+# the preset shows read-only when the daemon user has them and no key is set).
 GEMINI_SETTINGS: Final = (
-    '{"security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": false}}, '
+    '{"security": {"auth": {"selectedType": "%s"}, "folderTrust": {"enabled": false}}, '
     '"general": {"maxAttempts": 1, "enableAutoUpdate": false, '
     '"enableAutoUpdateNotification": false, "checkpointing": {"enabled": false}}, '
     '"privacy": {"usageStatisticsEnabled": false}, "telemetry": {"enabled": false}, '
@@ -88,8 +103,10 @@ GEMINI_SETTINGS: Final = (
 GEMINI = Preset(
     "gemini",
     _sh(
-        'set -e; mkdir -p "$HOME/.gemini"; '
-        f"printf '%s\\n' '{GEMINI_SETTINGS}' > \"$HOME/.gemini/settings.json\"; "
+        'set -e; mkdir -p "$HOME/.gemini"; auth=gemini-api-key; '
+        'if [ -z "${GEMINI_API_KEY:-}" ] && [ -s "$HOME/.gemini/oauth_creds.json" ]; '
+        "then auth=oauth-personal; fi; "
+        f'printf \'{GEMINI_SETTINGS}\\n\' "$auth" > "$HOME/.gemini/settings.json"; '
         # Gemini runs git with GIT_CONFIG_GLOBAL=/dev/null: give its commits the run's identity.
         'export GIT_AUTHOR_NAME="$(git config user.name)" '
         'GIT_AUTHOR_EMAIL="$(git config user.email)"; '
@@ -100,6 +117,7 @@ GEMINI = Preset(
     ("GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL", "GEMINI_MODEL"),
     "gemini",
     "Gemini CLI with --yolo (tools allowed), one attempt per request, a pinned model",
+    ("~/.gemini/oauth_creds.json", "~/.gemini/google_accounts.json"),
 )
 
 EXAMPLE = Preset(

@@ -38,6 +38,19 @@ MARKER_VAR = "SLOOP_CHILD_MARKER"
 CHUNK_BYTES = 16 * 1024
 DRAIN_SECONDS = 1.0  # a grandchild may hold the pipes open forever; read on this long
 KILL_WAIT_SECONDS = 5.0  # after SIGKILL, how long to wait before calling a group stuck
+# bwrap reports its child's death by signal N as exit status 128+N, as a shell does, so
+# inside the sandbox an exit code 128+N is ambiguous.  It is read as a signal only for a
+# standard signal whose default action ends the process; anything else is the program's
+# own exit code (Gemini CLI exits with the HTTP status modulo 256: 429 is 173, not a
+# death by real-time signal 45).
+TERMINATING_SIGNALS = frozenset(
+    {
+        signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGILL, signal.SIGTRAP,
+        signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGKILL, signal.SIGUSR1,
+        signal.SIGSEGV, signal.SIGUSR2, signal.SIGPIPE, signal.SIGALRM, signal.SIGTERM,
+        signal.SIGXCPU, signal.SIGXFSZ, signal.SIGSYS,
+    }
+)  # fmt: skip
 POLL_SECONDS = 0.05
 
 
@@ -225,10 +238,17 @@ class Child:
             self._loop.remove_reader(self._pidfd)
             os.close(self._pidfd)
             self._pidfd = None
-        if self.sandboxed and 128 < code <= 128 + 64:
-            code = 128 - code  # bwrap reports death by signal N as 128+N, as a shell does
+        if self.sandboxed:
+            code = sandboxed_exit_code(code)
         if not self._exited.done():
             self._exited.set_result(code)
+
+
+def sandboxed_exit_code(status: int) -> int:
+    """bwrap's exit status as ``subprocess`` would report its child's: ``-N`` for signal N."""
+    if 128 < status < 128 + 64 and (status - 128) in TERMINATING_SIGNALS:
+        return 128 - status
+    return status
 
 
 class ProcessGroups:

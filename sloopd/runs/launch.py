@@ -41,6 +41,8 @@ class LaunchRequest:
     settings: AgentSettings | None = None
     # Names the stage's or seat's preset passes through, beside agent.env.
     passed: tuple[str, ...] = ()
+    # The stage's or seat's preset's login files, beside agent.logins.
+    logins: tuple[str, ...] = ()
 
 
 class LaunchRefused(Exception):
@@ -161,7 +163,10 @@ class SandboxLauncher(HostLauncher):
         protected = self.protected()
         mounts: list[sandbox.Mount] = []
         agent = request.settings or self.agent
-        for raw, writable in [(p, False) for p in agent.ro_mounts] + [
+        # A preset's login files are read-only mounts like the operator's own, and
+        # checked the same way; a missing one is skipped (no login, no mount).
+        logins = dict.fromkeys((*agent.logins, *request.logins))
+        for raw, writable in [(p, False) for p in (*agent.ro_mounts, *logins)] + [
             (p, True) for p in agent.rw_mounts
         ]:
             source, target = _expand(raw)

@@ -103,6 +103,7 @@ class ChildStarter:
             network=stage.network,
             settings=active.config.agent,
             passed=stage.reviewers[seat].env if seat is not None else stage.env,
+            logins=stage.reviewers[seat].logins if seat is not None else stage.logins,
         )
         recent = active.recent_output
         recent.clear()

@@ -38,6 +38,7 @@ from typing import Any, Final
 from sloopd.vendor.patterns import CLASSES, DEFAULT_PATTERNS, Pattern
 from sloopd.vendor.prefilter import Prefilter
 from sloopd.vendor.reset import clean_line, parse_reset
+from sloopd.vendor.structured import Statement, is_content, json_event, statement_of
 from sloopd.vendor.tail import bounded
 
 LIMIT_CLASSES: Final = frozenset({"rate_limited", "usage_limit"})
@@ -165,11 +166,28 @@ def classify(
     after it; ``tz`` is the zone of clock times that name none (default UTC).
     Only the bounded tail of ``lines`` is read (``sloopd.vendor.tail``).
     """
-    flat = [part for line in bounded(lines) for part in line.splitlines()]
+    flat: list[str] = []
+    statements: list[Statement] = []
+    for line in bounded(lines):
+        event = json_event(line)
+        if event is not None and is_content(event):
+            # Read by its structure, not by the words its raw text holds: retry
+            # chatter names the error it retries, an assistant event quotes what
+            # the agent read.  Neither is the failure.
+            continue
+        statement = None if event is None else statement_of(event)
+        if statement is not None:
+            statements.append(statement)
+        if statement is not None and statement.message:
+            # The error event's own message, unescaped and on one line (so a reset
+            # on its next line is read with it), instead of its escaped JSON.
+            flat.append(statement.message)
+        else:
+            flat.extend(line.splitlines())
     prefilter = Prefilter(patterns)
     found = _last_match(flat, len(flat) - 1, 0, prefilter, patterns)
     if found is None:
-        return UNKNOWN
+        return _from_fields(statements, now_ms, tz)
     index, line, pattern, match = found
     if pattern.vendor is None:
         # A generic status line ("status: 429") printed after the CLI's own, more
@@ -186,6 +204,25 @@ def classify(
         reset = _reset_near(line, following, now_ms, tz)
         classification = _throttled(classification, line, reset, now_ms)
     return Diagnosis(classification, _evidence(line, match), pattern.vendor, reset)
+
+
+def _from_fields(statements: list[Statement], now_ms: int, tz: tzinfo | None) -> Diagnosis:
+    """No wording matched: the class the last error event's own fields name, if any.
+
+    Claude Code's ``api_error_type``/``api_error_status`` and Gemini CLI's error
+    class name say what failed even when the message is a wording no pattern knows.
+    """
+    for statement in reversed(statements):
+        if statement.classification is None:
+            continue
+        evidence = statement.message[:EVIDENCE_MAX] or f"{statement.vendor} error event"
+        reset = None
+        classification = statement.classification
+        if classification in LIMIT_CLASSES:
+            reset = parse_reset(statement.message, now_ms, tz)
+            classification = _throttled(classification, statement.message, reset, now_ms)
+        return Diagnosis(classification, evidence, statement.vendor, reset)
+    return UNKNOWN
 
 
 def _last_match(

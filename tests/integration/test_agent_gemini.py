@@ -171,6 +171,8 @@ def test_per_minute_quota_closes_the_gate(bench: Bench, api: GeminiStandIn) -> N
     run = limited_run(bench, api, "rate_minute")
 
     assert run["classification"] in ("rate_limited", "usage_limit"), explain(bench, run)
+    # Gemini exits with the HTTP status modulo 256; bwrap's 128+N is not read as signal 45.
+    assert run["agent_exit_code"] == 429 % 256, run
     assert run["diagnosis"]["vendor"] == "gemini", run["diagnosis"]
     evidence = run["diagnosis"]["evidence"]
     assert "Quota exceeded for metric" in evidence and "Please retry in 20s." in evidence

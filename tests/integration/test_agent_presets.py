@@ -11,8 +11,10 @@ with ``agent = "..."``.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -223,3 +225,32 @@ def test_tools_the_cli_refused_are_named_in_the_stage_reason(
     implement = run["stages"][0]
     assert "refused tools: Bash" in (implement["reason"] or ""), implement
     assert run["state"] != "merged", run
+
+
+def test_the_claude_preset_uses_a_subscription_login_read_only(
+    bench: Bench, claude_api: anthropic.AnthropicStandIn
+) -> None:
+    """`claude login` as the daemon's user: no API key, the login file shown read-only."""
+    home = bench.root / "home"
+    login = home / ".claude" / ".credentials.json"
+    login.parent.mkdir(parents=True)
+    far = int(time.time() * 1000) + 10 * 86_400_000  # not due for a refresh (no such host)
+    oauth = {
+        "accessToken": "sk-ant-oat01-sloop-stand-in",
+        "refreshToken": "sk-ant-ort01-sloop-stand-in",
+        "expiresAt": far,
+        "scopes": ["user:inference", "user:profile"],
+        "subscriptionType": "max",
+    }
+    login.write_text(json.dumps({"claudeAiOauth": oauth}))
+    login.chmod(0o600)
+    on_path(bench, ["claude"])
+    bench.env.update(HOME=str(home), ANTHROPIC_BASE_URL=claude_api.url)
+    bench.setup(preset_toml(bench, "claude", ["claude"]), {"hello": ticket_text("Add hello")})
+    bench.start()
+    merged_run(bench, "hello")
+    calls = claude_api.message_requests()
+    assert calls, claude_api.requests
+    bearer = {call.headers.get("Authorization") for call in calls}
+    assert bearer == {"Bearer sk-ant-oat01-sloop-stand-in"}, bearer
+    assert json.loads(login.read_text()) == {"claudeAiOauth": oauth}  # never written

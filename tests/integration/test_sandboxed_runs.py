@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -191,3 +192,27 @@ def test_panel_seats_do_not_see_each_others_verdicts(bench: Bench) -> None:
     assert first_seat["verdict"] is None and first_seat["reason"] is None, row
     final = next(r for r in run["stages"] if r["stage"] == "review")
     assert [s["verdict"] for s in final["reviewers"]] == ["fail", "pass"]
+
+
+def test_an_exit_code_over_128_is_not_read_as_a_signal_unless_one_ended_it(
+    bench: Bench,
+) -> None:
+    """bwrap reports a death by signal N as 128+N; Gemini CLI exits 173 for HTTP 429."""
+    exits = {"name": "implement", "action": "agent", "command": [sys.executable, "-c", "exit(173)"]}
+    segv = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
+    crash = {"name": "implement", "action": "agent", "command": [sys.executable, "-c", segv]}
+    flows = {"exits": [exits, MERGE], "crash": [crash, MERGE]}
+    bench.setup(
+        sloop_toml(bench.argv(), flows=flows),
+        {"exits": ticket_text("Exits", flow="exits"), "crash": ticket_text("Crash", flow="crash")},
+    )
+    bench.start()
+    bench.post("exits")
+    bench.post("crash")
+
+    exited = bench.wait_run("exits#1")
+    assert exited["state"] == "failed", exited
+    assert exited["stages"][0]["exit_code"] == 173, exited["stages"][0]
+    assert exited["agent_exit_code"] == 173, exited
+    crashed = bench.wait_run("crash#1")
+    assert crashed["stages"][0]["exit_code"] == -signal.SIGSEGV, crashed["stages"][0]

@@ -307,6 +307,8 @@ class Bench:
     daemon: DaemonProcess | None = None
     _client: Client | None = None
     env: dict[str, str] = field(default_factory=dict)
+    # The daemon's command prefix (tests.support.unprivileged: run it as another user).
+    prefix: list[str] = field(default_factory=list)
 
     @classmethod
     def create(cls, root: Path, repo: Path) -> Bench:
@@ -378,7 +380,9 @@ class Bench:
                 old.close()
             self.daemon.clients.clear()
         env = {"PYTHONFAULTHANDLER": "1", BENCH_VAR: str(self.root), **self.env}
-        self.daemon = new_daemon(self.root, self.repo, **env).start()
+        daemon = new_daemon(self.root, self.repo, **env)
+        daemon.prefix = self.prefix
+        self.daemon = daemon.start()
         self._client = self.daemon.client()
         return self
 

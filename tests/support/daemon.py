@@ -148,9 +148,11 @@ class DaemonProcess:
     cwd: Path | None = None
     unset_env: tuple[str, ...] = ()
     log_file: Path | None = None
+    # Prepended to the command: tests.support.unprivileged's, to run as another user.
+    prefix: list[str] = field(default_factory=list)
 
     def command(self) -> list[str]:
-        argv = [sys.executable, "-m", "sloopd", "serve"]
+        argv = [*self.prefix, sys.executable, "-m", "sloopd", "serve"]
         if self.cwd is None:
             argv += ["--repo", str(self.repo)]
         if self.pass_dirs:

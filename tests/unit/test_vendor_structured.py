@@ -1,0 +1,105 @@
+"""The CLIs' structured error events are read, not only their wording (issue 14).
+
+Each JSON stream reports a failure as an event; its message is classified
+unescaped and on one line, and where no wording matches, the class named by the
+event's own fields (Claude's ``api_error_type``/``api_error_status``, Gemini's
+error class) decides.  Retry chatter and agents' own text quoting an error are
+no failure.
+"""
+
+from __future__ import annotations
+
+import json
+
+from sloopd.vendor import classify
+from sloopd.vendor.structured import error_statement
+
+NOW_MS = 1_796_131_200_000
+
+
+def claude_result(**fields: object) -> str:
+    event = {"type": "result", "subtype": "success", "is_error": True, "session_id": "s"}
+    return json.dumps({**event, **fields})
+
+
+def test_claude_error_type_decides_when_no_wording_matches() -> None:
+    line = claude_result(api_error_status=429, api_error_type="rate_limit_error", result="Zut!")
+    diagnosis = classify(["working", line], NOW_MS)
+    assert diagnosis.classification == "rate_limited"
+    assert diagnosis.vendor == "claude"
+    assert diagnosis.evidence == "Zut!"
+
+
+def test_claude_status_decides_when_the_type_is_unknown() -> None:
+    line = claude_result(api_error_status=529, api_error_type="brand_new_error", result="hmm")
+    assert classify([line], NOW_MS).classification == "overloaded"
+
+
+def test_a_matched_wording_beats_the_fields() -> None:
+    text = "API Error: Credit balance too low"
+    line = claude_result(api_error_status=400, api_error_type="invalid_request_error", result=text)
+    assert classify([line], NOW_MS).classification == "usage_limit"
+
+
+def test_claude_retry_chatter_is_no_failure() -> None:
+    retry = {"type": "system", "subtype": "api_retry", "error_status": 529, "error": "overloaded"}
+    assert error_statement(json.dumps(retry)) is None
+    assert classify([json.dumps(retry)], NOW_MS).classification == "unknown"
+
+
+def test_a_successful_result_is_no_failure() -> None:
+    line = json.dumps({"type": "result", "is_error": False, "api_error_status": 429, "result": ""})
+    assert error_statement(line) is None
+
+
+def test_an_assistant_quoting_an_error_event_is_no_failure_statement() -> None:
+    quoted = claude_result(api_error_status=429, api_error_type="rate_limit_error", result="x")
+    assistant = {"type": "assistant", "message": {"content": [{"type": "text", "text": quoted}]}}
+    assert error_statement(json.dumps(assistant)) is None
+    said = "API Error: Request rejected (429) · rate limit exceeded"
+    text = {"type": "assistant", "message": {"content": [{"type": "text", "text": said}]}}
+    assert classify([json.dumps(text)], NOW_MS).classification == "unknown"
+    assert classify([said], NOW_MS).classification == "rate_limited"  # printed, it counts
+
+
+def test_a_gemini_message_is_read_on_one_line_with_its_retry_hint() -> None:
+    message = (
+        "[API Error: You exceeded your current quota.\n"
+        "* Quota exceeded for metric: generate_content_free_tier_requests, limit: 2\n"
+        "Please retry in 20s.]\nPlease wait and try again later."
+    )
+    event = {"type": "result", "status": "error", "error": {"type": "unknown", "message": message}}
+    diagnosis = classify([json.dumps(event)], NOW_MS)
+    assert diagnosis.classification == "rate_limited"
+    assert diagnosis.evidence is not None
+    assert "Quota exceeded for metric" in diagnosis.evidence
+    assert "Please retry in 20s." in diagnosis.evidence
+    assert diagnosis.reset_at_ms is not None
+    assert 19_000 <= diagnosis.reset_at_ms - NOW_MS <= 21_000
+
+
+def test_gemini_error_class_decides_when_no_wording_matches() -> None:
+    event = {"error": {"type": "FatalAuthenticationError", "message": "Nope.", "code": 41}}
+    diagnosis = classify([json.dumps(event)], NOW_MS)
+    assert diagnosis.classification == "auth_failed" and diagnosis.vendor == "gemini"
+
+
+def test_codex_turn_failed_message_is_classified_unescaped() -> None:
+    # JSON escapes the apostrophe-like quote and the newline; the message is read as printed.
+    message = "You\u2019ve hit your usage limit.\nTry again at 3:05 PM."
+    event = {"type": "turn.failed", "error": {"message": message}}
+    line = json.dumps(event, ensure_ascii=True)
+    assert "\\u2019" in line
+    diagnosis = classify([line], NOW_MS)
+    assert diagnosis.classification == "usage_limit", diagnosis
+    assert diagnosis.evidence is not None and diagnosis.evidence.startswith(
+        "You\u2019ve hit your usage limit."
+    )
+
+
+def test_hostile_events_never_raise() -> None:
+    deep = '{"error":' * 100_000 + "1" + "}" * 100_000
+    lines = [deep, '{"type":"error","message":["not","text"]}', "{not json error", "[1]"]
+    for line in lines:
+        error_statement(line)
+    assert classify(lines, NOW_MS).classification == "unknown"
