@@ -1,7 +1,7 @@
 """``python -m benchmarks [NAME ...] [--quick] [--markdown FILE]``: run, print one table each.
 
-Names: ingest, logs, events, throughput, dashboard, sandbox, memory (or their numbers 1-7);
-none = all.
+Names: ingest, logs, events, throughput, dashboard, sandbox, memory, longpoll, rss (or
+their numbers 1-9); none = all.  After the tables, issue 15's table gathered from them.
 ``--quick`` shrinks sizes and windows for a smoke run (under a minute).
 Exit status: 0 when every benchmark ran (goals met or not; the tables say), 1 when one
 failed to run, 3 when a feed query's plan sorts in a temporary B-tree.
@@ -16,8 +16,18 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks import dashboard, events, ingest, logs, memory, sandbox_start, throughput
+from benchmarks import (
+    dashboard,
+    events,
+    ingest,
+    logs,
+    longpoll,
+    memory,
+    sandbox_start,
+    throughput,
+)
 from benchmarks.common import Table, load_average, machine
+from benchmarks.summary import summary
 
 BENCHMARKS: dict[str, Callable[[bool], Table]] = {
     "ingest": ingest.run,
@@ -27,6 +37,7 @@ BENCHMARKS: dict[str, Callable[[bool], Table]] = {
     "dashboard": dashboard.run,
     "sandbox": sandbox_start.run,
     "memory": memory.run,
+    "longpoll": longpoll.run,
 }
 NUMBERS = {str(i): name for i, name in enumerate(BENCHMARKS, 1)}
 
@@ -79,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         tables.append(table)
         print(table.text(), flush=True)
+    if tables:
+        issue = summary(tables, args.quick)
+        print("\n" + issue.text(), flush=True)
     load = load_average()
     print(f"\nall done in {time.monotonic() - started:.0f} s; load average at end: {load}")
     alarms = [a for t in tables for a in t.alarms]
@@ -89,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown is not None:
         body = ["```", *lines, f"load average at end: {load}", "```", ""]
         body += [t.markdown() for t in tables]
+        if tables:
+            body.append(summary(tables, args.quick).markdown())
         args.markdown.write_text("\n".join(body), encoding="utf-8")
     if failed:
         return 1

@@ -45,6 +45,8 @@ class Row:
     ratio: str = ""
     goal: str = ""
     verdict: str = ""  # "met", "MISSED", or "" when the row has no goal
+    # The line of issue 15's table this row answers (benchmarks.summary), or "".
+    issue: str = ""
 
 
 @dataclass
@@ -131,6 +133,8 @@ def ratio(a: float, b: float) -> str:
     if b <= 0:
         return "n/a"
     value = a / b
+    if value >= 100:
+        return f"{value:.0f}x"
     return f"{value:.2g}x" if value < 0.1 else f"{value:.2f}x"
 
 

@@ -32,7 +32,8 @@ from sloopd.runs.children import ProcessGroups
 from sloopd.store import Store
 from sloopd.util.clock import now_ms
 
-GOAL_LINES_PER_S = 200_000
+GOAL_LINES_PER_S = 200_000  # issue 6
+GOAL_FLOOR_RATIO = 0.9  # issue 15: against the bare executemany of the same rows
 RUN = "R1"
 STAGE = "implement"
 
@@ -221,8 +222,9 @@ def _run(box: Sandbox, table: Table, lines: int, repeats: int) -> Table:
             "apsw executemany, rows pre-built",
             rate(many_rate),
             ratio(ingest_rate, many_rate),
-            goal,
-            met,
+            f">= {GOAL_FLOOR_RATIO}x",
+            verdict(ingest_rate >= GOAL_FLOOR_RATIO * many_rate),
+            issue="ingest",
         )
     )
     table.add(

@@ -139,7 +139,9 @@ def add_rows(
     sizes: dict[str, int],
     small_n: int,
     large_n: int,
+    issues: dict[str, str] | None = None,
 ) -> None:
+    """One row per case; ``issues`` tags the cases issue 15's table names."""
     for name, (t_small, t_large) in timings.items():
         table.add(
             Row(
@@ -150,6 +152,7 @@ def add_rows(
                 ratio(t_large, t_small),
                 f"<= {GOAL_RATIO}x",
                 verdict(t_large / t_small <= GOAL_RATIO),
+                issue=(issues or {}).get(name, ""),
             )
         )
     table.notes.append(
