@@ -23,6 +23,7 @@ from benchmarks import (
     logs,
     longpoll,
     memory,
+    rss,
     sandbox_start,
     throughput,
 )
@@ -38,6 +39,7 @@ BENCHMARKS: dict[str, Callable[[bool], Table]] = {
     "sandbox": sandbox_start.run,
     "memory": memory.run,
     "longpoll": longpoll.run,
+    "rss": rss.run,
 }
 NUMBERS = {str(i): name for i, name in enumerate(BENCHMARKS, 1)}
 

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -391,56 +391,3 @@ class Client:
 
 def request_line(verb: str, args: dict[str, Any], request_id: int = 1) -> bytes:
     return orjson.dumps({"v": 1, "id": request_id, "verb": verb, "args": args}) + b"\n"
-
-
-# --- in-process timing and query plans -----------------------------------------------
-
-
-def time_each(call: Callable[[bytes], object], lines: Sequence[bytes]) -> list[float]:
-    """Seconds taken by each call, one per line (a clock read costs ~0.1 µs)."""
-    clock = time.perf_counter
-    samples = []
-    for line in lines:
-        start = clock()
-        call(line)
-        samples.append(clock() - start)
-    return samples
-
-
-TEMP_BTREE = "USE TEMP B-TREE"
-
-
-def query_plans(
-    db_path: Path, queries: Sequence[tuple[str, tuple[Any, ...]]], table: Table
-) -> None:
-    """EXPLAIN QUERY PLAN of each named query into the table's notes.
-
-    Alarms: a temporary B-tree (the query sorts), and a filter column the plan does not
-    seek on (the query walks rows in position order and drops them one by one, so its
-    cost grows with the rows it skips).
-    """
-    from sloopd.store.queries import QUERIES
-
-    conn = apsw.Connection(str(db_path), flags=apsw.SQLITE_OPEN_READONLY)
-    try:
-        table.notes.append("query plans (EXPLAIN QUERY PLAN on the large store):")
-        for name, params in queries:
-            sql = QUERIES[name]
-            rows = conn.execute("EXPLAIN QUERY PLAN " + sql, params).fetchall()
-            plan = " / ".join(str(r[3]) for r in rows)
-            flags = []
-            if TEMP_BTREE in plan:
-                flags.append(TEMP_BTREE)
-                table.alarms.append(f"{TEMP_BTREE} in {name}: {plan}")
-            where = sql.split("WHERE", 1)[1].split("ORDER BY")[0] if "WHERE" in sql else ""
-            for column in ("stage", "attempt", "ticket"):
-                if f"{column} = ?" in where and f"{column}=?" not in plan:
-                    flags.append(f"FILTERED SCAN on {column}")
-                    table.alarms.append(
-                        f"FILTERED SCAN in {name}: '{column}' is filtered row by row,"
-                        f" not sought in an index ({plan})"
-                    )
-            mark = f"  <== !!! {', '.join(flags)}" if flags else ""
-            table.notes.append(f"  {name}: {plan}{mark}")
-    finally:
-        conn.close()

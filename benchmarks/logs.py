@@ -15,9 +15,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.common import Table, count, query_plans, sandbox
+from benchmarks.common import Table, count, sandbox
 from benchmarks.fixtures import LogStore, build_log_store
-from benchmarks.paging import CURSORS, Case, add_rows, daemon_on, prepare, time_cases
+from benchmarks.paging import (
+    CURSORS,
+    Case,
+    add_rows,
+    daemon_on,
+    prepare,
+    query_plans,
+    time_cases,
+)
 from sloopd.core.logsink import LogSink
 from sloopd.store import Store
 from sloopd.store.db import STORE_FILE

@@ -53,12 +53,22 @@ sys.stdout.buffer.flush()
 """
 
 
-def rss_mib(pid: int) -> float:
+def memory_mib(pid: int) -> dict[str, float]:
+    """The memory lines of /proc/<pid>/status in MiB: VmRSS, VmHWM (the peak resident
+    set), RssAnon, RssFile, RssShmem."""
+    found: dict[str, float] = {}
     with open(f"/proc/{pid}/status", encoding="ascii") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for {pid}")
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem"):
+                found[key] = int(value.split()[0]) / 1024
+    if "VmRSS" not in found:
+        raise RuntimeError(f"no VmRSS for {pid}")
+    return found
+
+
+def rss_mib(pid: int) -> float:
+    return memory_mib(pid)["VmRSS"]
 
 
 class Sampler(threading.Thread):

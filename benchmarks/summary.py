@@ -30,6 +30,7 @@ LINES: tuple[tuple[str, str, str], ...] = (
     ("longpoll-16-p99", "long-poll: line printed -> received, 16 followers, p99", "longpoll"),
     ("longpoll-idle", "long-poll: daemon CPU with 100 idle followers", "longpoll"),
     ("rss", "daemon RSS, 10k tickets, 50k runs, 1M log records", "rss"),
+    ("rss-peak", "daemon peak RSS (VmHWM), the same store", "rss"),
 )
 
 
