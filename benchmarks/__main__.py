@@ -2,7 +2,7 @@
 
 Names: ingest, logs, events, throughput, dashboard, sandbox, memory, longpoll, rss (or
 their numbers 1-9); none = all.  After the tables, issue 15's table gathered from them.
-``--quick`` shrinks sizes and windows for a smoke run (under a minute).
+``--quick`` shrinks sizes and windows for a smoke run (about a minute).
 Exit status: 0 when every benchmark ran (goals met or not; the tables say), 1 when one
 failed to run, 3 when a feed query's plan sorts in a temporary B-tree.
 """

@@ -24,6 +24,7 @@ saying so; the floor and the polling figures are measured all the same.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -111,7 +112,7 @@ def open_fifo(path: Path) -> int:
 def pipe_floor(box: Sandbox, agent: Path, signals: Path, ticks: int) -> list[float]:
     """The same agent, its stdout a pipe read by a bare blocking loop."""
     fifo = open_fifo(signals / "floor")
-    proc = box.spawn([sys.executable, str(agent), str(signals), "floor"], stdout=-1)
+    proc = box.spawn([sys.executable, str(agent), str(signals), "floor"], stdout=subprocess.PIPE)
     assert proc.stdout is not None
     latencies = []
     try:

@@ -18,6 +18,7 @@ The goal: under 150 MB (10^6 bytes), the resident set after warm-up and its peak
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -124,7 +125,7 @@ def measure(box: Sandbox, repo: Path, root: Path, history: History | None) -> di
 
 
 def import_floor(box: Sandbox) -> dict[str, float]:
-    proc = box.spawn([sys.executable, "-c", IMPORT_ONLY], stdout=-1)
+    proc = box.spawn([sys.executable, "-c", IMPORT_ONLY], stdout=subprocess.PIPE)
     assert proc.stdout is not None
     try:
         if proc.stdout.readline() != b"imported\n":

@@ -52,4 +52,10 @@ def summary(tables: Sequence[Table], quick: bool) -> Table:
     met = sum(1 for r in result.rows if r.verdict == "met")
     missed = sum(1 for r in result.rows if r.verdict == "MISSED")
     result.notes.append(f"goals met: {met}; missed: {missed}; lines: {len(LINES)}")
+    if quick:
+        result.notes.append(
+            "quick run: each figure at its table's size (events 100k vs 10k, ingest 100k"
+            " lines, the RSS store a tenth of the issue's); only a full run measures the"
+            " issue's sizes"
+        )
     return result
