@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import tomllib
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -206,3 +208,15 @@ def test_a_dead_receiver_holds_at_most_the_queue_limit_and_the_rest_is_dropped()
     ]
     assert outcomes[10].delivery.id == "late" and outcomes[10].error == "the daemon is stopping"
     assert all(o.kind == "notify_failed" and o.data()["dropped"] for o in outcomes)
+
+
+@pytest.mark.parametrize("page", ["configuration.md", "operator-guide.md"])
+def test_the_documented_tables_load(page: str) -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / page).read_text(encoding="utf-8")
+    blocks = [
+        b.split("```")[0] for b in text.split("```toml\n")[1:] if "[[notify]]" in b.split("```")[0]
+    ]
+    assert blocks
+    for block in blocks:
+        parsed = config.parse(tomllib.loads(block), environ={"SLOOP_NOTIFY_SECRET": "x"})
+        assert parsed.notify
