@@ -180,8 +180,11 @@ def test_a_receiver_error_is_retried_and_given_up_after_the_attempts(
     flaky = receiver(receivers, statuses=[500])
     broken = receiver(receivers, then=503)
     refusing = receiver(receivers, then=404)
+    elsewhere = receiver(receivers)
+    redirecting = receiver(receivers, then=307, location=elsewhere.url)
     tables = (
-        notify_table(flaky.url, ["merged"], backoff="100ms")
+        notify_table(redirecting.url, ["merged"], backoff="100ms")
+        + notify_table(flaky.url, ["merged"], backoff="100ms")
         + notify_table(broken.url, ["merged"], backoff="100ms", attempts=3)
         + notify_table(refusing.url, ["merged"], backoff="100ms")
     )
@@ -200,16 +203,22 @@ def test_a_receiver_error_is_retried_and_given_up_after_the_attempts(
     time.sleep(0.5)
     assert len(broken.requests()) == 3  # attempts = 3, then given up
     assert len(refusing.requests()) == 1  # a 404 is not worth another attempt
+    assert len(redirecting.requests()) == 1 and elsewhere.requests() == []  # not followed
 
     def ended() -> list[dict[str, Any]] | None:
         found = notify_events(bench)
         finals = [
             e for e in found if e["kind"] == "notify_delivered" or e["data"]["retry_in_ms"] is None
         ]
-        return found if len(finals) == 3 else None
+        return found if len(finals) == 4 else None
 
     events = wait_until(ended)
-    port_of = {flaky.port: "flaky", broken.port: "broken", refusing.port: "refusing"}
+    port_of = {
+        flaky.port: "flaky",
+        broken.port: "broken",
+        refusing.port: "refusing",
+        redirecting.port: "redirecting",
+    }
     story: dict[str, list[tuple[str, int, int | None]]] = {}
     for event in events:
         assert event["run"] == run["id"]
@@ -220,6 +229,9 @@ def test_a_receiver_error_is_retried_and_given_up_after_the_attempts(
     assert story["flaky"] == [("notify_failed", 1, 500), ("notify_delivered", 2, 200)]
     assert story["broken"] == [("notify_failed", n, 503) for n in (1, 2, 3)]
     assert story["refusing"] == [("notify_failed", 1, 404)]
+    assert story["redirecting"] == [("notify_failed", 1, 307)]
+    (redirect,) = [e for e in events if e["data"]["status"] == 307]
+    assert redirect["data"]["error"] == "HTTP 307: redirects are not followed"
     broken_events = [e for e in events if e["data"]["host"].endswith(f":{broken.port}")]
     assert [e["data"]["retry_in_ms"] for e in broken_events] == [100, 200, None]
     assert broken_events[-1]["data"]["error"] == "HTTP 503"

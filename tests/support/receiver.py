@@ -49,6 +49,7 @@ class Receiver:
     then: int = 200
     hang: bool = False
     tls: ssl.SSLContext | None = None
+    location: str | None = None  # sent as Location (with a 3xx status: a redirect)
     received: list[Received] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -68,6 +69,8 @@ class Receiver:
                     receiver._closed.wait(120)
                     return
                 self.send_response(status)
+                if receiver.location is not None:
+                    self.send_header("Location", receiver.location)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 

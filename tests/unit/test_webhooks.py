@@ -22,6 +22,8 @@ from sloopd.core import config
 from sloopd.ops.webhook_body import REASON_MAX, Notice, encode, json_body, slack_body
 from sloopd.ops.webhook_targets import BACKOFF_CAP_MS, Target, parse_targets
 from sloopd.ops.webhooks import Deliveries, Delivery, Outcome, headers_for, signature
+from sloopd.queue import tickets
+from sloopd.wire import api
 from tests.support.receiver import Receiver
 
 URL = "https://hooks.example/services/T0/B0/XyZ"
@@ -220,3 +222,11 @@ def test_the_documented_tables_load(page: str) -> None:
     for block in blocks:
         parsed = config.parse(tomllib.loads(block), environ={"SLOOP_NOTIFY_SECRET": "x"})
         assert parsed.notify
+
+
+def test_a_ticket_cannot_name_a_notify_target() -> None:
+    # Targets come from sloop.toml only (docs/security.md "Webhooks"): a ticket's front
+    # matter that tries to add one is refused, like any unknown key.
+    text = '+++\n[[notify]]\nurl = "http://169.254.169.254/"\non = ["merged"]\n+++\n# Hi\n'
+    with pytest.raises(api.ProtocolError, match="unknown front matter key 'notify'"):
+        tickets.parse(text, "tickets/hi.md", "tickets", {"default"})
