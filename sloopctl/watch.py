@@ -48,7 +48,13 @@ def _cells(ch: str) -> int:
 
 
 def fit(segments: Sequence[Segment], width: int, paint: Paint) -> str:
-    """The segments painted, clipped to ``width`` cells (an ellipsis marks a cut)."""
+    """The segments painted, clipped to ``width`` cells (an ellipsis marks a cut),
+    without trailing blanks."""
+    segments = [(words, style) for words, style in segments if words]
+    while segments and not segments[-1][0].rstrip():
+        segments.pop()
+    if segments:
+        segments[-1] = (segments[-1][0].rstrip(), segments[-1][1])
     out, used = [], 0
     for words, style in segments:
         room = width - used
