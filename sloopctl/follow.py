@@ -341,8 +341,11 @@ def follow_run(ref: str | None, quiet: bool) -> NoReturn:
 
 FOLLOW_HELP: Final = (
     "With --follow, REF is a run, or a ticket whose newest run is followed (waiting for "
-    "one to be claimed): stage transitions go to stderr, the outcome to stdout, and the "
-    "exit code is 0 only for merged (10 failed, 11 needs_review, 12 aborted)."
+    "one to be claimed). When stdout is a terminal, the run's stages with their state and "
+    "time and the running stage's last output lines are redrawn in place there (colour "
+    "unless NO_COLOR; agents' text cleaned even with --raw); otherwise stage transitions "
+    "go to stderr. The outcome line goes to stdout, and the exit code is 0 only for merged "
+    "(10 failed, 11 needs_review, 12 aborted)."
 )
 
 
