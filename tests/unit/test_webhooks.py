@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
+from sloopctl import init_template
 from sloopd.core import config
 from sloopd.ops.webhook_body import REASON_MAX, Notice, encode, json_body, slack_body
 from sloopd.ops.webhook_targets import BACKOFF_CAP_MS, Target, parse_targets
@@ -25,6 +26,7 @@ from sloopd.ops.webhooks import Deliveries, Delivery, Outcome, headers_for, sign
 from sloopd.queue import tickets
 from sloopd.wire import api
 from tests.support.receiver import Receiver
+from tests.unit.test_init_template import uncommented
 
 URL = "https://hooks.example/services/T0/B0/XyZ"
 
@@ -230,3 +232,10 @@ def test_a_ticket_cannot_name_a_notify_target() -> None:
     text = '+++\n[[notify]]\nurl = "http://169.254.169.254/"\non = ["merged"]\n+++\n# Hi\n'
     with pytest.raises(api.ProtocolError, match="unknown front matter key 'notify'"):
         tickets.parse(text, "tickets/hi.md", "tickets", {"default"})
+
+
+def test_the_init_templates_commented_table_loads_when_switched_on() -> None:
+    parsed = config.parse(tomllib.loads(uncommented(init_template.SLOOP_TOML)))
+    (table,) = parsed.notify
+    assert table.format == "slack" and table.on == {"merged", "failed", "needs_review"}
+    assert config.parse(tomllib.loads(init_template.SLOOP_TOML)).notify == ()
