@@ -30,12 +30,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
-
-import aiohttp
+from typing import TYPE_CHECKING, Any, Final
 
 from sloopd.ops.webhook_targets import BACKOFF_CAP_MS, Target
 from sloopd.wire import api
+
+if TYPE_CHECKING:
+    import aiohttp
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,8 @@ def headers_for(delivery: Delivery, timestamp: int) -> dict[str, str]:
 
 def describe(exc: BaseException, timeout_ms: int) -> str:
     """A short cause that names no URL (aiohttp's own messages may)."""
+    import aiohttp
+
     if isinstance(exc, TimeoutError):
         return f"no answer within {timeout_ms} ms"
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
@@ -242,6 +245,8 @@ class Deliveries:
 
     async def _attempt(self, delivery: Delivery) -> tuple[int | None, str | None, int | None]:
         """(status, error, Retry-After ms) of one POST; the body is never read."""
+        import aiohttp  # here, not at the top: a daemon without [[notify]] never loads it
+
         target = delivery.target
         headers = headers_for(delivery, int(time.time()))
         # Redirects are not followed: a receiver cannot bounce the daemon's POST (and
@@ -266,6 +271,8 @@ class Deliveries:
         return status, f"HTTP {status}", retry_after
 
     def session(self) -> aiohttp.ClientSession:
+        import aiohttp
+
         if self._session is None:
             # A fresh connection per delivery (force_close): nothing half-read lingers,
             # and a receiver's keep-alive quirks cannot wedge a lane.  No proxy or
