@@ -243,7 +243,7 @@ def test_a_dead_receiver_never_delays_a_run_or_a_show(
 ) -> None:
     silent = receiver(receivers, hang=True)
     nobody = free_loopback_port()
-    tables = notify_table(silent.url, ALL_ON, timeout="30s", attempts=2) + notify_table(
+    tables = notify_table(silent.url, ALL_ON, timeout="1m", attempts=2) + notify_table(
         f"http://127.0.0.1:{nobody}/hook", ALL_ON, backoff="100ms", attempts=2
     )
     bench.setup(
