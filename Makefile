@@ -18,7 +18,7 @@ venv: $(STAMP)
 # Debian packages the tests use (nc for the protocol text's shell client).
 .PHONY: .debian-packages
 .debian-packages: scripts/ensure-debian-packages
-	scripts/ensure-debian-packages netcat-openbsd:nc git:git bubblewrap:bwrap prometheus:promtool systemd:systemd-analyze
+	scripts/ensure-debian-packages netcat-openbsd:nc git:git bubblewrap:bwrap prometheus:promtool systemd:systemd-analyze openssl:openssl
 
 lint: $(STAMP)
 	$(BIN)/ruff check sloopd sloopctl tests benchmarks

@@ -43,11 +43,24 @@ from sloopctl.invoke import (
     fail,
 )
 from sloopctl.layout import Paint, colour_enabled, painter, text
+from sloopctl.polling import (
+    LIVE_WAIT_MS,
+    SHOW_WAIT_MS,
+    LongPoll,
+    Sleep,
+    json_wanted,
+    page_data,
+    present,
+    rows,
+)
 from sloopctl.polling import POLL_MAX_S as POLL_MAX_S
 from sloopctl.polling import POLL_MIN_S as POLL_MIN_S
-from sloopctl.polling import Sleep, json_wanted, page_data, present, rows
 from sloopctl.render import ends, paint_state, stages_summary, waiting_text
+from sloopctl.watch import LiveTable
 from sloopctl.when import now_ms
+
+# The live view redraws at most this often, however fast a stage prints.
+FRAME_MIN_S: Final = 0.1
 
 # The exit code of ``show --follow`` for each terminal run state (0 only for merged).
 OUTCOME_EXITS: Final[Mapping[str, int]] = {
@@ -157,9 +170,7 @@ class Progress:
 
     @classmethod
     def for_stderr(cls) -> Progress:
-        isatty = getattr(sys.stderr, "isatty", None)
-        live = bool(isatty and isatty()) and os.environ.get("TERM") != "dumb"
-        return cls(sys.stderr, live)
+        return cls(sys.stderr, live_terminal(sys.stderr))
 
     def show(self, run: Mapping[str, Any]) -> None:
         if self.live:
@@ -191,7 +202,14 @@ class RunFollower:
     """Polls ``show`` until a run is terminal; a ticket reference waits for its newest run."""
 
     def __init__(
-        self, client: Client, ref: str, quiet: bool, as_json: bool, progress: Progress, sleep: Sleep
+        self,
+        client: Client,
+        ref: str,
+        quiet: bool,
+        as_json: bool,
+        progress: Progress | LiveTable,
+        sleep: Sleep,
+        wait_ms: int = SHOW_WAIT_MS,
     ) -> None:
         self.client = client
         self.ref = ref
@@ -199,6 +217,8 @@ class RunFollower:
         self.as_json = as_json
         self.progress = progress
         self.sleep = sleep
+        self.longpoll = LongPoll()
+        self.wait_ms = wait_ms
         self.skip: str | None = None  # a ticket's settled run that a queued trigger supersedes
         self.looked = False
         self.printed: Any = None  # what the last printed --json envelope showed
@@ -206,20 +226,23 @@ class RunFollower:
 
     def run(self) -> int:
         target = self.ref
+        fresh = True  # a first look at a target (or right after a wait) never waits
         try:
             while True:
-                reply = self.client.call("show", {"ref": target})
+                extra = {} if fresh else self.longpoll.show_wait(self.wait_ms)
+                reply = self.longpoll.call(self.client, "show", {"ref": target}, extra)
                 if not reply.ok:
                     self.progress.clear()
                     return answer("show", reply)
                 data = page_data(reply, "kind")
+                self.longpoll.note(data)
                 value = data.get("value")
                 value = value if isinstance(value, dict) else {}
                 if data["kind"] == "ticket":
                     self.emit(reply, ("ticket", value.get("state"), value.get("waiting")))
                     chosen = self.pick(value)
                     if chosen is not None:
-                        target = chosen
+                        target, fresh = chosen, True
                         continue
                     self.wait_for_run(value)
                 elif data["kind"] == "run":
@@ -234,9 +257,29 @@ class RunFollower:
                         f"{text(data['kind'])}); --follow follows one run",
                         EXIT_USAGE,
                     )
-                self.sleep(POLL_MIN_S)
+                fresh = self.pause(value if data["kind"] == "run" else None)
         finally:
             self.progress.clear()
+
+    def pause(self, run: Mapping[str, Any] | None) -> bool:
+        """Between two looks: the live view reads the running stage's output (held by
+        the daemon until a line comes, where it can); else the next ``show`` is held
+        until news, or, with a daemon that holds nothing, a short sleep.  True when
+        this already waited, so the next ``show`` must answer at once."""
+        if run is not None and isinstance(self.progress, LiveTable):
+            args = self.progress.tail.request(run)
+            if args is not None:
+                extra = self.longpoll.logs_wait(LIVE_WAIT_MS) if "after" in args else {}
+                started = time.monotonic()
+                reply = self.longpoll.call(self.client, "logs", args, extra)
+                if reply.ok:
+                    self.progress.tail.take(reply.data)
+                if extra and "logs" not in self.longpoll.refused:
+                    self.sleep(max(0.0, FRAME_MIN_S - (time.monotonic() - started)))
+                    return True
+        if not self.longpoll.show_wait(self.wait_ms):
+            self.sleep(POLL_MIN_S)
+        return False
 
     def pick(self, ticket: Mapping[str, Any]) -> str | None:
         """The run to follow: the ticket's newest, unless a queued trigger will start another."""
@@ -277,19 +320,32 @@ def _states(run: Mapping[str, Any]) -> tuple[Any, ...]:
     return (run.get("state"), tuple(rows[k].get("state") for k in sorted(rows)))
 
 
+def live_terminal(stream: TextIO) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty()) and os.environ.get("TERM") != "dumb"
+
+
 def follow_run(ref: str | None, quiet: bool) -> NoReturn:
     if ref is None:
         fail("--follow needs a run or ticket reference: sloopctl show REF --follow")
+    as_json = json_wanted()
+    progress: Progress | LiveTable = Progress.for_stderr()
+    wait_ms = SHOW_WAIT_MS
+    if not quiet and not as_json and live_terminal(sys.stdout):
+        progress, wait_ms = LiveTable.for_stdout(sys.stdout, now_ms), LIVE_WAIT_MS
     with connected("show") as client:
-        follower = RunFollower(client, ref, quiet, json_wanted(), Progress.for_stderr(), time.sleep)
+        follower = RunFollower(client, ref, quiet, as_json, progress, time.sleep, wait_ms)
         code = follower.run()
     raise click.exceptions.Exit(code)
 
 
 FOLLOW_HELP: Final = (
     "With --follow, REF is a run, or a ticket whose newest run is followed (waiting for "
-    "one to be claimed): stage transitions go to stderr, the outcome to stdout, and the "
-    "exit code is 0 only for merged (10 failed, 11 needs_review, 12 aborted)."
+    "one to be claimed). When stdout is a terminal, the run's stages with their state and "
+    "time and the running stage's last output lines are redrawn in place there (colour "
+    "unless NO_COLOR; agents' text cleaned even with --raw); otherwise stage transitions "
+    "go to stderr. The outcome line goes to stdout, and the exit code is 0 only for merged "
+    "(10 failed, 11 needs_review, 12 aborted)."
 )
 
 
@@ -321,6 +377,5 @@ def extend_show(command: click.Command) -> None:
     command.help = f"{command.help or ''}\n\n{FOLLOW_HELP}"
 
 
-# Registered by sloopctl.cli (typed here: the import cycle hides the decorators' types).
 # Registered by sloopctl.cli (typed here: the import cycle hides the decorators' types).
 COMMANDS: Final[tuple[click.Command, ...]] = (pause, resume)

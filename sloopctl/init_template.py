@@ -236,6 +236,28 @@ returns = 3
 # classification = "rate_limited"
 # regex = 'proxy: too many requests'
 # vendor = "internal-proxy"
+
+# --- notifications -----------------------------------------------------------
+#
+# Webhooks posted when a run settles or the gate changes (see "notify" in
+# docs/configuration.md; a receiver that checks signatures: docs/operator-guide.md).
+# Keys:
+#
+#   url         required: an http:// or https:// URL.
+#   on          required: merged | failed | needs_review | aborted | gate_changed.
+#   format      json (default) | slack (an incoming-webhook message).
+#   link        a URL pattern for the body: {run} {alias} {ticket} {ticket_name}.
+#   secret_env  the NAME of a variable of the daemon's environment whose value
+#                 signs each body (X-Sloop-Signature); it must be set.
+#   attempts    4 (default) | 1 to 10.
+#   backoff     "2s" (default): the first wait between attempts, doubling.
+#   timeout     "10s" (default): how long one attempt may take.
+#
+# [[notify]]
+# url = "https://hooks.slack.com/services/T000/B000/XXXX"
+# on = ["merged", "failed", "needs_review"]
+# format = "slack"
+# link = "https://ci.example/sloop/{run}"
 """
 
 EXAMPLE_TICKET_TEXT: Final = """\

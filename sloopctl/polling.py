@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import click
 
-from sloopctl.client import Reply
+from sloopctl.client import Client, Reply
 from sloopctl.invoke import EXIT_PROTOCOL, Options, fail
 
 # How long a follower waits before asking again once it has caught up: the
@@ -60,3 +60,49 @@ class Pace:
         current = self.delay
         self.delay = min(POLL_MAX_S, self.delay * POLL_GROWTH)
         return current
+
+
+# --- long-poll ---------------------------------------------------------------------------
+
+# How long a follower asks the daemon to hold one `show` (or `logs`) for news: long
+# when it prints only changes, a second for the live view (its clock moves each second).
+SHOW_WAIT_MS: Final = 30_000
+LIVE_WAIT_MS: Final = 1_000
+
+
+class LongPoll:
+    """The daemon's long-poll arguments while it takes them, today's polling once it refuses.
+
+    A ``show`` reply that carries an integer ``epoch`` offers ``since`` and ``wait_ms``
+    (answered once the epoch passes ``since``, or when the wait ends); ``logs`` may
+    take ``wait_ms`` (an empty page held until a record arrives).  A daemon without
+    them answers ``invalid_arguments`` naming the field: the request is sent again
+    without them, and that verb is polled from then on.
+    """
+
+    def __init__(self) -> None:
+        self.epoch: int | None = None
+        self.refused: set[str] = set()
+
+    def note(self, data: Any) -> None:
+        epoch = data.get("epoch") if isinstance(data, dict) else None
+        self.epoch = epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
+
+    def show_wait(self, wait_ms: int) -> dict[str, Any]:
+        if self.epoch is None or "show" in self.refused:
+            return {}
+        return {"since": self.epoch, "wait_ms": wait_ms}
+
+    def logs_wait(self, wait_ms: int) -> dict[str, Any]:
+        return {} if "logs" in self.refused else {"wait_ms": wait_ms}
+
+    def call(self, client: Client, verb: str, args: dict[str, Any], extra: dict[str, Any]) -> Reply:
+        if not extra:
+            return client.call(verb, args)
+        reply = client.call(verb, {**args, **extra})
+        if not reply.ok and reply.error.get("code") == "invalid_arguments":
+            details = reply.error.get("details")
+            if isinstance(details, dict) and details.get("field") in extra:
+                self.refused.add(verb)
+                return client.call(verb, args)
+        return reply

@@ -21,6 +21,7 @@ import orjson
 
 from sloopd.core import config, paths
 from sloopd.core.logsink import LogSink
+from sloopd.core.notices import Notices
 from sloopd.core.state import Daemon
 from sloopd.ops.metrics import Metrics, parse_address, serve_metrics
 from sloopd.ops.notify import Notifier
@@ -95,6 +96,7 @@ class Server:
         self._last_status = ""
         self.metrics = Metrics()
         self._metrics_server: asyncio.AbstractServer | None = None
+        self.notices: Notices | None = None
 
     def run(self) -> int:
         import uvloop
@@ -205,6 +207,7 @@ class Server:
     async def _reconcile(self) -> Scheduler:
         """After a crash: kill what the last daemon left, settle its runs in flight."""
         assert self.daemon is not None and self.daemon.store is not None
+        self.notices = Notices.started(self.daemon)  # first: recovery's settles are told too
         peers.become_subreaper()
         # Every git call of ours is marked, and a killed daemon's calls may still run:
         # wait for them before recovery reads a ref to decide whether a merge happened.
@@ -388,6 +391,8 @@ class Server:
             await self._groups.stop_all()
         if self._sink is not None:
             self._sink.flush()
+        if self.notices is not None:  # reads the stop's own settles; then a short grace
+            await self.notices.close()
         if self.daemon is not None and self.daemon.store is not None:
             with contextlib.suppress(Exception):
                 self.daemon.append_event("daemon_stopped", data={"pid": os.getpid()})

@@ -7,13 +7,16 @@ are validated by sloopd.flows.flow.
 
 from __future__ import annotations
 
+import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sloopd.flows.flow import AgentSettings, Flow, FlowError, default_flow
 from sloopd.flows.flow import parse as parse_flows
+from sloopd.ops.webhook_targets import NotifyConfigError, Target, parse_targets
 from sloopd.util.durations import parse_ms
 from sloopd.util.names import ref_problem
 from sloopd.vendor import Pattern, VendorConfigError, patterns_from_config
@@ -46,14 +49,21 @@ class Config:
     vendor_patterns: tuple[Pattern, ...] = ()
     # "bwrap": every child in a bubblewrap sandbox; "none": unsafe, flagged by doctor.
     sandbox: str = "bwrap"
+    # [[notify]]: webhook targets (sloopd.ops.webhook_targets), daemon-wide: a reload
+    # applies them to the next event.
+    notify: tuple[Target, ...] = ()
 
 
 SANDBOX_MODES = ("bwrap", "none")
-_TOP_LEVEL = {"repo", "agent", "flows", "vendor", "sandbox"}
+_TOP_LEVEL = {"repo", "agent", "flows", "vendor", "sandbox", "notify"}
 
 
-def load(repo: Path) -> Config:
-    """Read ``<repo>/sloop.toml``; defaults when the file is absent."""
+def load(repo: Path, environ: Mapping[str, str] | None = None) -> Config:
+    """Read ``<repo>/sloop.toml``; defaults when the file is absent.
+
+    ``environ`` (the daemon's environment by default) holds the secrets that
+    ``[[notify]] secret_env`` names.
+    """
     path = repo / CONFIG_FILE
     try:
         text = path.read_text(encoding="utf-8")
@@ -65,10 +75,14 @@ def load(repo: Path) -> Config:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-    return parse(document, path)
+    return parse(document, path, environ)
 
 
-def parse(document: dict[str, Any], path: Path | None = None) -> Config:
+def parse(
+    document: dict[str, Any],
+    path: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Config:
     where = f"{path}: " if path else ""
     unknown = sorted(set(document) - _TOP_LEVEL)
     if unknown:
@@ -88,6 +102,12 @@ def parse(document: dict[str, Any], path: Path | None = None) -> Config:
     except FlowError as exc:
         raise ConfigError(f"{where}{exc}") from exc
     _check_streams(parsed.agent, parsed.flows, where)
+    try:
+        notify = parse_targets(
+            document.get("notify", []), os.environ if environ is None else environ
+        )
+    except NotifyConfigError as exc:
+        raise ConfigError(f"{where}{exc}") from exc
     return Config(
         repo=repo,
         agent=parsed.agent,
@@ -95,6 +115,7 @@ def parse(document: dict[str, Any], path: Path | None = None) -> Config:
         source=path,
         vendor_patterns=_vendor_section(document.get("vendor", {}), where),
         sandbox=sandbox,
+        notify=notify,
     )
 
 

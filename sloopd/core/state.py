@@ -54,6 +54,8 @@ class Daemon:
     metrics: Metrics | None = None
     # Why a sandbox cannot start on this host (the last probe), None when it can.
     sandbox_problem: str | None = None
+    # Told after every event insert (sloopd.core.notices reads the committed feed).
+    events_appended: Callable[[], None] = _nothing
 
     def stalled_runs(self) -> int:
         return sum(1 for run in self.active_runs.values() if run.stall() is not None)
@@ -147,3 +149,6 @@ class Daemon:
             )
         if self.metrics is not None:
             self.metrics.events.inc()
+        # Only a wake-up: the insert may belong to an enclosing transaction not yet
+        # committed, so the reader looks at the committed feed later, on the loop.
+        self.events_appended()

@@ -101,6 +101,21 @@ class Metrics:
         )
         self.log_records = Counter("sloop_log_records", "Log records appended.", registry=r)
         self.events = Counter("sloop_events", "Events appended.", registry=r)
+        # [[notify]] webhooks (sloopd.ops.webhooks): how each delivery ended, and every
+        # failed attempt (retried or not).  No target URL or host is a label.
+        self.notify_deliveries = Counter(
+            "sloop_notify_deliveries",
+            "Webhook deliveries ended, by outcome (delivered, failed, dropped).",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in ("delivered", "failed", "dropped"):
+            self.notify_deliveries.labels(outcome)
+        self.notify_attempt_failures = Counter(
+            "sloop_notify_attempt_failures",
+            "Webhook attempts that failed (an error, a timeout or a non-2xx answer).",
+            registry=r,
+        )
         build = Gauge("sloop_build_info", "Build information.", ["version"], registry=r)
         build.labels(api.SOFTWARE_VERSION).set(1)
         self._request_children: dict[tuple[str, str], Counter] = {}

@@ -67,6 +67,8 @@ METRICS = frozenset(
         "sloop_build_info",
         "sloop_agent_tokens_total",
         "sloop_agent_cost_usd_total",
+        "sloop_notify_deliveries_total",
+        "sloop_notify_attempt_failures_total",
         "up",
     }
 )
@@ -74,7 +76,7 @@ METRICS = frozenset(
 LABELS = frozenset(
     {
         *("job", "instance", "repo", "le", "state", "flow", "stage", "verb", "code"),
-        *("version", "vendor", "kind"),
+        *("version", "vendor", "kind", "outcome"),
     }
 )
 ALERTS = frozenset(
