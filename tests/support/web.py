@@ -186,3 +186,45 @@ def wait_gone(predicate: Any, timeout: float = WAIT_S) -> None:
     while predicate():
         assert time.monotonic() < deadline, "condition did not clear in time"
         time.sleep(0.05)
+
+
+class EventStream:
+    """A Server-Sent Events subscription read as a browser would (``/sse/...``)."""
+
+    def __init__(self, web: WebGateway, path: str, timeout: float = WAIT_S) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", web.port, timeout=timeout)
+        headers = {
+            "Host": f"127.0.0.1:{web.port}",
+            "Cookie": f"sloop_web_{web.port}={web.token}",
+            "Accept": "text/event-stream",
+        }
+        self.conn.request("GET", path, headers=headers)
+        self.response = self.conn.getresponse()
+        self.status = self.response.status
+
+    def next_event(self) -> tuple[str, Any]:
+        """The next event's name and decoded data (comments and ``retry`` skipped)."""
+        name, data = "message", None
+        while True:
+            line = self.response.readline().decode()
+            if not line:
+                raise EOFError("the gateway ended the stream")
+            line = line.rstrip("\n")
+            if line == "":
+                if data is not None:
+                    return name, orjson.loads(data)
+                name = "message"
+            elif line.startswith("event: "):
+                name = line[len("event: ") :]
+            elif line.startswith("data: "):
+                data = line[len("data: ") :]
+
+    def until(self, wanted: Any) -> tuple[str, Any]:
+        """Events until ``wanted(name, data)`` holds; that event."""
+        while True:
+            event = self.next_event()
+            if wanted(*event):
+                return event
+
+    def close(self) -> None:
+        self.conn.close()
