@@ -43,6 +43,12 @@ def test_the_dashboard_shows_a_posted_ticket(bench: Bench, tmp_path: Path) -> No
         assert "no_trigger" in text_of(driver, "main")  # why it waits
         assert "token=" not in driver.current_url  # the token left the address bar
         screenshot(driver, tmp_path, "dashboard")
+        # The search box: the pattern rung of show (a regular expression here).
+        box = driver.find_element("css selector", "#q")
+        box.send_keys("fix-.*n")
+        box.submit()
+        wait_for(driver, has_text("main", "Tickets matching"))
+        assert "Fix the login page" in text_of(driver, "main table")
 
 
 def test_a_live_run_advances_and_its_output_appears_without_a_reload(
@@ -69,7 +75,11 @@ def test_a_live_run_advances_and_its_output_appears_without_a_reload(
     run = bench.wait_stage_running("live#1", "implement")
     with gateway(socket_of(bench), tmp_path / "token") as web, chromium() as driver:
         driver.get(web.url)
-        wait_for(driver, has_text("main", "implement#1"))  # the dashboard's run in flight
+        # The dashboard's run in flight, with its running stage and how long it is silent.
+        wait_for(driver, has_text("main", "implement#1"))
+        assert "live#1" in text_of(driver, "main table")
+        wait_for(driver, lambda d: text_of(d, "span.growing").strip() not in ("", "—"))
+        screenshot(driver, tmp_path, "dashboard-live")
         driver.get(f"{web.base}/run/{run['id']}")
         wait_for(driver, has_text("#log", f"implementing {run['id']}"))
         wait_for(driver, has_text("#timeline", "implement#1"))
@@ -85,6 +95,9 @@ def test_a_live_run_advances_and_its_output_appears_without_a_reload(
         settled = bench.wait_run(run["id"])
         wait_for(driver, has_text("h1", settled["state"].replace("_", " ")))
         assert driver.execute_script("return window.__stillTheSamePage === true;")
+        driver.set_window_size(420, 900)  # a phone: the same page, one column
+        wait_for(driver, lambda d: d.execute_script("return innerWidth") <= 420)
+        screenshot(driver, tmp_path, "run-on-a-phone")
 
 
 def test_a_merged_run_shows_its_timeline_and_its_diff(bench: Bench, tmp_path: Path) -> None:

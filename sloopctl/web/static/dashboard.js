@@ -10,20 +10,27 @@ import {
 } from "./widgets.js";
 
 export function dashboard(main) {
+  const summary = h("div", {class: "summary"});
   const views = h("div", {class: "sections"});
   const activity = h("ol", {class: "events", id: "activity"});
-  replace(main, h("h1", {}, "Dashboard"), views, section("Activity", activity));
+  replace(main, h("h1", {}, "Dashboard"), summary, views, section("Activity", activity));
+  const top = new Slots(summary);
   const slots = new Slots(views);
   follow("/sse/show", {
-    show: (data) => render(slots, data, Date.now()),
+    show: (data) => render(top, slots, data, Date.now()),
     problem: (error) => slots.update("problem", error, 0, () => problemBox(error)),
   });
   follow("/sse/events", {events: ({events}) => addEvents(activity, events)});
 }
 
-function render(slots, data, now) {
-  slots.update("gate", [data.gate, data.next_wake, data.daemon?.store_fault], now,
+function render(top, slots, data, now) {
+  top.update("gate", [data.gate, data.next_wake, data.daemon?.store_fault], now,
     () => gateSection(data));
+  top.update("usage", [data.usage, data.recent_total, data.runs?.length, data.tickets?.length], now,
+    () => section("Totals",
+      h("p", {class: "usage", id: "totals"},
+        data.usage ? `Every run's agents: ${usageText(data.usage)}` : "No tokens or cost reported yet."),
+      h("p", {class: "muted"}, `${data.runs?.length ?? 0} in flight · ${data.tickets?.length ?? 0} open tickets · ${data.recent_total ?? 0} settled runs`)));
   slots.update("runs", data.runs, now, () => runsSection(data.runs ?? [], now));
   slots.update("queued", data.queued_triggers, now,
     () => section("Queued triggers", table(["Trigger", "Ticket", "Due"],
@@ -31,8 +38,6 @@ function render(slots, data, now) {
       "Nothing queued.")));
   slots.update("tickets", data.tickets, now, () => ticketsSection(data.tickets ?? []));
   slots.update("recent", [data.recent, data.recent_total], now, () => recentSection(data));
-  slots.update("usage", [data.usage, data.recent_total], now, () => section("Totals",
-    h("p", {class: "usage", id: "totals"}, "Tokens and cost of every run: ", usageText(data.usage))));
 }
 
 function gateSection(data) {

@@ -7,19 +7,21 @@ import {loadDiff} from "./diff.js";
 import {follow} from "./live.js";
 import {LogView} from "./logview.js";
 import {Slots} from "./sections.js";
-import {duration, onTick, when} from "./time.js";
+import {duration, growing, onTick, when} from "./time.js";
 import {timeline} from "./timeline.js";
 import {actionBar, badge, chip, problemBox, stageLabel, ticketLink, usageText} from "./widgets.js";
 
 export function run(main, ref) {
   const heading = h("h1", {}, "Run ", ref);
-  const views = h("div", {class: "sections"});
+  const top = h("div", {class: "sections"});
+  const details = h("div", {class: "sections"});
   const tl = h("div", {id: "timeline"});
   const output = new LogView();
   const diffBox = h("div", {id: "diff-box"}, h("p", {class: "muted"}, "Loading the diff…"));
-  replace(main, heading, views, section("Timeline", tl), output.section,
+  replace(main, heading, top, section("Timeline", tl), output.section, details,
     section("Diff against the base", diffBox));
-  const slots = new Slots(views);
+  const slots = new Slots(top);
+  const more = new Slots(details);
   let latest = null;
   let diffMark = null;
   onTick((now) => {
@@ -37,8 +39,8 @@ export function run(main, ref) {
       latest = value;
       replace(heading, `${value.alias} `, h("span", {class: "muted"}, value.id), " ", badge(value.state));
       slots.update("about", {...value, stages: null}, now, () => about(value));
-      slots.update("stages", value.stages, now, () => stages(value.stages, now));
-      slots.update("notes", value.notes, now, () => notes(value.notes ?? []));
+      more.update("stages", value.stages, now, () => stages(value.stages));
+      more.update("notes", value.notes, now, () => notes(value.notes ?? []));
       replace(tl, timeline(value, now));
       output.follow(value);
       // The diff is read again whenever a stage recorded a new commit (and once settled).
@@ -56,11 +58,11 @@ function about(value) {
   const took = value.started_at_ms && value.finished_at_ms
     ? duration(value.finished_at_ms - value.started_at_ms) : null;
   return section("Outcome",
+    h("p", {class: "outcome"}, badge(value.state),
+      value.reason ? h("span", {id: "reason"}, ` ${value.reason}`) : value.state === "merged" ? " — merged into main" : ""),
     fields([
-      ["State", badge(value.state)],
       ["Ticket", ticketLink(value.ticket)],
       value.halt ? ["Halt", h("code", {id: "halt"}, String(value.halt))] : null,
-      value.reason ? ["Reason", h("span", {id: "reason"}, String(value.reason))] : null,
       value.diagnosis ? ["Diagnosis", `${value.diagnosis.classification}`,
         value.diagnosis.evidence ? h("code", {}, ` ${value.diagnosis.evidence}`) : ""] : null,
       value.stall ? ["Stalled", `${value.stall.stage}#${value.stall.attempt} silent for ${duration(value.stall.silent_for_ms)}`] : null,
@@ -76,12 +78,12 @@ function about(value) {
     value.terminal ? null : actionBar([`Abort ${value.id}`, "abort", {run: value.id}]));
 }
 
-function stages(rows, now) {
+function stages(rows) {
   const body = rows.map((stage) => [
     chip(stage.state, stageLabel(stage)),
     stage.started_at_ms ? when(stage.started_at_ms) : "—",
     stage.duration_ms !== null ? duration(stage.duration_ms)
-      : stage.state === "running" ? duration(now - stage.started_at_ms) : "—",
+      : stage.state === "running" ? growing(stage.started_at_ms) : "—",
     stage.exit_code === null ? "—" : String(stage.exit_code),
     verdict(stage),
     stage.commit ? h("code", {}, String(stage.commit).slice(0, 12)) : "—",
