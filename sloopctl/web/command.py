@@ -65,7 +65,9 @@ def web(listen: str, allow_actions: bool, allow_remote: bool, token_file: Path |
     http://HOST:PORT/?token=…, once it listens; the token is also written to
     --token-file, and every request needs it (the page keeps it in an HttpOnly
     cookie). Read-only unless --allow-actions. Stop it with Ctrl-C.
-    See docs/web.md for the security model.
+    With --json the URL line is one JSON object (url, port, token_file,
+    actions); --raw keeps terminal control sequences in the pages' text.
+    See docs/web.md for the pages, the live feeds and the security model.
     """
     opts = options()
     try:
