@@ -42,6 +42,7 @@ CONTENT_TYPES: Final = {
     ".html": "text/html; charset=utf-8",
     ".css": "text/css; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
+    ".svg": "image/svg+xml",
 }
 # No inline script or style, nothing from elsewhere, no frames, no plugins: data that
 # slipped into markup could still not run. (Scripts set element.style through the

@@ -148,6 +148,7 @@ def chromium(width: int = 1000, height: int = 900) -> Iterator[Any]:
         f"--window-size={width},{height}",
     ):
         options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "SEVERE"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:
         yield driver
@@ -179,6 +180,11 @@ def screenshot(driver: Any, folder: Path, name: str) -> Path:
     assert driver.save_screenshot(str(path)), path
     assert path.stat().st_size > 0
     return path
+
+
+def console_errors(driver: Any) -> list[str]:
+    """What the page's scripts reported as errors (uncaught exceptions, failed loads)."""
+    return [str(entry["message"]) for entry in driver.get_log("browser")]
 
 
 def wait_gone(predicate: Any, timeout: float = WAIT_S) -> None:

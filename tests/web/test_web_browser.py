@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.agents import Bench, sloop_toml, ticket_text
+from tests.support.agents import Bench, install_probe, probe_argv, sloop_toml, ticket_text
 from tests.support.web import (
     browser_available,
     chromium,
+    console_errors,
     gateway,
     has_text,
     screenshot,
@@ -49,6 +50,7 @@ def test_the_dashboard_shows_a_posted_ticket(bench: Bench, tmp_path: Path) -> No
         box.submit()
         wait_for(driver, has_text("main", "Tickets matching"))
         assert "Fix the login page" in text_of(driver, "main table")
+        assert console_errors(driver) == []
 
 
 def test_a_live_run_advances_and_its_output_appears_without_a_reload(
@@ -98,6 +100,7 @@ def test_a_live_run_advances_and_its_output_appears_without_a_reload(
         driver.set_window_size(420, 900)  # a phone: the same page, one column
         wait_for(driver, lambda d: d.execute_script("return innerWidth") <= 420)
         screenshot(driver, tmp_path, "run-on-a-phone")
+        assert console_errors(driver) == []
 
 
 def test_a_merged_run_shows_its_timeline_and_its_diff(bench: Bench, tmp_path: Path) -> None:
@@ -134,6 +137,7 @@ def test_a_merged_run_shows_its_timeline_and_its_diff(bench: Bench, tmp_path: Pa
         assert "1 file changed, +1" in diff
         assert "main before the merge" in diff
         screenshot(driver, tmp_path, "merged-run")
+        assert console_errors(driver) == []
 
 
 def test_a_request_without_the_token_is_refused(bench: Bench, tmp_path: Path) -> None:
@@ -216,3 +220,48 @@ def test_ticket_text_with_markup_is_shown_as_text_and_never_run(
         )
         assert made == 0
         screenshot(driver, tmp_path, "markup-as-text")
+        assert console_errors(driver) == []  # the CSP had nothing to block either
+
+
+def test_a_panel_shows_each_seat_with_its_verdict_confidence_and_reason(
+    bench: Bench, tmp_path: Path
+) -> None:
+    install_probe(bench)
+
+    def seat(verdict: str, reason: str, confidence: str) -> list[str]:
+        argv = ["verdict", verdict, "--reason", reason, "--confidence", confidence]
+        steps = [{"do": "ctl", "key": "verdict", "argv": argv}]
+        return probe_argv(bench, bench.flag(f"seat-{verdict}.json"), steps)
+
+    flow = [
+        {"name": "implement", "action": "agent", "command": bench.argv("--write", "a.txt=a")},
+        {
+            "name": "review",
+            "action": "agent",
+            "result_check": "panel",
+            "quorum": 1,
+            "reviewers": [
+                {"target": "careful", "command": seat("pass", "reads well", "high")},
+                {"target": "strict", "command": seat("fail", "needs a test", "low")},
+            ],
+        },
+        {"name": "sync", "action": "sync"},
+        {"name": "merge", "action": "ff_only"},
+    ]
+    bench.setup(
+        sloop_toml(bench.argv(), flows={"panel": flow}), {"p": ticket_text("P", flow="panel")}
+    )
+    bench.start()
+    bench.post("p")
+    run = bench.wait_run("p#1")
+    assert run["state"] == "merged", run
+    with gateway(socket_of(bench), tmp_path / "token") as web, chromium(1000, 1300) as driver:
+        driver.get(web.url)
+        driver.get(f"{web.base}/run/{run['id']}")
+        wait_for(driver, has_text(".panel", "Panel of review#1"))
+        panel = text_of(driver, ".panel")
+        for words in ("careful", "reads well", "high", "strict", "needs a test", "low"):
+            assert words in panel, words
+        assert "review#1" in text_of(driver, "#timeline")
+        screenshot(driver, tmp_path, "panel")
+        assert console_errors(driver) == []

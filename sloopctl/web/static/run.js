@@ -95,7 +95,7 @@ function stages(rows) {
       table(["Seat", "Target", "Verdict", "Confidence", "Reason", "Usage"],
         stage.reviewers.map((seat) => [
           String(seat.reviewer), String(seat.target ?? "—"),
-          badge(seat.verdict === "pass" ? "passed" : "failed", ` (${seat.verdict})`),
+          chip(seat.verdict === "pass" ? "passed" : "failed", String(seat.verdict)),
           String(seat.confidence ?? "—"), String(seat.reason ?? ""), usageText(seat.usage),
         ]))));
   const discarded = rows.filter((s) => s.discarded?.length).map((stage) =>
