@@ -97,6 +97,7 @@ class Feed:
         self.subscribers: set[Subscription] = set()
         self.mode = "starting"  # then long_poll or polling
         self.daemon_ok = True
+        self.refused: bytes | None = None  # the daemon's error answer that stopped the feed
         self._task: asyncio.Task[None] | None = None
         self._linger: asyncio.TimerHandle | None = None
         self.on_idle: Callable[[Feed], None] | None = None
@@ -107,6 +108,8 @@ class Feed:
         sub = Subscription()
         for item in self.backlog():
             sub.queue.put_nowait(item)
+        if self.refused is not None:
+            sub.queue.put_nowait(self.refused)
         if not self.daemon_ok:
             sub.queue.put_nowait(message("daemon", {"ok": False}))
         self.subscribers.add(sub)
@@ -170,6 +173,8 @@ class Feed:
         """A reply came: the daemon is back, if it had gone."""
         if not self.daemon_ok:
             self.daemon_ok = True
+            # It may be another build now (an upgrade): learn what it holds afresh.
+            self.polls.refused.clear()
             self.publish(message("daemon", {"ok": True}))
 
     async def call(self, connection: Connection, verb: str, args: dict[str, Any]) -> Reply:
@@ -196,7 +201,8 @@ class Feed:
         await asyncio.sleep(POLL_S if polling else MIN_GAP_S)
 
     def problem(self, reply: Reply) -> None:
-        self.publish(message("problem", reply.error))
+        self.refused = message("problem", reply.error)
+        self.publish(self.refused)
         raise Stop
 
     async def stop(self) -> None:

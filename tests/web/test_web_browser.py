@@ -7,6 +7,7 @@ saves a screenshot of what it saw in its temporary folder.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -233,7 +234,7 @@ def test_a_panel_shows_each_seat_with_its_verdict_confidence_and_reason(
         steps = [{"do": "ctl", "key": "verdict", "argv": argv}]
         return probe_argv(bench, bench.flag(f"seat-{verdict}.json"), steps)
 
-    flow = [
+    flow: list[dict[str, Any]] = [
         {"name": "implement", "action": "agent", "command": bench.argv("--write", "a.txt=a")},
         {
             "name": "review",

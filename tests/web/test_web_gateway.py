@@ -198,3 +198,18 @@ def test_the_daemon_going_away_is_reported_not_fatal(bench: Bench, tmp_path: Pat
         finally:
             stream.close()
         assert web.proc.poll() is None
+
+
+def test_a_refused_reference_is_told_to_every_subscriber(bench: Bench, tmp_path: Path) -> None:
+    started(bench)
+    with gateway(socket_of(bench), tmp_path / "t") as web:
+        for _ in range(2):  # the first starts the feed; the second joins it after it stopped
+            stream = EventStream(web, "/sse/show?ref=%28unclosed")
+            try:
+                _, error = stream.until(lambda name, _: name == "problem")
+                assert error["code"] == "invalid_arguments"
+                assert error["details"]["field"] == "ref"
+            finally:
+                stream.close()
+        status, _, body = web.request("GET", "/sse/logs")  # no run named
+        assert (status, body) == (400, b"bad request\n")
