@@ -15,10 +15,11 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Debian packages the tests use (nc for the protocol text's shell client).
+# Debian packages the tests use (nc for the protocol text's shell client; chromium and
+# its driver for the web view's browser tests).
 .PHONY: .debian-packages
 .debian-packages: scripts/ensure-debian-packages
-	scripts/ensure-debian-packages netcat-openbsd:nc git:git bubblewrap:bwrap prometheus:promtool systemd:systemd-analyze openssl:openssl
+	scripts/ensure-debian-packages netcat-openbsd:nc git:git bubblewrap:bwrap prometheus:promtool systemd:systemd-analyze openssl:openssl chromium:chromium chromium-driver:chromedriver
 
 lint: $(STAMP)
 	$(BIN)/ruff check sloopd sloopctl tests benchmarks

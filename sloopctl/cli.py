@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from sloopctl import feeds_cli, follow, init_template, locate
+from sloopctl import diff_cli, feeds_cli, follow, init_template, locate
 from sloopctl.client import (
     Client,
     ClientError,
@@ -41,6 +41,7 @@ from sloopctl.invoke import (
 )
 from sloopctl.render import error_line
 from sloopctl.safe_text import clean
+from sloopctl.web.command import web
 from sloopd.wire import api
 
 
@@ -293,7 +294,8 @@ def daemon(socket_dir: str | None) -> None:
 
 
 # logs and events (sloopctl/feeds_cli.py); pause, resume and show --follow
-# (sloopctl/follow.py); doctor (sloopctl/doctor.py).
-for _command in (*feeds_cli.COMMANDS, *follow.COMMANDS, doctor):
+# (sloopctl/follow.py); doctor (sloopctl/doctor.py); diff (sloopctl/diff_cli.py);
+# web (sloopctl/web/command.py, which imports the gateway only when it runs).
+for _command in (*feeds_cli.COMMANDS, *follow.COMMANDS, doctor, *diff_cli.COMMANDS, web):
     main.add_command(_command)
 follow.extend_show(show)

@@ -285,32 +285,41 @@ class Client:
 
     def _decode(self, raw: bytes, request_id: str) -> Reply:
         try:
-            envelope = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            self.close()
-            raise ProtocolMismatch(
-                self.socket_path,
-                f"unreadable reply from {self.socket_path}: not JSON",
-                reply_start=raw[:200].decode(errors="replace"),
-            ) from None
-        problem = envelope_problem(envelope, request_id)
-        if problem is not None:
-            self.close()
-            raise ProtocolMismatch(
-                self.socket_path,
-                f"unreadable reply from {self.socket_path}: {problem}",
-                reply_start=raw[:200].decode(errors="replace"),
-            )
-        reply = Reply(envelope if self.verbatim else clean_tree(envelope), raw)
-        if not reply.ok and reply.error["code"] == api.ErrorCode.UNSUPPORTED_VERSION:
-            self.close()
-            raise ProtocolMismatch(
-                self.socket_path,
-                f"the daemon does not speak protocol v{api.PROTOCOL_VERSION}: "
-                f"{reply.error['message']}; upgrade sloopctl or sloopd so they match",
-                reply=envelope,
-            )
-        return reply
+            return decode_reply(raw, request_id, self.socket_path, verbatim=self.verbatim)
+        except ProtocolMismatch:
+            self.close()  # nothing later on this connection can be trusted
+            raise
+
+
+def decode_reply(raw: bytes, request_id: str, socket_path: Path, *, verbatim: bool) -> Reply:
+    """One reply line as a ``Reply``; ``ProtocolMismatch`` for anything not a v1 answer.
+
+    Shared by every client of the operator socket (``Client``, the web gateway's link).
+    """
+    try:
+        envelope = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise ProtocolMismatch(
+            socket_path,
+            f"unreadable reply from {socket_path}: not JSON",
+            reply_start=raw[:200].decode(errors="replace"),
+        ) from None
+    problem = envelope_problem(envelope, request_id)
+    if problem is not None:
+        raise ProtocolMismatch(
+            socket_path,
+            f"unreadable reply from {socket_path}: {problem}",
+            reply_start=raw[:200].decode(errors="replace"),
+        )
+    reply = Reply(envelope if verbatim else clean_tree(envelope), raw)
+    if not reply.ok and reply.error["code"] == api.ErrorCode.UNSUPPORTED_VERSION:
+        raise ProtocolMismatch(
+            socket_path,
+            f"the daemon does not speak protocol v{api.PROTOCOL_VERSION}: "
+            f"{reply.error['message']}; upgrade sloopctl or sloopd so they match",
+            reply=envelope,
+        )
+    return reply
 
 
 def envelope_problem(envelope: Any, request_id: str) -> str | None:

@@ -12,7 +12,7 @@ from sloopd.queue import actions as queue
 from sloopd.queue import gate, refs
 from sloopd.runs.runner import RunManager
 from sloopd.util.clock import now_ms
-from sloopd.views import feeds, show
+from sloopd.views import diff, feeds, show
 from sloopd.wire import api
 from sloopd.wire.dispatch import Handler
 
@@ -42,6 +42,7 @@ class OperatorVerbs:
             "resume": self.resume,
             "logs": feeds.Logs(self.daemon, self.runs.sink).page,
             "events": feeds.Events(self.daemon).page,
+            "diff": self.diff,
         }
 
     def _queue_verb(self, action: Callable[[Daemon, dict[str, Any]], dict[str, Any]]) -> Handler:
@@ -108,6 +109,10 @@ class OperatorVerbs:
             )
         await self.runs.abort(run_id, ABORTED_BY_OPERATOR)
         return {"run": rows.run_row(self.daemon.require_store(), run_id)}
+
+    async def diff(self, args: dict[str, Any]) -> dict[str, Any]:
+        """A run's branch against its base (read-only; sloopd/views/diff.py)."""
+        return await diff.run_diff(self.daemon, args["run"], args.get("max_bytes"))
 
     async def gc(self, args: dict[str, Any]) -> dict[str, Any]:
         self.daemon.require_store()

@@ -395,6 +395,9 @@ action = "ff_only"
         wait_for(lambda: c.quiet("show", {"ref": "faq"})["value"]["state"] == "merged")
         c.call("gc", "gc")
         c.call("gc: nothing left", "gc")
+        c.call("diff: a merged run", "diff", {"run": "greeting#1"})
+        c.call("diff: cut at max_bytes", "diff", {"run": "greeting#1", "max_bytes": 80})
+        c.call("diff: unknown run (not_found)", "diff", {"run": "R999"})
         c.call("run: a held ticket that already has a trigger", "run", {"ref": "limited"})
 
         # Envelope and argument errors.

@@ -50,6 +50,8 @@ class Finished:
     returncode: int
     stdout: str
     stderr: str
+    # Set when the caller's ``stdout_limit`` was reached: the tool was killed there.
+    truncated: bool = False
 
 
 async def run(
@@ -59,8 +61,14 @@ async def run(
     env: Mapping[str, str] | None = None,
     stdin: bytes | None = None,
     cwd: Path | None = None,
+    stdout_limit: int | None = None,
 ) -> Finished:
-    """Run ``argv`` (never through a shell); on timeout or cancellation kill its tree."""
+    """Run ``argv`` (never through a shell); on timeout or cancellation kill its tree.
+
+    With ``stdout_limit`` at most that many bytes of standard output are kept: the
+    tool is killed when it writes more (its output may be unbounded, a diff for
+    one), and the result says ``truncated``.
+    """
     proc = await asyncio.create_subprocess_exec(
         *argv,
         cwd=cwd,
@@ -69,8 +77,14 @@ async def run(
         stderr=asyncio.subprocess.PIPE,
         env={**(env if env is not None else os.environ), **_marker},
     )
+    truncated = False
     try:
-        out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
+        if stdout_limit is None:
+            out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
+        else:
+            out, err, truncated = await asyncio.wait_for(
+                _communicate_bounded(proc, stdin, stdout_limit), timeout
+            )
     except BaseException as exc:
         if proc.returncode is None:
             doomed = kill_tree(proc.pid)
@@ -81,7 +95,53 @@ async def run(
             raise TimedOut(f"did not finish within {timeout:.3g} s") from None
         raise
     code = proc.returncode if proc.returncode is not None else -1
-    return Finished(code, out.decode(errors="replace"), err.decode(errors="replace"))
+    return Finished(
+        code, out.decode(errors="replace"), err.decode(errors="replace"), truncated=truncated
+    )
+
+
+# Standard error is for a person: what is kept of it when a tool's output is bounded.
+_STDERR_LIMIT = 64 * 1024
+
+
+async def _communicate_bounded(
+    proc: asyncio.subprocess.Process, stdin: bytes | None, limit: int
+) -> tuple[bytes, bytes, bool]:
+    """``communicate`` keeping at most ``limit`` bytes of stdout; past them kill the tree."""
+    assert proc.stdout is not None and proc.stderr is not None
+    if stdin is not None and proc.stdin is not None:
+        proc.stdin.write(stdin)
+        await proc.stdin.drain()
+        proc.stdin.close()
+    errors = asyncio.ensure_future(_drain(proc.stderr, _STDERR_LIMIT))
+    kept = bytearray()
+    truncated = False
+    try:
+        while chunk := await proc.stdout.read(65536):
+            if len(kept) + len(chunk) > limit:
+                kept += chunk[: limit - len(kept)]
+                truncated = True
+                break
+            kept += chunk
+        if truncated:
+            # The tool is blocked writing the rest; nothing more of it is wanted.
+            doomed = kill_tree(proc.pid)
+            await proc.wait()
+            await _reap_adopted(doomed[1:])
+        else:
+            await proc.wait()
+    except BaseException:
+        errors.cancel()  # the caller kills the tool; no reader may outlive this call
+        raise
+    return bytes(kept), await errors, truncated
+
+
+async def _drain(stream: asyncio.StreamReader, keep: int) -> bytes:
+    """Read ``stream`` to its end (a full pipe would block the tool), keeping ``keep`` bytes."""
+    kept = bytearray()
+    while chunk := await stream.read(65536):
+        kept += chunk[: max(0, keep - len(kept))]
+    return bytes(kept)
 
 
 def kill_tree(pid: int) -> list[int]:

@@ -1,7 +1,9 @@
 """The read side: what ``show``, ``logs`` and ``events`` answer.
 
 Owns the dashboard and the detail of tickets, runs and projects (``show``,
-``runview``) and the keyset-paged feeds (``feeds``).  May import ``wire``,
+``runview``), the keyset-paged feeds (``feeds``) and a run's branch diff
+(``diff``, which runs git read-only through ``util.subproc``).  May import ``wire``,
 ``store``, ``util``, ``flows``, ``core`` and ``queue`` (for references); it
-never imports ``runs``: no process or git code is reachable from a read.
+never imports ``runs``: no run's process or write to git is reachable from a
+read (``diff`` only reads commits the run pinned).
 """

@@ -125,19 +125,20 @@ def _boolean(name: str, value: Any) -> bool:
     return value
 
 
-def _integer(name: str, value: Any, minimum: int | None) -> int:
+def _integer(name: str, value: Any, minimum: int | None, maximum: int = MAX_INTEGER) -> int:
     # bool is an int subclass in Python; JSON true is not a number.
     if isinstance(value, bool) or not isinstance(value, int):
         raise invalid_arguments(f"'{name}' must be an integer", field=name)
     if minimum is not None and value < minimum:
         raise invalid_arguments(f"'{name}' must be at least {minimum}", field=name)
-    if value > MAX_INTEGER:
-        raise invalid_arguments(f"'{name}' must be at most {MAX_INTEGER}", field=name)
+    if value > maximum:
+        raise invalid_arguments(f"'{name}' must be at most {maximum}", field=name)
     return value
 
 
 _positive_integer = partial(_integer, minimum=1)
 _non_negative_integer = partial(_integer, minimum=0)
+_diff_bytes = partial(_integer, minimum=1, maximum=4 * 1024 * 1024)  # diff's max_bytes (0.7.0)
 
 
 def _one_of(choices: tuple[str, ...]) -> Validator:
@@ -267,6 +268,7 @@ VERBS: Final[Mapping[str, Verb]] = {
         _verb("gc"),
         _verb("pause", reason=Field(_nonempty_string)),
         _verb("resume"),
+        _verb("diff", run=_REF, max_bytes=Field(_diff_bytes)),  # additive in 0.7.0
     )
 }
 

@@ -32,7 +32,7 @@ PROTOCOL_VERBS = {
     "wait",
 }
 # Additive operator verbs beyond the protocol text (docs/protocol.md).
-ADDITIVE_VERBS = {"gc", "pause", "resume"}
+ADDITIVE_VERBS = {"gc", "pause", "resume", "diff"}
 ALL_VERBS = PROTOCOL_VERBS | ADDITIVE_VERBS
 WORKER_ONLY_VERBS = {"brief", "note", "verdict"}
 PROTOCOL_ERROR_CODES = {
@@ -277,6 +277,7 @@ FULL_ARGS: dict[str, dict[str, Any]] = {
     "gc": {},
     "pause": {"reason": "maintenance"},
     "resume": {},
+    "diff": {"run": "R1", "max_bytes": 1024},
 }
 REQUIRED: dict[str, set[str]] = {
     "show": set(),
@@ -296,6 +297,7 @@ REQUIRED: dict[str, set[str]] = {
     "gc": set(),
     "pause": set(),
     "resume": set(),
+    "diff": {"run"},
 }
 
 

@@ -1,0 +1,399 @@
+"""One follower per feed, fanned out to every browser watching it.
+
+A feed is one view of the daemon a page keeps live: a ``show`` (the dashboard, a
+ticket, a run), a run's log (optionally one ``stage#attempt``), or the activity
+events. However many browsers watch it, the gateway follows it once, on one
+connection of its own, and copies each update to every subscriber: the daemon's
+load does not grow with the browsers, and no browser ever polls the socket.
+
+**Long-poll, and the fallback.** A follower asks the daemon to hold the request
+until something newer exists: ``logs``/``events`` with ``wait_ms``, ``show`` with
+``since`` (the last reply's ``epoch``) and ``wait_ms``. A daemon from before those
+arguments answers ``invalid_arguments`` naming ``wait_ms`` or ``since`` (and its
+``show`` has no ``epoch``): the gateway learns that once per verb (``LongPoll``)
+and polls that verb every ``POLL_S`` instead. That fallback is the whole of it.
+
+**Back-pressure.** A subscriber's queue is bounded; one that falls behind gets a
+``resync`` message instead of an unbounded backlog, and its page reconnects (and
+is sent the feed's buffer again). A feed nobody watches stops after ``LINGER_S``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+from sloopctl.client import ClientError, Reply
+from sloopctl.web.link import Connection, Link
+from sloopd.wire import api
+
+log = logging.getLogger(__name__)
+
+WAIT_MS: Final = 25_000  # how long a long-poll asks the daemon to hold (at most 60000)
+POLL_S: Final = 1.0  # the fallback's interval, for a daemon without long-poll
+MIN_GAP_S: Final = 0.05  # between two calls of one follower, whatever the daemon answers
+LINGER_S: Final = 15.0  # a feed nobody watches is stopped after this
+RETRY_MAX_S: Final = 5.0  # the longest wait between reconnects to a daemon that went away
+BUFFER: Final = 500  # records (events) a log (event) feed keeps for pages that join late
+QUEUE: Final = 256  # messages waiting for one subscriber before it must resync
+LOG_TAIL: Final = 100  # a log feed starts at the last page of its selector
+EVENT_TAIL: Final = 20
+MAX_FEEDS: Final = 64
+_HOLD_SLACK_S: Final = 10.0  # a held request's reply may come this late and still count
+LONG_POLL_FIELDS: Final = frozenset({"wait_ms", "since"})
+
+
+def message(event: str, data: Any) -> bytes:
+    """One Server-Sent Event, encoded once for every subscriber (orjson has no newlines)."""
+    return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+class LongPoll:
+    """Which verbs this daemon holds; learned from the first refusal of the arguments."""
+
+    def __init__(self) -> None:
+        self.refused: set[str] = set()
+
+    def supported(self, verb: str) -> bool:
+        return verb not in self.refused
+
+    def learn(self, verb: str, reply: Reply) -> bool:
+        """True when ``reply`` refuses the long-poll arguments: call again without them."""
+        if reply.ok or reply.error.get("code") != api.ErrorCode.INVALID_ARGUMENTS:
+            return False
+        details = reply.error.get("details")
+        if isinstance(details, dict) and details.get("field") in LONG_POLL_FIELDS:
+            if verb not in self.refused:
+                log.info("the daemon does not hold %s requests: polling every %s s", verb, POLL_S)
+            self.refused.add(verb)
+            return True
+        return False
+
+
+@dataclass(eq=False)
+class Subscription:
+    queue: asyncio.Queue[bytes] = field(default_factory=lambda: asyncio.Queue(QUEUE))
+    closed: bool = False
+
+
+class Stop(Exception):
+    """The feed has nothing more to follow (a settled run's log, a refused reference)."""
+
+
+class Feed:
+    """A follower and its subscribers; subclasses say what to follow (``follow``)."""
+
+    def __init__(self, key: str, link: Link, polls: LongPoll) -> None:
+        self.key = key
+        self.link = link
+        self.polls = polls
+        self.subscribers: set[Subscription] = set()
+        self.mode = "starting"  # then long_poll or polling
+        self.daemon_ok = True
+        self.refused: bytes | None = None  # the daemon's error answer that stopped the feed
+        self._task: asyncio.Task[None] | None = None
+        self._linger: asyncio.TimerHandle | None = None
+        self.on_idle: Callable[[Feed], None] | None = None
+
+    # -- subscribers -------------------------------------------------------------------
+
+    def subscribe(self) -> Subscription:
+        sub = Subscription()
+        for item in self.backlog():
+            sub.queue.put_nowait(item)
+        if self.refused is not None:
+            sub.queue.put_nowait(self.refused)
+        if not self.daemon_ok:
+            sub.queue.put_nowait(message("daemon", {"ok": False}))
+        self.subscribers.add(sub)
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        self.subscribers.discard(sub)
+        if not self.subscribers and self._linger is None:
+            self._linger = asyncio.get_running_loop().call_later(LINGER_S, self._idle)
+
+    def _idle(self) -> None:
+        self._linger = None
+        if not self.subscribers and self.on_idle is not None:
+            self.on_idle(self)
+
+    def publish(self, item: bytes) -> None:
+        for sub in list(self.subscribers):
+            try:
+                sub.queue.put_nowait(item)
+            except asyncio.QueueFull:
+                # Too far behind: drop what waits, tell it to start over, let it go.
+                while not sub.queue.empty():
+                    sub.queue.get_nowait()
+                sub.queue.put_nowait(message("resync", {}))
+                sub.closed = True
+                self.unsubscribe(sub)
+
+    def backlog(self) -> list[bytes]:
+        """What a subscriber that joins now is sent first."""
+        return []
+
+    # -- following ----------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        connection = self.link.connection()
+        delay = 0.5
+        try:
+            while True:
+                try:
+                    await self.follow(connection)
+                    return
+                except ClientError as exc:
+                    await connection.close()
+                    if self.daemon_ok:
+                        log.warning("%s: %s", self.key, exc.message)
+                        self.daemon_ok = False
+                        self.publish(message("daemon", {"ok": False}))
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, RETRY_MAX_S)
+                except Stop:
+                    return
+        finally:
+            await connection.close()
+
+    def answered(self) -> None:
+        """A reply came: the daemon is back, if it had gone."""
+        if not self.daemon_ok:
+            self.daemon_ok = True
+            # It may be another build now (an upgrade): learn what it holds afresh.
+            self.polls.refused.clear()
+            self.publish(message("daemon", {"ok": True}))
+
+    async def call(self, connection: Connection, verb: str, args: dict[str, Any]) -> Reply:
+        """One call; a refusal of the long-poll arguments is learned and retried without."""
+        held = "wait_ms" in args
+        timeout = args["wait_ms"] / 1000 + _HOLD_SLACK_S if held else 30.0
+        reply = await connection.call(verb, args, timeout)
+        if self.polls.learn(verb, reply):
+            plain = {k: v for k, v in args.items() if k not in LONG_POLL_FIELDS}
+            reply = await connection.call(verb, plain)
+        self.answered()
+        if not reply.ok and reply.error.get("code") == api.ErrorCode.DAEMON_UNAVAILABLE:
+            # A daemon refusing its store, or one that cannot write now: wait it out.
+            raise ClientError(reply.error.get("message", "unavailable"), self.link.socket_path)
+        return reply
+
+    async def follow(self, connection: Connection) -> None:
+        raise NotImplementedError
+
+    async def wait_between(self, verb: str) -> None:
+        """The fallback's pause, or the short gap between held calls."""
+        polling = not self.polls.supported(verb)
+        self.mode = "polling" if polling else "long_poll"
+        await asyncio.sleep(POLL_S if polling else MIN_GAP_S)
+
+    def problem(self, reply: Reply) -> None:
+        self.refused = message("problem", reply.error)
+        self.publish(self.refused)
+        raise Stop
+
+    async def stop(self) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for sub in list(self.subscribers):
+            sub.closed = True
+            with contextlib.suppress(asyncio.QueueFull):
+                sub.queue.put_nowait(message("resync", {}))
+
+
+class ShowFeed(Feed):
+    """``show`` of a reference (or the dashboard): the latest answer, replaced whole."""
+
+    def __init__(self, key: str, link: Link, polls: LongPoll, ref: str | None) -> None:
+        super().__init__(key, link, polls)
+        self.ref = ref
+        self.latest: bytes | None = None
+
+    def backlog(self) -> list[bytes]:
+        return [self.latest] if self.latest is not None else []
+
+    async def follow(self, connection: Connection) -> None:
+        base: dict[str, Any] = {} if self.ref is None else {"ref": self.ref}
+        epoch: int | None = None
+        while True:
+            args = dict(base)
+            if epoch is not None and self.polls.supported("show"):
+                args.update(since=epoch, wait_ms=WAIT_MS)
+            reply = await self.call(connection, "show", args)
+            if not reply.ok:
+                self.problem(reply)
+            data = reply.data
+            value = data.get("epoch") if isinstance(data, dict) else None
+            epoch = value if isinstance(value, int) and not isinstance(value, bool) else None
+            if epoch is None:
+                self.polls.refused.add("show")  # no epoch: nothing to wait on
+            if isinstance(data, dict) and data.get("kind") == "dashboard":
+                await self._add_current_stages(connection, data)
+            self._replace(message("show", data))
+            await self.wait_between("show")
+
+    def _replace(self, item: bytes) -> None:
+        if item != self.latest:
+            self.latest = item
+            self.publish(item)
+
+    async def _add_current_stages(self, connection: Connection, data: dict[str, Any]) -> None:
+        """The dashboard's runs in flight with their running stage (``show`` of each run)."""
+        runs = data.get("runs")
+        for run in runs if isinstance(runs, list) else []:
+            if not isinstance(run, dict) or not isinstance(run.get("id"), str):
+                continue
+            reply = await self.call(connection, "show", {"ref": run["id"]})
+            value = reply.data.get("value") if reply.ok and isinstance(reply.data, dict) else None
+            stages = value.get("stages") if isinstance(value, dict) else None
+            running = [
+                s for s in stages or [] if isinstance(s, dict) and s.get("state") == "running"
+            ]
+            run["current"] = running[-1] if running else None
+
+
+class LogFeed(Feed):
+    """A run's output (one stage selector, or all of it), appended as it comes."""
+
+    def __init__(self, key: str, link: Link, polls: LongPoll, run: str, stage: str | None) -> None:
+        super().__init__(key, link, polls)
+        self.run = run
+        self.stage = stage
+        self.records: deque[dict[str, Any]] = deque(maxlen=BUFFER)
+        self.ended: bytes | None = None
+        self.elided = 0
+
+    def backlog(self) -> list[bytes]:
+        first = message("records", {"records": list(self.records), "elided": self.elided})
+        return [first] + ([self.ended] if self.ended is not None else [])
+
+    async def follow(self, connection: Connection) -> None:
+        base: dict[str, Any] = {"run": self.run}
+        if self.stage is not None:
+            base["stage"] = self.stage
+        args: dict[str, Any] = {**base, "tail": LOG_TAIL}
+        while True:
+            reply = await self.call(connection, "logs", args)
+            if not reply.ok:
+                self.problem(reply)
+            page = reply.data if isinstance(reply.data, dict) else {}
+            records = [r for r in page.get("records") or [] if isinstance(r, dict)]
+            if isinstance(page.get("elided"), int) and "tail" in args:
+                self.elided = page["elided"]
+            if records:
+                self.records.extend(records)
+                self.publish(message("records", {"records": records, "elided": self.elided}))
+            args = {**base, "after": page.get("next_cursor")}
+            if page.get("complete") is not True:
+                continue  # more pages are there now
+            if page.get("terminal") is True:
+                self.ended = message("end", {"run": self.run})
+                self.publish(self.ended)
+                self.mode = "ended"
+                raise Stop
+            if self.polls.supported("logs"):
+                args["wait_ms"] = WAIT_MS
+            await self.wait_between("logs")
+
+
+class EventFeed(Feed):
+    """The activity feed (all of it, or one scope's), appended as it comes."""
+
+    def __init__(self, key: str, link: Link, polls: LongPoll, scope: str | None) -> None:
+        super().__init__(key, link, polls)
+        self.scope = scope
+        self.events: deque[dict[str, Any]] = deque(maxlen=BUFFER)
+
+    def backlog(self) -> list[bytes]:
+        return [message("events", {"events": list(self.events)})]
+
+    async def follow(self, connection: Connection) -> None:
+        base: dict[str, Any] = {} if self.scope is None else {"scope": self.scope}
+        args: dict[str, Any] = {**base, "tail": EVENT_TAIL}
+        while True:
+            reply = await self.call(connection, "events", args)
+            if not reply.ok:
+                self.problem(reply)
+            page = reply.data if isinstance(reply.data, dict) else {}
+            events = [e for e in page.get("events") or [] if isinstance(e, dict)]
+            if events:
+                self.events.extend(events)
+                self.publish(message("events", {"events": events}))
+            caught_up = not events or "tail" in args
+            args = {**base, "after": page.get("next_cursor")}
+            if not caught_up:
+                continue
+            if self.polls.supported("events"):
+                args["wait_ms"] = WAIT_MS
+            await self.wait_between("events")
+
+
+class FeedLimit(Exception):
+    """More feeds than ``MAX_FEEDS`` would be followed at once."""
+
+
+class Feeds:
+    """The registry: a feed per key, created on the first subscriber, gone when idle."""
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+        self.polls = LongPoll()
+        self._feeds: dict[str, Feed] = {}
+        self._stopping: set[asyncio.Future[None]] = set()
+
+    def show(self, ref: str | None) -> Feed:
+        return self._get(f"show:{ref or ''}", lambda key: ShowFeed(key, self.link, self.polls, ref))
+
+    def logs(self, run: str, stage: str | None) -> Feed:
+        key = f"logs:{run}:{stage or ''}"
+        return self._get(key, lambda k: LogFeed(k, self.link, self.polls, run, stage))
+
+    def events(self, scope: str | None) -> Feed:
+        key = f"events:{scope or ''}"
+        return self._get(key, lambda k: EventFeed(k, self.link, self.polls, scope))
+
+    def _get(self, key: str, make: Callable[[str], Feed]) -> Feed:
+        feed = self._feeds.get(key)
+        if feed is None:
+            if len(self._feeds) >= MAX_FEEDS:
+                raise FeedLimit(f"{MAX_FEEDS} feeds are followed already")
+            feed = make(key)
+            feed.on_idle = self._forget
+            self._feeds[key] = feed
+        return feed
+
+    def _forget(self, feed: Feed) -> None:
+        if self._feeds.get(feed.key) is feed:
+            del self._feeds[feed.key]
+            stopping = asyncio.ensure_future(feed.stop())
+            self._stopping.add(stopping)
+            stopping.add_done_callback(self._stopping.discard)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Each feed followed now: its key, subscribers and whether it long-polls."""
+        return [
+            {"key": f.key, "subscribers": len(f.subscribers), "mode": f.mode}
+            for f in self._feeds.values()
+        ]
+
+    async def close(self) -> None:
+        feeds, self._feeds = list(self._feeds.values()), {}
+        for feed in feeds:
+            await feed.stop()

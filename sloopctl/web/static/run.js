@@ -1,0 +1,124 @@
+// A run: its outcome, a timeline of its stage executions, each execution's facts
+// (exit code, verdict, panel seats, tokens and cost), the live output of the
+// running stage (or of any stage#attempt), and the diff of its branch.
+
+import {fields, h, put, replace, section, table} from "./dom.js";
+import {loadDiff} from "./diff.js";
+import {follow} from "./live.js";
+import {LogView} from "./logview.js";
+import {Slots} from "./sections.js";
+import {duration, growing, onTick, when} from "./time.js";
+import {timeline} from "./timeline.js";
+import {actionBar, badge, chip, problemBox, stageLabel, ticketLink, usageText} from "./widgets.js";
+
+export function run(main, ref) {
+  const heading = h("h1", {}, "Run ", ref);
+  const top = h("div", {class: "sections"});
+  const details = h("div", {class: "sections"});
+  const tl = h("div", {id: "timeline"});
+  const output = new LogView();
+  const diffBox = h("div", {id: "diff-box"}, h("p", {class: "muted"}, "Loading the diff…"));
+  replace(main, heading, top, section("Timeline", tl), output.section, details,
+    section("Diff against the base", diffBox));
+  const slots = new Slots(top);
+  const more = new Slots(details);
+  let latest = null;
+  let diffMark = null;
+  onTick((now) => {
+    if (latest && !latest.terminal) replace(tl, timeline(latest, now));
+  });
+  follow(`/sse/show?ref=${encodeURIComponent(ref)}`, {
+    show: (data) => {
+      if (data.kind !== "run") {
+        slots.update("missing", data.kind, 0, () =>
+          problemBox({code: "not_found", message: `no run is called ${ref}`}));
+        return;
+      }
+      const value = data.value;
+      const now = Date.now();
+      latest = value;
+      replace(heading, `${value.alias} `, h("span", {class: "muted"}, value.id), " ", badge(value.state));
+      slots.update("about", {...value, stages: null}, now, () => about(value));
+      more.update("stages", value.stages, now, () => stages(value.stages));
+      more.update("notes", value.notes, now, () => notes(value.notes ?? []));
+      replace(tl, timeline(value, now));
+      output.follow(value);
+      // The diff is read again whenever a stage recorded a new commit (and once settled).
+      const mark = JSON.stringify([value.terminal, value.stages.map((s) => s.commit)]);
+      if (mark !== diffMark) {
+        diffMark = mark;
+        loadDiff(diffBox, value.id);
+      }
+    },
+    problem: (error) => slots.update("problem", error, 0, () => problemBox(error)),
+  });
+}
+
+function about(value) {
+  const took = value.started_at_ms && value.finished_at_ms
+    ? duration(value.finished_at_ms - value.started_at_ms) : null;
+  return section("Outcome",
+    h("p", {class: "outcome"}, badge(value.state),
+      value.reason ? h("span", {id: "reason"}, ` ${value.reason}`) : value.state === "merged" ? " — merged into main" : ""),
+    fields([
+      ["Ticket", ticketLink(value.ticket)],
+      value.halt ? ["Halt", h("code", {id: "halt"}, String(value.halt))] : null,
+      value.diagnosis ? ["Diagnosis", `${value.diagnosis.classification}`,
+        value.diagnosis.evidence ? h("code", {}, ` ${value.diagnosis.evidence}`) : ""] : null,
+      value.stall ? ["Stalled", `${value.stall.stage}#${value.stall.attempt} silent for ${duration(value.stall.silent_for_ms)}`] : null,
+      ["Flow", String(value.flow)],
+      ["Branch", h("code", {}, String(value.branch))],
+      ["Claimed", when(value.claimed_at_ms)],
+      ["Started", when(value.started_at_ms)],
+      ["Finished", when(value.finished_at_ms)],
+      took ? ["Took", took] : null,
+      ["Agent exit", value.agent_exit_code === null ? "—" : String(value.agent_exit_code)],
+      ["Tokens and cost", h("span", {id: "run-usage"}, usageText(value.usage))],
+    ]),
+    value.terminal ? null : actionBar([`Abort ${value.id}`, "abort", {run: value.id}]));
+}
+
+function stages(rows) {
+  const body = rows.map((stage) => [
+    chip(stage.state, stageLabel(stage)),
+    stage.started_at_ms ? when(stage.started_at_ms) : "—",
+    stage.duration_ms !== null ? duration(stage.duration_ms)
+      : stage.state === "running" ? growing(stage.started_at_ms) : "—",
+    stage.exit_code === null ? "—" : String(stage.exit_code),
+    verdict(stage),
+    stage.commit ? h("code", {}, String(stage.commit).slice(0, 12)) : "—",
+    usageText(stage.usage),
+  ]);
+  const seats = rows.filter((s) => s.reviewers?.length).map((stage) =>
+    h("div", {class: "panel", dataset: {stage: stageLabel(stage)}},
+      h("h3", {}, `Panel of ${stageLabel(stage)}`),
+      table(["Seat", "Target", "Verdict", "Confidence", "Reason", "Usage"],
+        stage.reviewers.map((seat) => [
+          String(seat.reviewer), String(seat.target ?? "—"),
+          chip(seat.verdict === "pass" ? "passed" : "failed", String(seat.verdict)),
+          String(seat.confidence ?? "—"), String(seat.reason ?? ""), usageText(seat.usage),
+        ]))));
+  const discarded = rows.filter((s) => s.discarded?.length).map((stage) =>
+    h("p", {class: "muted"}, `${stageLabel(stage)} left work that was not merged: `,
+      stage.discarded.map((d) => `${(d.paths ?? []).join(", ")}${d.commit ? ` (${String(d.commit).slice(0, 12)})` : ""}`).join("; ")));
+  return section("Stage executions",
+    table(["Execution", "Started", "Took", "Exit", "Verdict", "Commit", "Usage"], body),
+    seats, discarded);
+}
+
+function verdict(stage) {
+  const parts = [];
+  if (stage.verdict_source) parts.push(h("code", {}, String(stage.verdict_source)));
+  if (stage.confidence) parts.push(` ${stage.confidence} confidence`);
+  if (stage.advisory) parts.push(" (advisory)");
+  if (stage.reason) parts.push(h("div", {class: "reason"}, String(stage.reason)));
+  return parts.length ? put(h("span", {}), parts) : "—";
+}
+
+function notes(list) {
+  if (!list.length) return null;
+  return section("Notes", h("ul", {class: "notes"}, list.map((note) =>
+    h("li", {}, when(note.at_ms), ` ${note.stage}#${note.attempt}`,
+      note.reviewer !== null && note.reviewer !== undefined ? ` seat ${note.reviewer}` : "", ": ",
+      h("span", {}, String(note.text))))));
+}
