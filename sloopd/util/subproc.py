@@ -126,6 +126,10 @@ async def _communicate_bounded(
         if truncated:
             # The tool is blocked writing the rest; nothing more of it is wanted.
             doomed = kill_tree(proc.pid)
+            # Read on to the pipe's end: a paused pipe never sees its EOF, and asyncio's
+            # wait() answers only once every pipe has closed (it hung, under load).
+            while await proc.stdout.read(65536):
+                pass
             await proc.wait()
             await _reap_adopted(doomed[1:])
         else:

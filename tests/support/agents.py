@@ -551,9 +551,14 @@ def read_pid(path: Path) -> int:
     text = str(wait_until(lambda: path.exists() and path.read_text().strip()))
     if not text.startswith("tag:"):
         return int(text)
-    found: list[int] = wait_until(lambda: tagged(path))
-    assert len(found) == 1, found
+    # Until a child it forks has exec'd, that child shows the agent's environment (and
+    # so its tag) too: wait for the one process that keeps it.
+    found: list[int] = wait_until(lambda: _the_one(tagged(path)))
     return found[0]
+
+
+def _the_one(pids: list[int]) -> list[int] | None:
+    return pids if len(pids) == 1 else None
 
 
 def tagged(path: Path) -> list[int]:
