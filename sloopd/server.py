@@ -21,6 +21,7 @@ import orjson
 
 from sloopd.core import config, paths
 from sloopd.core.logsink import LogSink
+from sloopd.core.model import ReadModel
 from sloopd.core.state import Daemon
 from sloopd.ops.metrics import Metrics, parse_address, serve_metrics
 from sloopd.ops.notify import Notifier
@@ -232,6 +233,7 @@ class Server:
         scheduler = Scheduler(self.daemon, self.runs.start)
         self.runs.on_settled.append(scheduler.poke)
         self.daemon.poke = scheduler.poke
+        self.daemon.model = ReadModel.install(self.daemon.store, self.daemon.changes)
         return scheduler
 
     async def _serve_metrics(self) -> None:
@@ -354,6 +356,7 @@ class Server:
         try:
             self.daemon.config = config.load(self.layout.repo)
             log.info("configuration reloaded")
+            self.daemon.changes.bump()  # parallel and the flows decide tickets' 'waiting'
             self.daemon.poke()  # a higher parallel or a restored flow may free work
         except config.ConfigError as exc:
             log.error("reload refused, keeping the last good configuration: %s", exc)
@@ -366,6 +369,8 @@ class Server:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(sig)
+        if self.daemon is not None:  # held 'show' requests answer, then connections close
+            await self.daemon.changes.close(within_s=1.0)
         if self._server is not None:
             self._server.close()
             for conn in list(self._connections):

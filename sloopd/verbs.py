@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from sloopd.core import rows
 from sloopd.core.state import Daemon
 from sloopd.queue import actions as queue
@@ -13,6 +15,8 @@ from sloopd.queue import gate, refs
 from sloopd.runs.runner import RunManager
 from sloopd.util.clock import now_ms
 from sloopd.views import feeds, show
+from sloopd.views.audit import Audit
+from sloopd.views.board import Board
 from sloopd.wire import api
 from sloopd.wire.dispatch import Handler
 
@@ -25,6 +29,8 @@ class OperatorVerbs:
         self.daemon = daemon
         self.runs = runs
         self._background: set[asyncio.Future[None]] = set()
+        self.board = Board(daemon)
+        self.audit = Audit.from_environment(daemon)
 
     def handlers(self) -> dict[str, Handler]:
         return {
@@ -52,10 +58,36 @@ class OperatorVerbs:
 
         return handler
 
-    def show(self, args: dict[str, Any]) -> dict[str, Any]:
+    def show(self, args: dict[str, Any]) -> Any:
+        """Now, or (``since`` and ``wait_ms``) once the epoch passes ``since``."""
+        since = args.get("since")
+        wait_ms = args.get("wait_ms", 0)
+        if since is not None and wait_ms > 0 and self.daemon.changes.epoch <= since:
+            return self._show_later(args, since, wait_ms)
+        return self._show_now(args)
+
+    async def _show_later(self, args: dict[str, Any], since: int, wait_ms: int) -> Any:
+        # Held here, this request holds back the replies pipelined behind it on its
+        # connection (protocol: responses come in request order), like 'wait'.
+        await self.daemon.changes.wait_past(since, wait_ms / 1000)
+        return self._show_now(args)
+
+    def _show_now(self, args: dict[str, Any]) -> Any:
+        daemon = self.daemon
         if "ref" not in args:
-            return show.dashboard(self.daemon, args.get("limit"))
-        return show.show_ref(self.daemon, args["ref"], args.get("limit"))
+            limit = args.get("limit") or api.DEFAULT_RECENT_LIMIT
+            if daemon.model is None:
+                return show.dashboard(daemon, self.board, limit)
+            data = self.board.dashboard(limit)
+            if self.audit is not None:
+                self.audit.served(data, limit)
+            return orjson.Fragment(data)
+        # Read before the reply is built: nothing runs between the two, so the
+        # reply reflects exactly this epoch.
+        epoch = daemon.changes.epoch
+        reply = show.show_ref(daemon, args["ref"], args.get("limit"))
+        reply["epoch"] = epoch
+        return reply
 
     def status(self, args: dict[str, Any]) -> dict[str, Any]:
         return show.status(self.daemon)
@@ -142,5 +174,6 @@ def refused_handlers(daemon: Daemon) -> dict[str, Handler]:
     handlers: dict[str, Handler] = {
         name: refuse for name, verb in api.VERBS.items() if verb.operator
     }
-    handlers["show"] = lambda args: show.dashboard(daemon, args.get("limit"))
+    board = Board(daemon)
+    handlers["show"] = lambda args: show.dashboard(daemon, board, args.get("limit"))
     return handlers

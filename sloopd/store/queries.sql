@@ -332,3 +332,21 @@ SELECT count(json_extract(data, '$.usage')),
 FROM stage_log
 WHERE kind = 'stage_finished'
   AND run NOT IN (SELECT id FROM runs WHERE state IN ('claimed', 'running'))
+
+-- The read model (sloopd/core/model.py) re-reads one row by id after a commit.
+
+-- name: trigger_by_id
+SELECT id, ticket, due_at_ms, created_at_ms, state FROM triggers WHERE id = ?
+
+-- name: usage_by_settled_run
+-- Each settled run's summed usage, as usage_for_run gives it; the read model sums
+-- them once at startup and then adds each run as it settles.
+SELECT run, count(json_extract(data, '$.usage')),
+       coalesce(sum(json_extract(data, '$.usage.input_tokens')), 0),
+       coalesce(sum(json_extract(data, '$.usage.output_tokens')), 0),
+       coalesce(sum(json_extract(data, '$.usage.cached_tokens')), 0),
+       sum(json_extract(data, '$.usage.cost_usd'))
+FROM stage_log
+WHERE kind = 'stage_finished'
+  AND run NOT IN (SELECT id FROM runs WHERE state IN ('claimed', 'running'))
+GROUP BY run

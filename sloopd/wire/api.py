@@ -125,14 +125,14 @@ def _boolean(name: str, value: Any) -> bool:
     return value
 
 
-def _integer(name: str, value: Any, minimum: int | None) -> int:
+def _integer(name: str, value: Any, minimum: int | None, maximum: int = MAX_INTEGER) -> int:
     # bool is an int subclass in Python; JSON true is not a number.
     if isinstance(value, bool) or not isinstance(value, int):
         raise invalid_arguments(f"'{name}' must be an integer", field=name)
     if minimum is not None and value < minimum:
         raise invalid_arguments(f"'{name}' must be at least {minimum}", field=name)
-    if value > MAX_INTEGER:
-        raise invalid_arguments(f"'{name}' must be at most {MAX_INTEGER}", field=name)
+    if value > maximum:
+        raise invalid_arguments(f"'{name}' must be at most {maximum}", field=name)
     return value
 
 
@@ -216,11 +216,13 @@ def _verb(
 _ref = partial(_nonempty_string, limit=MAX_REF_CHARS)
 _REF = Field(_ref, required=True)
 _TRIGGER = Field(_trigger)
+_WAIT = Field(partial(_integer, minimum=0, maximum=60_000))  # 0.7.0: ms a request is held
+_WAITING: dict[str, Any] = {"since": Field(_non_negative_integer), "wait_ms": _WAIT}
 
 VERBS: Final[Mapping[str, Verb]] = {
     v.name: v
     for v in (
-        _verb("show", worker=True, ref=Field(_ref), limit=Field(_positive_integer)),
+        _verb("show", worker=True, ref=Field(_ref), limit=Field(_positive_integer), **_WAITING),
         _verb(
             "post",
             path=Field(_nonempty_string, required=True),
