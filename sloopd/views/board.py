@@ -98,7 +98,8 @@ class Board:
         self._head: tuple[tuple[int, int], bytes] | None = None
         self._queue: tuple[tuple[int, int], int, bytes] | None = None
         self._recent: tuple[tuple[int, int], bytes] | None = None
-        self._usage: tuple[int, bytes] | None = None
+        # The whole reply but the uptime, while no run is in flight (nothing live).
+        self._body: tuple[tuple[tuple[int, int], int], int, bytes] | None = None
 
     def dashboard(self, limit: int) -> bytes:
         daemon = self.daemon
@@ -112,7 +113,12 @@ class Board:
         now = now_ms()
         head = self._head
         if head is None or head[0] != key:
-            head = self._head = (key, self._encode_head(snapshot))
+            head = self._head = (key, self._encode_head())
+        uptime = str(now - daemon.started_at_ms).encode()
+        live = bool(snapshot.in_flight or daemon.active_runs)
+        body = self._body
+        if not live and body is not None and body[0] == (key, limit) and now < body[1]:
+            return head[1] + uptime + body[2]  # nothing moved: the reply is the cache
         queue = self._queue
         if queue is None or queue[0] != key or now >= queue[1]:
             fields, until = queue_fields(daemon, snapshot, now)
@@ -120,25 +126,14 @@ class Board:
         recent = self._recent
         if recent is None or recent[0] != (epoch, limit):
             recent = self._recent = ((epoch, limit), self._encode_recent(snapshot, limit))
-        active = daemon.active_runs
-        if snapshot.in_flight:
-            runs = orjson.dumps(in_flight_rows(daemon, snapshot))
-        else:
-            runs = b"[]"
         recent_bytes = recent[1]
+        active = daemon.active_runs
         if active and any(run.id in active for run in snapshot.recent[:limit]):
             recent_bytes = self._encode_recent(snapshot, limit, live=True)
-        if active:
-            usage = orjson.dumps(live_total(daemon, snapshot))
-        else:
-            cached = self._usage
-            if cached is None or cached[0] != epoch:
-                cached = self._usage = (epoch, orjson.dumps(snapshot.usage.row()))
-            usage = cached[1]
-        return b"".join(
+        runs = orjson.dumps(in_flight_rows(daemon, snapshot)) if snapshot.in_flight else b"[]"
+        usage = orjson.dumps(live_total(daemon, snapshot))
+        rest = b"".join(
             (
-                head[1],
-                str(now - daemon.started_at_ms).encode(),
                 b'},"gate":',
                 orjson.dumps(snapshot.gate.row()),
                 b',"runs":',
@@ -154,8 +149,11 @@ class Board:
                 b"}",
             )
         )
+        if not live:
+            self._body = ((key, limit), queue[1], rest)
+        return head[1] + uptime + rest
 
-    def _encode_head(self, snapshot: Snapshot) -> bytes:
+    def _encode_head(self) -> bytes:
         info = self.daemon.info()
         # uptime_ms moves every millisecond: written last, by hand, on each reply.
         del info["uptime_ms"]
