@@ -49,6 +49,10 @@ from sloopctl.polling import Sleep, json_wanted, page_data, present, rows
 from sloopctl.render import ends, paint_state, stages_summary, waiting_text
 from sloopctl.when import now_ms
 
+# How long one held ``show`` waits for the followed run to move (the daemon's cap is
+# 60000); a timeout just asks again.
+FOLLOW_WAIT_MS: Final = 30_000
+
 # The exit code of ``show --follow`` for each terminal run state (0 only for merged).
 OUTCOME_EXITS: Final[Mapping[str, int]] = {
     "merged": EXIT_OK,
@@ -188,7 +192,12 @@ class Progress:
 
 
 class RunFollower:
-    """Polls ``show`` until a run is terminal; a ticket reference waits for its newest run."""
+    """Asks ``show`` until a run is terminal; a ticket reference waits for its newest run.
+
+    Each ask after the first passes the last reply's ``epoch`` as ``since`` (0.7.0), so
+    the daemon answers as soon as something moved instead of the follower polling;
+    a daemon that sends no epoch is polled every POLL_MIN_S as before.
+    """
 
     def __init__(
         self, client: Client, ref: str, quiet: bool, as_json: bool, progress: Progress, sleep: Sleep
@@ -206,9 +215,13 @@ class RunFollower:
 
     def run(self) -> int:
         target = self.ref
+        since: int | None = None  # the last epoch seen of the run or ticket followed
         try:
             while True:
-                reply = self.client.call("show", {"ref": target})
+                args: dict[str, Any] = {"ref": target}
+                if since is not None:
+                    args.update(since=since, wait_ms=FOLLOW_WAIT_MS)
+                reply = self.client.call("show", args)
                 if not reply.ok:
                     self.progress.clear()
                     return answer("show", reply)
@@ -219,7 +232,7 @@ class RunFollower:
                     self.emit(reply, ("ticket", value.get("state"), value.get("waiting")))
                     chosen = self.pick(value)
                     if chosen is not None:
-                        target = chosen
+                        target, since = chosen, None  # a new target: read it at once
                         continue
                     self.wait_for_run(value)
                 elif data["kind"] == "run":
@@ -234,7 +247,11 @@ class RunFollower:
                         f"{text(data['kind'])}); --follow follows one run",
                         EXIT_USAGE,
                     )
-                self.sleep(POLL_MIN_S)
+                epoch = data.get("epoch")
+                if isinstance(epoch, int) and not isinstance(epoch, bool):
+                    since = epoch  # 0.7.0: the daemon answers once something moved
+                else:
+                    self.sleep(POLL_MIN_S)  # an older daemon: poll
         finally:
             self.progress.clear()
 
