@@ -65,27 +65,23 @@ class InFlight:
 
 @dataclass(frozen=True, slots=True)
 class Settled:
-    """A run of the recent window: its row and usage, and that row encoded once."""
+    """A run of the recent window: its row encoded once, and what orders and sums it."""
 
-    record: Row
+    id: str
+    finished_at_ms: int | None
     usage: dict[str, Any] | None
-    encoded: bytes
+    encoded: bytes  # the dashboard's run row, its usage included
 
     @classmethod
     def of(cls, record: Row, usage: dict[str, Any] | None) -> Settled:
-        lean = _lean(record)
-        row = rows.run_row_of(lean)
+        row = rows.run_row_of(_lean(record))
         row["usage"] = usage
-        return cls(lean, usage, orjson.dumps(row))
-
-    @property
-    def id(self) -> str:
-        return str(self.record[0])
+        return cls(str(record[0]), record[12], usage, orjson.dumps(row))
 
     @property
     def order(self) -> tuple[int, int]:
         """runs_recent's order (finished_at_ms DESC, ordinal DESC), as an ascending key."""
-        finished = self.record[12]
+        finished = self.finished_at_ms
         return (-(finished if finished is not None else -1), -int(self.id[1:]))
 
 
@@ -151,7 +147,9 @@ def run_usage(store: Store, run_id: str) -> dict[str, Any] | None:
 
 
 def recent_runs(store: Store, limit: int) -> list[Settled]:
-    return [Settled.of(r, run_usage(store, r[0])) for r in store.all("runs_recent", (limit,))]
+    """The ``limit`` most recently settled runs, with their usage, in one statement."""
+    found = store.all("runs_recent", (limit,))
+    return [Settled.of(r[:17], rows.usage_of_sums(r[17:])) for r in found]
 
 
 def settled_usage(store: Store) -> UsageSum:

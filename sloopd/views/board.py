@@ -12,17 +12,20 @@ dashboard costs a few lookups and one join of bytes.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
 
 from sloopd.core import rows
-from sloopd.core.model import Settled, Snapshot, recent_runs
+from sloopd.core.model import RECENT_HELD_MAX, Settled, Snapshot, recent_runs
 from sloopd.core.rows import QueueFacts
 from sloopd.core.state import Daemon
+from sloopd.util import memory
 from sloopd.util.clock import now_ms
 
 NEVER = 2**63  # a queue with no instant ahead stays valid until the next epoch
+TRIM_AFTER_RUNS = 1000
 
 
 def ordinal(entity_id: str) -> int:
@@ -125,7 +128,9 @@ class Board:
             queue = self._queue = (key, until, self._encode_queue(fields))
         recent = self._recent
         if recent is None or recent[0] != (epoch, limit):
-            recent = self._recent = ((epoch, limit), self._encode_recent(snapshot, limit))
+            recent = ((epoch, limit), self._encode_recent(snapshot, limit))
+            if limit <= RECENT_HELD_MAX:  # a larger window is read, served, and let go
+                self._recent = recent
         recent_bytes = recent[1]
         active = daemon.active_runs
         if active and any(run.id in active for run in snapshot.recent[:limit]):
@@ -149,7 +154,7 @@ class Board:
                 b"}",
             )
         )
-        if not live:
+        if not live and limit <= RECENT_HELD_MAX:
             self._body = ((key, limit), queue[1], rest)
         return head[1] + uptime + rest
 
@@ -182,9 +187,14 @@ class Board:
             with store.snapshot():
                 shown = recent_runs(store, limit)
         encoded = [live_recent_row(daemon, r) if live else r.encoded for r in shown]
-        return (
+        part = (
             b',"recent":['
             + b",".join(encoded)
             + b'],"recent_total":'
             + str(snapshot.recent_total).encode()
         )
+        if len(shown) > TRIM_AFTER_RUNS:
+            # Thousands of rows read, encoded and copied into the reply leave megabytes
+            # of freed heap behind: hand it back once the reply is written.
+            asyncio.get_running_loop().call_soon(memory.release_free_heap)
+        return part
