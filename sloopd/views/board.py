@@ -121,7 +121,7 @@ class Board:
         live = bool(snapshot.in_flight or daemon.active_runs)
         body = self._body
         if not live and body is not None and body[0] == (key, limit) and now < body[1]:
-            return head[1] + uptime + body[2]  # nothing moved: the reply is the cache
+            return b"".join((head[1], uptime, body[2]))  # nothing moved: the cached reply
         queue = self._queue
         if queue is None or queue[0] != key or now >= queue[1]:
             fields, until = queue_fields(daemon, snapshot, now)
@@ -156,7 +156,7 @@ class Board:
         )
         if not live and limit <= RECENT_HELD_MAX:
             self._body = ((key, limit), queue[1], rest)
-        return head[1] + uptime + rest
+        return b"".join((head[1], uptime, rest))
 
     def _encode_head(self) -> bytes:
         info = self.daemon.info()

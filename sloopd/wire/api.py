@@ -36,6 +36,7 @@ MAX_REF_CHARS: Final = 1024
 OPERATOR_SOCKET_NAME: Final = "operator.sock"
 WORKER_SOCKET_DIR_NAME: Final = "w"
 DAEMON_INFO_NAME: Final = "daemon.json"
+_MISSING: Final = object()  # an absent envelope field
 
 
 class ErrorCode(StrEnum):
@@ -183,7 +184,7 @@ class Verb:
 
     def parse(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Validate args, deny unknown fields; an explicit null means absent."""
-        unknown = sorted(set(args) - set(self.fields))
+        unknown = sorted(args.keys() - self.fields.keys())
         if unknown:
             raise invalid_arguments(
                 f"unknown argument '{unknown[0]}' for verb '{self.name}'",
@@ -301,12 +302,13 @@ def _bad_envelope(message: str, name: str) -> ProtocolError:
 
 
 def _envelope_field(
-    message: dict[str, Any], name: str, valid: Callable[[Any], bool], expected: str
+    message: dict[str, Any], name: str, types: tuple[type, ...], expected: str
 ) -> Any:
-    if name not in message:
-        raise _bad_envelope(f"missing envelope field '{name}'", name)
-    value = message[name]
-    if not valid(value):
+    # Exact types, as JSON decodes them (a bool is no integer): no call per check.
+    value = message.get(name, _MISSING)
+    if type(value) not in types:
+        if value is _MISSING:
+            raise _bad_envelope(f"missing envelope field '{name}'", name)
         raise _bad_envelope(f"envelope field '{name}' must be {expected}", name)
     return value
 
@@ -326,23 +328,21 @@ def parse_envelope(message: Any) -> Request:
     """
     if not isinstance(message, dict):
         raise ProtocolError(ErrorCode.INVALID_REQUEST, "a request must be a JSON object")
-    version = _envelope_field(message, "v", _is_int, "an integer")
+    version = _envelope_field(message, "v", (int,), "an integer")
     if version not in SUPPORTED_VERSIONS:
         raise ProtocolError(
             ErrorCode.UNSUPPORTED_VERSION,
             f"protocol version {version} is not supported",
             {"supported": list(SUPPORTED_VERSIONS)},
         )
-    request_id = _envelope_field(
-        message, "id", lambda v: isinstance(v, str) or _is_int(v), "a string or an integer"
-    )
-    verb_name = _envelope_field(message, "verb", lambda v: isinstance(v, str), "a string")
+    request_id = _envelope_field(message, "id", (str, int), "a string or an integer")
+    verb_name = _envelope_field(message, "verb", (str,), "a string")
     verb = VERBS.get(verb_name)
     if verb is None:
         raise ProtocolError(
             ErrorCode.UNKNOWN_VERB, f"unknown verb '{verb_name}'", {"verbs": sorted(VERBS)}
         )
-    args = _envelope_field(message, "args", lambda v: isinstance(v, dict), "an object")
+    args = _envelope_field(message, "args", (dict,), "an object")
     token = message.get("token")
     if token is not None and not isinstance(token, str):
         raise _bad_envelope("envelope field 'token' must be a string or null", "token")
