@@ -59,18 +59,7 @@ class OperatorVerbs:
         return handler
 
     def show(self, args: dict[str, Any]) -> Any:
-        """Now, or (``since`` and ``wait_ms``) once the epoch passes ``since``."""
-        since = args.get("since")
-        wait_ms = args.get("wait_ms", 0)
-        if since is not None and wait_ms > 0 and self.daemon.changes.epoch <= since:
-            return self._show_later(args, since, wait_ms)
-        return self._show_now(args)
-
-    async def _show_later(self, args: dict[str, Any], since: int, wait_ms: int) -> Any:
-        # Held here, this request holds back the replies pipelined behind it on its
-        # connection (protocol: responses come in request order), like 'wait'.
-        await self.daemon.changes.wait_past(since, wait_ms / 1000)
-        return self._show_now(args)
+        return held_until_newer(self.daemon, args, self._show_now)
 
     def _show_now(self, args: dict[str, Any]) -> Any:
         daemon = self.daemon
@@ -160,6 +149,22 @@ class OperatorVerbs:
         return refs.run_id(self.daemon.require_store(), self.daemon.layout.repo, ref)
 
 
+def held_until_newer(daemon: Daemon, args: dict[str, Any], answer: Handler) -> Any:
+    """``answer(args)`` now, or (``since`` and ``wait_ms``) once the epoch passes ``since``."""
+    since = args.get("since")
+    wait_ms = args.get("wait_ms", 0)
+    if since is None or wait_ms <= 0 or daemon.changes.epoch > since:
+        return answer(args)
+
+    async def later() -> Any:
+        # Held here, this request holds back the replies pipelined behind it on its
+        # connection (protocol: responses come in request order), like 'wait'.
+        await daemon.changes.wait_past(since, wait_ms / 1000)
+        return answer(args)
+
+    return later()
+
+
 def operator_handlers(daemon: Daemon, runs: RunManager) -> dict[str, Handler]:
     return OperatorVerbs(daemon, runs).handlers()
 
@@ -175,5 +180,8 @@ def refused_handlers(daemon: Daemon) -> dict[str, Handler]:
         name: refuse for name, verb in api.VERBS.items() if verb.operator
     }
     board = Board(daemon)
-    handlers["show"] = lambda args: show.dashboard(daemon, board, args.get("limit"))
+    # Its epoch never moves: a held show waits out its wait_ms, as the protocol says.
+    handlers["show"] = lambda args: held_until_newer(
+        daemon, args, lambda now: show.dashboard(daemon, board, now.get("limit"))
+    )
     return handlers
