@@ -182,7 +182,7 @@ class Board:
         if model.hold_recent(limit):
             shown = snapshot.recent[:limit]
         else:
-            # Past what the model holds: read from the store, once per epoch and limit.
+            # Past what the model holds: read from the store (one statement), kept by no one.
             store = daemon.require_store()
             with store.snapshot():
                 shown = recent_runs(store, limit)
