@@ -114,14 +114,15 @@ class Board:
         # both, a cache never outlives what it was computed from.
         key = (epoch, id(daemon.config))
         now = now_ms()
-        head = self._head
+        live = bool(snapshot.in_flight or daemon.active_runs)
+        body, head = self._body, self._head
+        if not live and body is not None and body[0] == (key, limit) and now < body[1]:
+            # Nothing moved: the cached reply (its head has the same key: set before it).
+            assert head is not None
+            return b"".join((head[1], str(now - daemon.started_at_ms).encode(), body[2]))
         if head is None or head[0] != key:
             head = self._head = (key, self._encode_head())
         uptime = str(now - daemon.started_at_ms).encode()
-        live = bool(snapshot.in_flight or daemon.active_runs)
-        body = self._body
-        if not live and body is not None and body[0] == (key, limit) and now < body[1]:
-            return b"".join((head[1], uptime, body[2]))  # nothing moved: the cached reply
         queue = self._queue
         if queue is None or queue[0] != key or now >= queue[1]:
             fields, until = queue_fields(daemon, snapshot, now)

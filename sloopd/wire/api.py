@@ -181,9 +181,12 @@ class Verb:
     operator: bool = True
     worker: bool = False
     deprecated: bool = False
+    bare: bool = False  # no field is required: empty args are valid as they are
 
     def parse(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Validate args, deny unknown fields; an explicit null means absent."""
+        if not args and self.bare:
+            return {}
         unknown = sorted(args.keys() - self.fields.keys())
         if unknown:
             raise invalid_arguments(
@@ -211,7 +214,8 @@ def _verb(
     deprecated: bool = False,
     **fields: Field,
 ) -> Verb:
-    return Verb(name, fields, operator=operator, worker=worker, deprecated=deprecated)
+    bare = not any(f.required for f in fields.values())
+    return Verb(name, fields, operator=operator, worker=worker, deprecated=deprecated, bare=bare)
 
 
 _ref = partial(_nonempty_string, limit=MAX_REF_CHARS)
@@ -353,13 +357,7 @@ def request(
     verb: str, args: Mapping[str, Any], request_id: RequestId = "1", token: str | None = None
 ) -> dict[str, Any]:
     """A request envelope, for clients."""
-    return {
-        "v": PROTOCOL_VERSION,
-        "id": request_id,
-        "verb": verb,
-        "args": dict(args),
-        "token": token,
-    }
+    return dict(v=PROTOCOL_VERSION, id=request_id, verb=verb, args=dict(args), token=token)
 
 
 def ok(request_id: RequestId, data: Any) -> dict[str, Any]:
