@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 # from the store (views/board.py), so no request makes the daemon hold every run.
 RECENT_HELD_MAX: Final = 5000
 _SNAPSHOT_COLUMN: Final = 7  # runs.flow_snapshot: the driver's, never shown
+_RUN_COLUMNS: Final = 17  # run_by_id's columns; runs_recent adds usage_for_run's after them
 
 
 def _lean(record: Row) -> Row:
@@ -149,7 +150,7 @@ def run_usage(store: Store, run_id: str) -> dict[str, Any] | None:
 def recent_runs(store: Store, limit: int) -> list[Settled]:
     """The ``limit`` most recently settled runs, with their usage, in one statement."""
     found = store.all("runs_recent", (limit,))
-    return [Settled.of(r[:17], rows.usage_of_sums(r[17:])) for r in found]
+    return [Settled.of(r[:_RUN_COLUMNS], rows.usage_of_sums(r[_RUN_COLUMNS:])) for r in found]
 
 
 def settled_usage(store: Store) -> UsageSum:
@@ -233,7 +234,8 @@ class ReadModel:
 
     def committed(self, changed: list[Change]) -> None:
         try:
-            self._revise(changed)
+            if not self._stale:  # a stale model is derived whole on its next read
+                self._revise(changed)
         except Exception:
             log.exception("revising the read model failed; it is derived again on next read")
             self._stale = True
