@@ -199,7 +199,12 @@ class Progress:
 
 
 class RunFollower:
-    """Polls ``show`` until a run is terminal; a ticket reference waits for its newest run."""
+    """Asks ``show`` until a run is terminal; a ticket reference waits for its newest run.
+
+    Each ask after the first passes the last reply's ``epoch`` as ``since`` (0.7.0), so
+    the daemon answers as soon as something moved instead of the follower polling;
+    a daemon that sends no epoch is polled every POLL_MIN_S as before.
+    """
 
     def __init__(
         self,

@@ -48,7 +48,8 @@ def serve(
     output once it listens; logs go to standard error.  SIGTERM or SIGINT
     stop it cleanly, SIGHUP reloads sloop.toml.
     """
-    from sloopd.server import ServeOptions, Server, configure_logging
+    from sloopd.ops.process import configure_logging
+    from sloopd.server import ServeOptions, Server
 
     configure_logging()
     try:

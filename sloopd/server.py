@@ -12,8 +12,6 @@ import logging
 import os
 import resource
 import signal
-import socket
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,10 +19,12 @@ import orjson
 
 from sloopd.core import config, paths
 from sloopd.core.logsink import LogSink
+from sloopd.core.model import ReadModel
 from sloopd.core.notices import Notices
 from sloopd.core.state import Daemon
 from sloopd.ops.metrics import Metrics, parse_address, serve_metrics
 from sloopd.ops.notify import Notifier
+from sloopd.ops.process import answers, log_tasks
 from sloopd.queue import gate
 from sloopd.queue.scheduler import Scheduler
 from sloopd.runs import peers
@@ -198,7 +198,7 @@ class Server:
         reason = api.untrusted_socket_path(path)
         if reason is not None:
             raise StartupError(f"cannot prepare socket directory: {reason}")
-        if (path.exists() or path.is_symlink()) and _answers(path):
+        if (path.exists() or path.is_symlink()) and answers(path):
             raise StartupError(
                 f"refusing to start: another daemon already answers on {path}; stop it, "
                 "or give this daemon a socket directory of its own (--socket-dir)"
@@ -235,6 +235,7 @@ class Server:
         scheduler = Scheduler(self.daemon, self.runs.start)
         self.runs.on_settled.append(scheduler.poke)
         self.daemon.poke = scheduler.poke
+        self.daemon.model = ReadModel.install(self.daemon.store, self.daemon.changes)
         return scheduler
 
     async def _serve_metrics(self) -> None:
@@ -291,7 +292,7 @@ class Server:
         except (OSError, paths.RepoError) as exc:
             raise StartupError(f"cannot prepare socket directory: {exc}") from exc
         if path.exists() or path.is_symlink():
-            if _answers(path):
+            if answers(path):
                 raise StartupError(f"another daemon already answers on {path}")
             path.unlink()  # stale: we hold the store lock, nobody else serves it
         dispatcher: Dispatcher
@@ -341,7 +342,7 @@ class Server:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_stop_signal, sig)
         loop.add_signal_handler(signal.SIGHUP, self._reload)
-        loop.add_signal_handler(signal.SIGUSR1, _log_tasks)
+        loop.add_signal_handler(signal.SIGUSR1, log_tasks)
 
     def _on_stop_signal(self, sig: signal.Signals) -> None:
         self._signals += 1
@@ -357,6 +358,7 @@ class Server:
         try:
             self.daemon.config = config.load(self.layout.repo)
             log.info("configuration reloaded")
+            self.daemon.changes.bump()  # parallel and the flows decide tickets' 'waiting'
             self.daemon.poke()  # a higher parallel or a restored flow may free work
         except config.ConfigError as exc:
             log.error("reload refused, keeping the last good configuration: %s", exc)
@@ -369,6 +371,8 @@ class Server:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(sig)
+        if self.daemon is not None:  # held 'show' requests answer, then connections close
+            await self.daemon.changes.close(within_s=1.0)
         if self._server is not None:
             self._server.close()
             for conn in list(self._connections):
@@ -400,31 +404,3 @@ class Server:
             self.daemon.store = None
         self._lock.release()
         log.info("stopped")
-
-
-def _answers(path: Path) -> bool:
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(0.5)
-    try:
-        probe.connect(str(path))
-    except OSError:
-        return False
-    finally:
-        probe.close()
-    return True
-
-
-def _log_tasks() -> None:
-    """SIGUSR1: every task's stack into the log, to see where a run or a stop waits."""
-    for task in asyncio.all_tasks():
-        frames = task.get_stack()
-        where = " <- ".join(f"{f.f_code.co_name}:{f.f_lineno}" for f in reversed(frames))
-        log.warning("task %s: %s", task.get_name(), where or "(no frames)")
-
-
-def configure_logging() -> None:
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=os.environ.get("SLOOPD_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )

@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from sloopd.core import rows
 from sloopd.core.state import Daemon
 from sloopd.queue import actions as queue
@@ -13,6 +15,8 @@ from sloopd.queue import gate, refs
 from sloopd.runs.runner import RunManager
 from sloopd.util.clock import now_ms
 from sloopd.views import diff, feeds, show
+from sloopd.views.audit import Audit
+from sloopd.views.board import Board
 from sloopd.wire import api
 from sloopd.wire.dispatch import Handler
 
@@ -25,6 +29,8 @@ class OperatorVerbs:
         self.daemon = daemon
         self.runs = runs
         self._background: set[asyncio.Future[None]] = set()
+        self.board = Board(daemon)
+        self.audit = Audit.from_environment(daemon)
 
     def handlers(self) -> dict[str, Handler]:
         return {
@@ -53,10 +59,28 @@ class OperatorVerbs:
 
         return handler
 
-    def show(self, args: dict[str, Any]) -> dict[str, Any]:
+    def show(self, args: dict[str, Any]) -> Any:
+        if not args and self.audit is None and self.daemon.model is not None:
+            # The hot path (a dashboard follower, a status bar): straight to the bytes.
+            return orjson.Fragment(self.board.dashboard(api.DEFAULT_RECENT_LIMIT))
+        return held_until_newer(self.daemon, args, self._show_now)
+
+    def _show_now(self, args: dict[str, Any]) -> Any:
+        daemon = self.daemon
         if "ref" not in args:
-            return show.dashboard(self.daemon, args.get("limit"))
-        return show.show_ref(self.daemon, args["ref"], args.get("limit"))
+            limit = args.get("limit") or api.DEFAULT_RECENT_LIMIT
+            if daemon.model is None:
+                return show.dashboard(daemon, self.board, limit)
+            data = self.board.dashboard(limit)
+            if self.audit is not None:
+                self.audit.served(data, limit)
+            return orjson.Fragment(data)
+        # Read before the reply is built: nothing runs between the two, so the
+        # reply reflects exactly this epoch.
+        epoch = daemon.changes.epoch
+        reply = show.show_ref(daemon, args["ref"], args.get("limit"))
+        reply["epoch"] = epoch
+        return reply
 
     def status(self, args: dict[str, Any]) -> dict[str, Any]:
         return show.status(self.daemon)
@@ -133,6 +157,22 @@ class OperatorVerbs:
         return refs.run_id(self.daemon.require_store(), self.daemon.layout.repo, ref)
 
 
+def held_until_newer(daemon: Daemon, args: dict[str, Any], answer: Handler) -> Any:
+    """``answer(args)`` now, or (``since`` and ``wait_ms``) once the epoch passes ``since``."""
+    since = args.get("since")
+    wait_ms = args.get("wait_ms", 0)
+    if since is None or wait_ms <= 0 or daemon.changes.epoch > since:
+        return answer(args)
+
+    async def later() -> Any:
+        # Held here, this request holds back the replies pipelined behind it on its
+        # connection (protocol: responses come in request order), like 'wait'.
+        await daemon.changes.wait_past(since, wait_ms / 1000)
+        return answer(args)
+
+    return later()
+
+
 def operator_handlers(daemon: Daemon, runs: RunManager) -> dict[str, Handler]:
     return OperatorVerbs(daemon, runs).handlers()
 
@@ -147,5 +187,9 @@ def refused_handlers(daemon: Daemon) -> dict[str, Handler]:
     handlers: dict[str, Handler] = {
         name: refuse for name, verb in api.VERBS.items() if verb.operator
     }
-    handlers["show"] = lambda args: show.dashboard(daemon, args.get("limit"))
+    board = Board(daemon)
+    # Its epoch never moves: a held show waits out its wait_ms, as the protocol says.
+    handlers["show"] = lambda args: held_until_newer(
+        daemon, args, lambda now: show.dashboard(daemon, board, now.get("limit"))
+    )
     return handlers

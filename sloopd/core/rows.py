@@ -168,7 +168,11 @@ def usage_sum(found: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
 
 def usage_of(store: Store, query: str, args: tuple[Any, ...] = ()) -> dict[str, Any] | None:
     """The summed usage of the stage_finished rows a ``usage_*`` query selects."""
-    record = store.one(query, args)
+    return usage_of_sums(store.one(query, args))
+
+
+def usage_of_sums(record: Row | None) -> dict[str, Any] | None:
+    """A usage object from a ``usage_*`` row: (reported, input, output, cached, cost)."""
     if record is None or not record[0]:
         return None
     _reported, input_tokens, output_tokens, cached_tokens, cost = record

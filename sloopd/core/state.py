@@ -13,7 +13,9 @@ from typing import Any, Protocol
 
 import orjson
 
+from sloopd.core.changelog import ChangeLog
 from sloopd.core.config import Config
+from sloopd.core.model import ReadModel
 from sloopd.core.paths import Layout
 from sloopd.core.rows import Gate, QueueFacts
 from sloopd.ops.metrics import Metrics
@@ -56,6 +58,13 @@ class Daemon:
     sandbox_problem: str | None = None
     # Told after every event insert (sloopd.core.notices reads the committed feed).
     events_appended: Callable[[], None] = _nothing
+    # The read model (None until derived after recovery, and on a refused store) and
+    # its epoch, which every ``show`` reply carries.
+    model: ReadModel | None = None
+    changes: ChangeLog = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.changes = ChangeLog(self.started_at_ms)
 
     def stalled_runs(self) -> int:
         return sum(1 for run in self.active_runs.values() if run.stall() is not None)

@@ -10,7 +10,9 @@ every store read on the one thread that owns the connections.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
+import itertools
 import logging
 from collections.abc import Iterator
 from typing import Protocol
@@ -22,11 +24,17 @@ from prometheus_client import (
     Histogram,
     disable_created_metrics,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
 # generate_latest writes the 0.0.4 text format; say so whatever the library's default.
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from sloopd.store import Store
 from sloopd.util.clock import now_ms
@@ -86,19 +94,12 @@ class Metrics:
             ["vendor"],
             registry=r,
         )
-        self.requests = Counter(
-            "sloop_requests",
-            "Requests answered, by verb and code ('ok' or the error code).",
-            ["verb", "code"],
-            registry=r,
-        )
-        self.request_duration = Histogram(
-            "sloop_request_duration_seconds",
-            "Time to answer a request, by verb.",
-            ["verb"],
-            buckets=REQUEST_BUCKETS,
-            registry=r,
-        )
+        # Requests are counted in plain Python on the hot path (a prometheus child's
+        # inc and observe take a lock each: as much as a whole dashboard reply) and
+        # handed to the registry at scrape time, as sloop_requests_total and
+        # sloop_request_duration_seconds.
+        self._requests = _RequestCounts()
+        r.register(self._requests)
         self.log_records = Counter("sloop_log_records", "Log records appended.", registry=r)
         self.events = Counter("sloop_events", "Events appended.", registry=r)
         # [[notify]] webhooks (sloopd.ops.webhooks): how each delivery ended, and every
@@ -118,26 +119,59 @@ class Metrics:
         )
         build = Gauge("sloop_build_info", "Build information.", ["version"], registry=r)
         build.labels(api.SOFTWARE_VERSION).set(1)
-        self._request_children: dict[tuple[str, str], Counter] = {}
-        self._duration_children: dict[str, Histogram] = {}
 
     def observe_request(self, verb: str, code: str, seconds: float) -> None:
-        # Label children are looked up once: this runs on every request.
-        key = (verb, code)
-        child = self._request_children.get(key)
-        if child is None:
-            child = self._request_children[key] = self.requests.labels(verb, code)
-        child.inc()
-        timer = self._duration_children.get(verb)
-        if timer is None:
-            timer = self._duration_children[verb] = self.request_duration.labels(verb)
-        timer.observe(seconds)
+        self._requests.observe(verb, code, seconds)
 
     def watch(self, daemon: Observed) -> None:
         self.registry.register(_StoreCollector(daemon))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _RequestCounts(Collector):
+    """Requests by verb and code, and their durations by verb, exposed at scrape time."""
+
+    def __init__(self) -> None:
+        self.answered: dict[tuple[str, str], int] = {}
+        # verb -> [count in each bucket (not cumulative), the last one +Inf], and the sum.
+        self.buckets: dict[str, list[int]] = {}
+        self.seconds: dict[str, float] = {}
+
+    def observe(self, verb: str, code: str, seconds: float) -> None:
+        key = (verb, code)
+        self.answered[key] = self.answered.get(key, 0) + 1
+        counts = self.buckets.get(verb)
+        if counts is None:
+            counts = self.buckets[verb] = [0] * (len(REQUEST_BUCKETS) + 1)
+            self.seconds[verb] = 0.0
+        # Prometheus buckets count values <= their bound: the first bound not below it.
+        counts[bisect.bisect_left(REQUEST_BUCKETS, seconds)] += 1
+        self.seconds[verb] += seconds
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "sloop_requests",
+            "Requests answered, by verb and code ('ok' or the error code).",
+            labels=["verb", "code"],
+        )
+        for (verb, code), count in sorted(self.answered.items()):
+            requests.add_metric([verb, code], count)
+        yield requests
+        durations = HistogramMetricFamily(
+            "sloop_request_duration_seconds", "Time to answer a request, by verb.", labels=["verb"]
+        )
+        for verb, counts in sorted(self.buckets.items()):
+            cumulative = list(itertools.accumulate(counts))
+            bounds = [*map(floatToGoString, REQUEST_BUCKETS), "+Inf"]
+            durations.add_metric(
+                [verb], list(zip(bounds, cumulative, strict=True)), self.seconds[verb]
+            )
+        yield durations
 
 
 class _StoreCollector(Collector):

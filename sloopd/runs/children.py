@@ -34,8 +34,10 @@ from sloopd.util import procfs
 log = logging.getLogger(__name__)
 
 MARKER_VAR = "SLOOP_CHILD_MARKER"
-# Small reads keep one flooding child from holding the loop for long.
-CHUNK_BYTES = 16 * 1024
+# Small reads keep one flooding child from holding the loop for long: a loop turn
+# reads one chunk per readable pipe, so eight flooding agents cost 8 x 4 KiB of lines
+# per turn (16 KiB made a dashboard wait ~50 ms at p99; 4 KiB ~17 ms, no less ingest).
+CHUNK_BYTES = 4 * 1024
 DRAIN_SECONDS = 1.0  # a grandchild may hold the pipes open forever; read on this long
 KILL_WAIT_SECONDS = 5.0  # after SIGKILL, how long to wait before calling a group stuck
 # bwrap reports its child's death by signal N as exit status 128+N, as a shell does, so

@@ -169,7 +169,26 @@ class WorkerVerbs:
             "definition_of_done": definition_of_done(stage),
         }
 
-    def show(self, credential: Credential, args: dict[str, Any]) -> dict[str, Any]:
+    def show(self, credential: Credential, args: dict[str, Any]) -> Any:
+        """As the operator's: now, or once the epoch passes ``since`` (0.7.0)."""
+        since = args.get("since")
+        wait_ms = args.get("wait_ms", 0)
+        if since is not None and wait_ms > 0 and self.daemon.changes.epoch <= since:
+            return self._show_later(credential, args, since, wait_ms)
+        return self._show_now(credential, args)
+
+    async def _show_later(
+        self, credential: Credential, args: dict[str, Any], since: int, wait_ms: int
+    ) -> dict[str, Any]:
+        await self.daemon.changes.wait_past(since, wait_ms / 1000)
+        return self._show_now(credential, args)
+
+    def _show_now(self, credential: Credential, args: dict[str, Any]) -> dict[str, Any]:
+        reply = self._shown(credential, args)
+        reply["epoch"] = self.daemon.changes.epoch
+        return reply
+
+    def _shown(self, credential: Credential, args: dict[str, Any]) -> dict[str, Any]:
         daemon = self.daemon
         facts = self.records.facts(credential.run)
         ref = args.get("ref")

@@ -8,10 +8,11 @@ run on the event loop between writes and see the last committed state.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,10 @@ from typing import Any
 import apsw
 
 from sloopd.store import migrations
+from sloopd.store.changes import NOTES, STORE_FAULT, Change
 from sloopd.store.queries import QUERIES
+
+log = logging.getLogger(__name__)
 
 STORE_FILE = "store.sqlite3"
 BACKUP_DIR = "backups"
@@ -103,31 +107,45 @@ def _tune(conn: apsw.Connection) -> None:
     conn.config(apsw.SQLITE_DBCONFIG_ENABLE_QPSG, 1)
 
 
+# Told what each committed transaction changed (``changes.NOTES``), after COMMIT:
+# the read model revises itself from these notes (sloopd/core/model.py).
+CommitObserver = Callable[[list[Change]], None]
+
+
 class Writer:
     """The one way to change the store; every write is a short transaction.
 
     A transaction the store cannot take (full, busy, I/O) is rolled back whole and
     raised as ``StoreUnavailable``: callers retry (the run driver, the log sink) or
     answer ``daemon_unavailable`` (verbs); none of it is half-written.
+
+    Each write query notes what it changed; the notes of a transaction reach
+    ``observer`` only after its COMMIT succeeded, so a rolled-back transaction is
+    never seen by a reader of the notes.  A refused write notes the fault alone.
     """
 
     def __init__(self, conn: apsw.Connection, path: Path) -> None:
         self._conn = conn
         self._path = path
         self.fault: StoreFault | None = None
+        self.observer: CommitObserver | None = None
+        self._notes: list[Change] = []
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
         conn = self._conn
         if not conn.getautocommit():
-            yield Transaction(conn)  # nested: part of the enclosing transaction
+            # Nested: part of the enclosing transaction, noted with it.
+            yield Transaction(conn, self._notes)
             return
+        notes: list[Change] = []
+        self._notes = notes
         try:
             # Not apsw's savepoint context: when SQLite rolls a full transaction back
             # itself, the savepoint's own rollback fails and hides SQLITE_FULL.
             conn.execute("BEGIN IMMEDIATE")
             try:
-                yield Transaction(conn)
+                yield Transaction(conn, notes)
                 conn.execute("COMMIT")
             except BaseException:
                 if not conn.getautocommit():
@@ -140,27 +158,59 @@ class Writer:
             else:
                 self.fault.reason, self.fault.detail = failed.reason, failed.detail
                 self.fault.failures += 1
+            self._tell([Change(STORE_FAULT)])
             raise failed from exc
-        self.fault = None
+        finally:
+            self._notes = []
+        if self.fault is not None:
+            self.fault = None
+            notes.append(Change(STORE_FAULT))
+        if notes:
+            self._tell(notes)
+
+    def _tell(self, notes: list[Change]) -> None:
+        if self.observer is None:
+            return
+        try:
+            self.observer(notes)
+        except Exception:
+            # The write is committed whatever a reader of the notes makes of them: a
+            # caller that saw this raise would retry it and store it twice.
+            log.exception("the change observer failed on %d notes", len(notes))
 
 
 class Transaction:
-    """Named-query access inside one write transaction."""
+    """Named-query access inside one write transaction; notes what each write changed."""
 
-    def __init__(self, conn: apsw.Connection) -> None:
+    def __init__(self, conn: apsw.Connection, notes: list[Change]) -> None:
         self._conn = conn
+        self._notes = notes
 
     def run(self, query: str, params: Params = ()) -> None:
-        self._conn.execute(QUERIES[query], params)
+        cursor = self._conn.execute(QUERIES[query], params)
+        noter = NOTES.get(query)
+        if noter is not None:
+            # An insert names its new row by the id it returns, even when unread here.
+            self._notes.append(noter(params, cursor.fetchone()))
 
     def run_many(self, query: str, rows: list[tuple[Any, ...]]) -> None:
         self._conn.executemany(QUERIES[query], rows)
+        noter = NOTES.get(query)
+        if noter is not None:
+            self._notes.extend(noter(params, None) for params in rows)
 
     def all(self, query: str, params: Params = ()) -> list[Row]:
         return list(self._conn.execute(QUERIES[query], params))
 
     def one(self, query: str, params: Params = ()) -> Row | None:
-        return self._conn.execute(QUERIES[query], params).fetchone()
+        row: Row | None = self._conn.execute(QUERIES[query], params).fetchone()
+        self._note(query, params, row)
+        return row
+
+    def _note(self, query: str, params: Params, row: Row | None) -> None:
+        noter = NOTES.get(query)
+        if noter is not None:
+            self._notes.append(noter(params, row))
 
 
 class Store:
@@ -221,6 +271,19 @@ class Store:
             return self._reader.execute(QUERIES[query], params).fetchone()
         except _UNAVAILABLE as exc:
             raise _unavailable(self.path, exc) from exc
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Every read inside sees one committed state (a read transaction on the reader)."""
+        try:
+            self._reader.execute("BEGIN")
+        except _UNAVAILABLE as exc:
+            raise _unavailable(self.path, exc) from exc
+        try:
+            yield
+        finally:
+            if not self._reader.getautocommit():
+                self._reader.execute("COMMIT")
 
     @property
     def fault(self) -> StoreFault | None:

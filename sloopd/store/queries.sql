@@ -84,11 +84,31 @@ FROM runs WHERE state IN ('claimed', 'running') ORDER BY ordinal
 SELECT count(*) FROM runs WHERE state IN ('claimed', 'running')
 
 -- name: runs_recent
-SELECT id, alias, ticket, attempt, state, trigger, flow, flow_snapshot, branch, worktree,
-       claimed_at_ms, started_at_ms, finished_at_ms, agent_exit_code, halt, reason,
-       classification
-FROM runs WHERE state IN ('merged', 'failed', 'needs_review', 'aborted')
-ORDER BY finished_at_ms DESC, ordinal DESC LIMIT ?
+-- The settled runs, most recently finished first, each with usage_for_run's sums
+-- (reported, input, output, cached, cost; NULL when its log has no stage_finished):
+-- one statement for a window of thousands, reading only those runs' stage logs.
+WITH recent AS (
+    SELECT id, alias, ticket, attempt, state, trigger, flow, NULL AS flow_snapshot, branch,
+           worktree, claimed_at_ms, started_at_ms, finished_at_ms, agent_exit_code, halt,
+           reason, classification, ordinal
+    FROM runs WHERE state IN ('merged', 'failed', 'needs_review', 'aborted')
+    ORDER BY finished_at_ms DESC, ordinal DESC LIMIT ?
+)
+SELECT r.id, r.alias, r.ticket, r.attempt, r.state, r.trigger, r.flow, r.flow_snapshot,
+       r.branch, r.worktree, r.claimed_at_ms, r.started_at_ms, r.finished_at_ms,
+       r.agent_exit_code, r.halt, r.reason, r.classification,
+       u.reported, u.input_tokens, u.output_tokens, u.cached_tokens, u.cost
+FROM recent r LEFT JOIN (
+    SELECT run, count(json_extract(data, '$.usage')) AS reported,
+           coalesce(sum(json_extract(data, '$.usage.input_tokens')), 0) AS input_tokens,
+           coalesce(sum(json_extract(data, '$.usage.output_tokens')), 0) AS output_tokens,
+           coalesce(sum(json_extract(data, '$.usage.cached_tokens')), 0) AS cached_tokens,
+           sum(json_extract(data, '$.usage.cost_usd')) AS cost
+    FROM stage_log
+    WHERE kind = 'stage_finished' AND run IN (SELECT id FROM recent)
+    GROUP BY run
+) u ON u.run = r.id
+ORDER BY r.finished_at_ms DESC, r.ordinal DESC
 
 -- name: runs_recent_count
 SELECT count(*) FROM runs WHERE state IN ('merged', 'failed', 'needs_review', 'aborted')
@@ -322,9 +342,15 @@ SELECT count(json_extract(data, '$.usage')),
        sum(json_extract(data, '$.usage.cost_usd'))
 FROM stage_log WHERE run = ? AND kind = 'stage_finished'
 
--- name: usage_total_settled
--- Runs in flight are left out: the daemon adds their usage from memory, live.
-SELECT count(json_extract(data, '$.usage')),
+-- The read model (sloopd/core/model.py) re-reads one row by id after a commit.
+
+-- name: trigger_by_id
+SELECT id, ticket, due_at_ms, created_at_ms, state FROM triggers WHERE id = ?
+
+-- name: usage_by_settled_run
+-- Each settled run's summed usage, as usage_for_run gives it; the read model sums
+-- them once at startup and then adds each run as it settles.
+SELECT run, count(json_extract(data, '$.usage')),
        coalesce(sum(json_extract(data, '$.usage.input_tokens')), 0),
        coalesce(sum(json_extract(data, '$.usage.output_tokens')), 0),
        coalesce(sum(json_extract(data, '$.usage.cached_tokens')), 0),
@@ -332,3 +358,4 @@ SELECT count(json_extract(data, '$.usage')),
 FROM stage_log
 WHERE kind = 'stage_finished'
   AND run NOT IN (SELECT id FROM runs WHERE state IN ('claimed', 'running'))
+GROUP BY run

@@ -4,67 +4,40 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from sloopd.core import rows
 from sloopd.core.state import Daemon
 from sloopd.queue import refs
-from sloopd.queue.scheduler import next_wake
+from sloopd.util.clock import now_ms
 from sloopd.views import runview
+from sloopd.views.board import Board, in_flight_rows, queue_fields
 from sloopd.wire import api
 
 
-def dashboard(daemon: Daemon, limit: int | None) -> dict[str, Any]:
-    """The status fields plus ``kind``/``recent``; empty lists on a refused store."""
+def dashboard(daemon: Daemon, board: Board, limit: int | None) -> Any:
+    """The dashboard; on a refused store, the status fields with empty lists."""
     recent_limit = limit or api.DEFAULT_RECENT_LIMIT
-    view: dict[str, Any] = {"kind": "dashboard", **status(daemon)}
-    store = daemon.store
-    if store is None:
+    if daemon.model is None:
+        view: dict[str, Any] = {"kind": "dashboard", **status(daemon)}
         view.update(recent=[], recent_total=0, recent_limit=recent_limit, usage=None)
+        view["epoch"] = daemon.changes.epoch
         return view
-    recent = [_live_run_row(daemon, r) for r in store.all("runs_recent", (recent_limit,))]
-    total = store.one("runs_recent_count")
-    # Additive in 0.6.0 (the deprecated status keeps its fields): what every run's
-    # agents reported, those in flight included.
-    live = [active.usage_total() for active in daemon.active_runs.values()]
-    view.update(
-        recent=recent,
-        recent_total=int(total[0]) if total else 0,
-        recent_limit=recent_limit,
-        usage=rows.usage_sum([rows.usage_of(store, "usage_total_settled"), *live]),
-    )
-    return view
+    return orjson.Fragment(board.dashboard(recent_limit))
 
 
 def status(daemon: Daemon) -> dict[str, Any]:
-    """The v1 status fields, shared by ``status`` and the dashboard."""
+    """The v1 status fields (the deprecated ``status``), from the read model."""
     fields: dict[str, Any] = {"daemon": daemon.info(), "gate": daemon.gate.row()}
-    store = daemon.store
-    if store is None:
+    model = daemon.model
+    if model is None:
         fields.update(runs=[], queued_triggers=[], tickets=[])
         return fields
-    queued_records = store.all("triggers_queued")
-    facts = daemon.queue_facts(queued_records)
-    runs = [_live_run_row(daemon, r) for r in store.all("runs_in_flight")]
-    queued = [rows.trigger_row(r) for r in queued_records]
-    fields.update(
-        runs=runs,
-        queued_triggers=queued,
-        tickets=[rows.ticket_row(t, facts) for t in store.all("tickets_nonterminal")],
-    )
-    wake = next_wake(daemon)
-    if wake is not None:
-        fields["next_wake"] = wake
+    snapshot = model.current()
+    fields["gate"] = snapshot.gate.row()
+    fields["runs"] = in_flight_rows(daemon, snapshot)
+    fields.update(queue_fields(daemon, snapshot, now_ms())[0])
     return fields
-
-
-def _live_run_row(daemon: Daemon, record: tuple[Any, ...]) -> dict[str, Any]:
-    row = rows.run_row_of(record)
-    active = daemon.active_runs.get(row["id"])
-    if active is not None:
-        row["stall"] = active.stall()
-        row["usage"] = active.usage_total()
-    else:
-        row["usage"] = rows.usage_of(daemon.require_store(), "usage_for_run", (row["id"],))
-    return row
 
 
 def show_ref(daemon: Daemon, ref: str, limit: int | None) -> dict[str, Any]:

@@ -36,6 +36,7 @@ MAX_REF_CHARS: Final = 1024
 OPERATOR_SOCKET_NAME: Final = "operator.sock"
 WORKER_SOCKET_DIR_NAME: Final = "w"
 DAEMON_INFO_NAME: Final = "daemon.json"
+_MISSING: Final = object()  # an absent envelope field
 
 
 class ErrorCode(StrEnum):
@@ -181,10 +182,13 @@ class Verb:
     operator: bool = True
     worker: bool = False
     deprecated: bool = False
+    bare: bool = False  # no field is required: empty args are valid as they are
 
     def parse(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Validate args, deny unknown fields; an explicit null means absent."""
-        unknown = sorted(set(args) - set(self.fields))
+        if not args and self.bare:
+            return {}
+        unknown = sorted(args.keys() - self.fields.keys())
         if unknown:
             raise invalid_arguments(
                 f"unknown argument '{unknown[0]}' for verb '{self.name}'",
@@ -211,17 +215,20 @@ def _verb(
     deprecated: bool = False,
     **fields: Field,
 ) -> Verb:
-    return Verb(name, fields, operator=operator, worker=worker, deprecated=deprecated)
+    bare = not any(f.required for f in fields.values())
+    return Verb(name, fields, operator=operator, worker=worker, deprecated=deprecated, bare=bare)
 
 
 _ref = partial(_nonempty_string, limit=MAX_REF_CHARS)
 _REF = Field(_ref, required=True)
 _TRIGGER = Field(_trigger)
+_WAIT = Field(partial(_integer, minimum=0, maximum=60_000))  # 0.7.0: ms a request is held
+_WAITING: dict[str, Any] = {"since": Field(_non_negative_integer), "wait_ms": _WAIT}
 
 VERBS: Final[Mapping[str, Verb]] = {
     v.name: v
     for v in (
-        _verb("show", worker=True, ref=Field(_ref), limit=Field(_positive_integer)),
+        _verb("show", worker=True, ref=Field(_ref), limit=Field(_positive_integer), **_WAITING),
         _verb(
             "post",
             path=Field(_nonempty_string, required=True),
@@ -301,12 +308,13 @@ def _bad_envelope(message: str, name: str) -> ProtocolError:
 
 
 def _envelope_field(
-    message: dict[str, Any], name: str, valid: Callable[[Any], bool], expected: str
+    message: dict[str, Any], name: str, types: tuple[type, ...], expected: str
 ) -> Any:
-    if name not in message:
-        raise _bad_envelope(f"missing envelope field '{name}'", name)
-    value = message[name]
-    if not valid(value):
+    # Exact types, as JSON decodes them (a bool is no integer): no call per check.
+    value = message.get(name, _MISSING)
+    if type(value) not in types:
+        if value is _MISSING:
+            raise _bad_envelope(f"missing envelope field '{name}'", name)
         raise _bad_envelope(f"envelope field '{name}' must be {expected}", name)
     return value
 
@@ -326,23 +334,21 @@ def parse_envelope(message: Any) -> Request:
     """
     if not isinstance(message, dict):
         raise ProtocolError(ErrorCode.INVALID_REQUEST, "a request must be a JSON object")
-    version = _envelope_field(message, "v", _is_int, "an integer")
+    version = _envelope_field(message, "v", (int,), "an integer")
     if version not in SUPPORTED_VERSIONS:
         raise ProtocolError(
             ErrorCode.UNSUPPORTED_VERSION,
             f"protocol version {version} is not supported",
             {"supported": list(SUPPORTED_VERSIONS)},
         )
-    request_id = _envelope_field(
-        message, "id", lambda v: isinstance(v, str) or _is_int(v), "a string or an integer"
-    )
-    verb_name = _envelope_field(message, "verb", lambda v: isinstance(v, str), "a string")
+    request_id = _envelope_field(message, "id", (str, int), "a string or an integer")
+    verb_name = _envelope_field(message, "verb", (str,), "a string")
     verb = VERBS.get(verb_name)
     if verb is None:
         raise ProtocolError(
             ErrorCode.UNKNOWN_VERB, f"unknown verb '{verb_name}'", {"verbs": sorted(VERBS)}
         )
-    args = _envelope_field(message, "args", lambda v: isinstance(v, dict), "an object")
+    args = _envelope_field(message, "args", (dict,), "an object")
     token = message.get("token")
     if token is not None and not isinstance(token, str):
         raise _bad_envelope("envelope field 'token' must be a string or null", "token")
@@ -353,13 +359,7 @@ def request(
     verb: str, args: Mapping[str, Any], request_id: RequestId = "1", token: str | None = None
 ) -> dict[str, Any]:
     """A request envelope, for clients."""
-    return {
-        "v": PROTOCOL_VERSION,
-        "id": request_id,
-        "verb": verb,
-        "args": dict(args),
-        "token": token,
-    }
+    return dict(v=PROTOCOL_VERSION, id=request_id, verb=verb, args=dict(args), token=token)
 
 
 def ok(request_id: RequestId, data: Any) -> dict[str, Any]:

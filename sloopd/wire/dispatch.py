@@ -24,7 +24,7 @@ Reply = bytes | Awaitable[bytes]
 
 
 def encode(envelope: dict[str, Any]) -> bytes:
-    return orjson.dumps(envelope) + b"\n"
+    return orjson.dumps(envelope, option=orjson.OPT_APPEND_NEWLINE)  # no copy to add it
 
 
 def error_line(request_id: api.RequestId, err: ProtocolError) -> bytes:

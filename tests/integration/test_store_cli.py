@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,11 @@ def test_a_newer_store_is_refused_and_only_show_is_served(too_new: DaemonProcess
         assert "99" in reason and str(SCHEMA_VERSION) in reason
         assert data["runs"] == data["tickets"] == data["queued_triggers"] == []
         assert data["recent"] == [] and data["recent_total"] == 0
+        # Its epoch never moves (0.7.0): a held show waits out its wait_ms.
+        started = time.monotonic()
+        held = client.ok("show", {"since": data["epoch"], "wait_ms": 300})
+        assert held["epoch"] == data["epoch"]
+        assert time.monotonic() - started >= 0.25
         refused: list[tuple[str, dict[str, Any]]] = [
             ("hold", {"ref": "T1"}),
             ("ready", {"ref": "T1"}),

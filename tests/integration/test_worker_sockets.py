@@ -139,6 +139,8 @@ def work_steps(bench: Bench) -> list[dict[str, Any]]:
         req("show_ticket_name", "show", {"ref": "probe"}),
         req("show_ticket_path", "show", {"ref": "tickets/probe.md"}),
         req("show_limit", "show", {"limit": 5}),
+        # 0.7.0: an epoch no write will reach soon: held for its wait_ms, then answered.
+        req("show_held", "show", {"since": 2**52, "wait_ms": 200}),
         ctl("ctl_show", "show"),
     ]
     steps += [req(f"foreign_{key}", "show", {"ref": ref}) for key, ref in FOREIGN_REFS.items()]
@@ -325,10 +327,11 @@ def assert_work(bench: Bench, seen: dict[str, Any], run: dict[str, Any]) -> None
     assert isinstance(done, list) and done and all(isinstance(line, str) for line in done)
 
     # show: its own run and ticket, by every exact reference to them.
-    for key in ("show_none", "show_limit", "show_run", "show_alias"):
+    for key in ("show_none", "show_limit", "show_run", "show_alias", "show_held"):
         shown = data_of(seen[key])
         assert shown["kind"] == "run" and shown["value"]["id"] == "R1", (key, shown)
         assert shown["value"]["stages"][0]["state"] == "running"
+        assert isinstance(shown["epoch"], int) and shown["epoch"] < 2**52, (key, shown)
     for key in ("show_ticket_id", "show_ticket_name", "show_ticket_path"):
         shown = data_of(seen[key])
         assert shown["kind"] == "ticket" and shown["value"]["id"] == "T3", (key, shown)

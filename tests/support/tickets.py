@@ -196,10 +196,11 @@ class Operator:
     rest, and starts a new daemon on the same state and socket directories.
     """
 
-    def __init__(self, root: Path, repo: Path) -> None:
+    def __init__(self, root: Path, repo: Path, **env: str) -> None:
         self.root = root
         self.repo = repo
-        self.process = new_daemon(root, repo).start()
+        self.env = env  # the daemon's extra environment, kept across restarts
+        self.process = new_daemon(root, repo, **env).start()
         self.client: Client = self.process.client()
 
     @property
@@ -247,11 +248,14 @@ class Operator:
             board = self.dashboard()
             held = {t["id"] for t in board["tickets"] if t["state"] == "held"}
             now = now_ms()
+            # A closed gate claims nothing: due triggers stay queued until it opens.
             claimable = [
                 t
                 for t in board["queued_triggers"]
                 if t["due_at_ms"] <= now and t["ticket"] not in held
             ]
+            if board["gate"]["state"] != "open":
+                claimable = []
             return None if board["runs"] or claimable else board
 
         board: dict[str, Any] = wait_until(quiet, timeout=timeout)
@@ -268,7 +272,7 @@ class Operator:
         statements = state_changes(states or {}) + (extra or [])
         if statements:
             edit_store(self.state_dir, statements)
-        self.process = new_daemon(self.root, self.repo).start()
+        self.process = new_daemon(self.root, self.repo, **self.env).start()
         self.client = self.process.client()
 
     def stop(self) -> None:

@@ -260,7 +260,7 @@ def test_any_unknown_envelope_fields_are_ignored(extra: dict[str, Any]) -> None:
 
 # A valid argument set per verb, with every field the verb knows.
 FULL_ARGS: dict[str, dict[str, Any]] = {
-    "show": {"ref": "T1", "limit": 5},
+    "show": {"ref": "T1", "limit": 5, "since": 0, "wait_ms": 60000},
     "post": {"path": "tickets/a.md", "hold": True, "manual": False, "trigger": {"at_ms": 5}},
     "run": {"ref": "a", "trigger": {"at_ms": 0}},
     "hold": {"ref": "T1"},

@@ -29,6 +29,7 @@ from sloopctl.follow import (
     transitions,
 )
 from sloopctl.layout import painter
+from sloopctl.polling import SHOW_WAIT_MS as FOLLOW_WAIT_MS
 from tests.unit.test_sloopctl_cli import CLEAN_ENV, FakeDaemon
 
 Script = dict[str, list[dict[str, Any] | bytes]]
@@ -374,6 +375,33 @@ def test_follow_quiet_exit_codes(
     assert (result.exit_code, result.stdout, result.stderr) == (code, "", "")
     assert sent(daemon, "show") == [{"ref": "R3"}, {"ref": "R3"}]
     assert sleeps == [POLL_MIN_S]
+
+
+def test_follow_holds_on_the_epoch_when_the_daemon_sends_one(
+    fake: Callable[[Script], FakeDaemon], sleeps: list[float]
+) -> None:
+    """A 0.7.0 daemon: each ask passes the last epoch as since, and nothing sleeps;
+    a new target (the ticket's run) is read at once, without since."""
+    summary = {"id": "R3", "terminal": False, "state": "claimed"}
+    daemon = fake(
+        {
+            "show": [
+                {**ticket_value([]), "epoch": 7},
+                {**ticket_value([summary]), "epoch": 9},
+                {**run_value("running", [("implement", 1, "running")]), "epoch": 9},
+                {**run_value("merged", [("implement", 1, "passed")]), "epoch": 12},
+            ]
+        }
+    )
+    result = sloopctl(daemon, "show", "fix", "--follow", "--quiet")
+    assert result.exit_code == 0, result.stderr
+    assert sent(daemon, "show") == [
+        {"ref": "fix"},
+        {"ref": "fix", "since": 7, "wait_ms": FOLLOW_WAIT_MS},
+        {"ref": "R3"},
+        {"ref": "R3", "since": 9, "wait_ms": FOLLOW_WAIT_MS},
+    ]
+    assert sleeps == []
 
 
 def test_follow_prints_transitions_on_stderr_and_the_outcome_on_stdout(

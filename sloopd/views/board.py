@@ -1,0 +1,201 @@
+"""The dashboard, assembled from the read model around its live parts.
+
+What moves only with the model is encoded once per epoch and kept as bytes: the
+daemon's fields but its uptime, the gate, the queue (triggers, tickets and their
+``waiting``, ``next_wake``) and the recent runs of each ``limit``.  What moves
+with the clock or with a live run is computed on every reply, cheaply: the
+uptime, the runs in flight with their live ``stall`` and ``usage``, the usage
+total while runs are in flight, and the queue once the clock passes the next
+instant that changes it (a trigger falling due, a cooldown's end).  An unchanged
+dashboard costs a few lookups and one join of bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+
+from sloopd.core import rows
+from sloopd.core.model import RECENT_HELD_MAX, Settled, Snapshot, recent_runs
+from sloopd.core.rows import QueueFacts
+from sloopd.core.state import Daemon
+from sloopd.util import memory
+from sloopd.util.clock import now_ms
+
+NEVER = 2**63  # a queue with no instant ahead stays valid until the next epoch
+TRIM_AFTER_RUNS = 1000
+
+
+def ordinal(entity_id: str) -> int:
+    """Ids are a prefix and the row's ordinal (T12, TR7, R4): the store's order."""
+    return int(entity_id.lstrip("TR"))
+
+
+def queue_fields(daemon: Daemon, snapshot: Snapshot, now: int) -> tuple[dict[str, Any], int]:
+    """``queued_triggers``, ``tickets`` and ``next_wake``, and until when they hold."""
+    triggers = sorted(snapshot.triggers.values(), key=lambda t: (t[2], ordinal(t[0])))
+    first_by_ticket: dict[str, tuple[Any, ...]] = {}
+    for trigger in triggers:
+        first_by_ticket.setdefault(trigger[1], trigger)
+    facts = QueueFacts(
+        now_ms=now,
+        gate=snapshot.gate,
+        parallel=daemon.config.repo.parallel,
+        in_flight=len(snapshot.in_flight),
+        triggers_by_ticket=first_by_ticket,
+        flows=frozenset(daemon.config.flows),
+    )
+    tickets = sorted(snapshot.tickets.values(), key=lambda t: ordinal(t[0]), reverse=True)
+    fields: dict[str, Any] = {
+        "queued_triggers": [rows.trigger_row(t) for t in triggers],
+        "tickets": [rows.ticket_row(t, facts) for t in tickets],
+    }
+    # The next instant that changes any of it: a trigger falls due (its ticket stops
+    # being 'scheduled'), or the cooldown's end (next_wake).
+    ahead = [int(t[2]) for t in triggers if int(t[2]) > now][:1]
+    until = snapshot.gate.until_ms
+    if until is not None and until > now:
+        ahead.append(until)
+    if ahead:
+        fields["next_wake"] = min(ahead)
+    return fields, min(ahead, default=NEVER)
+
+
+def in_flight_rows(daemon: Daemon, snapshot: Snapshot) -> list[dict[str, Any]]:
+    """Run rows of the runs in flight, oldest first, with their live fields."""
+    found = []
+    for run in sorted(snapshot.in_flight.values(), key=lambda r: ordinal(r.record[0])):
+        row = dict(run.row)
+        active = daemon.active_runs.get(row["id"])
+        if active is not None:
+            row["stall"] = active.stall()
+            row["usage"] = active.usage_total()
+        found.append(row)
+    return found
+
+
+def live_total(daemon: Daemon, snapshot: Snapshot) -> dict[str, Any] | None:
+    """Every run's usage: the settled runs' summed, plus each run in flight's, live."""
+    live = [active.usage_total() for active in daemon.active_runs.values()]
+    return rows.usage_sum([snapshot.usage.row(), *live])
+
+
+def live_recent_row(daemon: Daemon, settled: Settled) -> bytes:
+    """A settled run whose driver has not let go yet: shown with its live fields."""
+    active = daemon.active_runs.get(settled.id)
+    if active is None:
+        return settled.encoded
+    row = orjson.loads(settled.encoded)
+    row["stall"] = active.stall()
+    row["usage"] = active.usage_total()
+    return orjson.dumps(row)
+
+
+class Board:
+    """The dashboard's bytes; caches keyed by epoch (and configuration, and limit)."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self._head: tuple[tuple[int, int], bytes] | None = None
+        self._queue: tuple[tuple[int, int], int, bytes] | None = None
+        self._recent: tuple[tuple[int, int], bytes] | None = None
+        # The whole reply but the uptime, while no run is in flight (nothing live).
+        self._body: tuple[tuple[tuple[int, int], int], int, bytes] | None = None
+
+    def dashboard(self, limit: int) -> bytes:
+        daemon = self.daemon
+        model = daemon.model
+        assert model is not None
+        snapshot = model.current()
+        epoch = daemon.changes.epoch
+        # A reload replaces the configuration object (and bumps the epoch); keyed by
+        # both, a cache never outlives what it was computed from.
+        key = (epoch, id(daemon.config))
+        now = now_ms()
+        live = bool(snapshot.in_flight or daemon.active_runs)
+        body, head = self._body, self._head
+        if not live and body is not None and body[0] == (key, limit) and now < body[1]:
+            # Nothing moved: the cached reply (its head has the same key: set before it).
+            assert head is not None
+            return b"".join((head[1], str(now - daemon.started_at_ms).encode(), body[2]))
+        if head is None or head[0] != key:
+            head = self._head = (key, self._encode_head())
+        uptime = str(now - daemon.started_at_ms).encode()
+        queue = self._queue
+        if queue is None or queue[0] != key or now >= queue[1]:
+            fields, until = queue_fields(daemon, snapshot, now)
+            queue = self._queue = (key, until, self._encode_queue(fields))
+        recent = self._recent
+        if recent is None or recent[0] != (epoch, limit):
+            recent = ((epoch, limit), self._encode_recent(snapshot, limit))
+            if limit <= RECENT_HELD_MAX:  # a larger window is read, served, and let go
+                self._recent = recent
+        recent_bytes = recent[1]
+        active = daemon.active_runs
+        if active and any(run.id in active for run in snapshot.recent[:limit]):
+            recent_bytes = self._encode_recent(snapshot, limit, live=True)
+        runs = orjson.dumps(in_flight_rows(daemon, snapshot)) if snapshot.in_flight else b"[]"
+        usage = orjson.dumps(live_total(daemon, snapshot))
+        rest = b"".join(
+            (
+                b'},"gate":',
+                orjson.dumps(snapshot.gate.row()),
+                b',"runs":',
+                runs,
+                queue[2],
+                recent_bytes,
+                b',"recent_limit":',
+                str(limit).encode(),
+                b',"usage":',
+                usage,
+                b',"epoch":',
+                str(epoch).encode(),
+                b"}",
+            )
+        )
+        if not live and limit <= RECENT_HELD_MAX:
+            self._body = ((key, limit), queue[1], rest)
+        return b"".join((head[1], uptime, rest))
+
+    def _encode_head(self) -> bytes:
+        info = self.daemon.info()
+        # uptime_ms moves every millisecond: written last, by hand, on each reply.
+        del info["uptime_ms"]
+        return b'{"kind":"dashboard","daemon":' + orjson.dumps(info)[:-1] + b',"uptime_ms":'
+
+    def _encode_queue(self, fields: dict[str, Any]) -> bytes:
+        parts = [
+            b',"queued_triggers":',
+            orjson.dumps(fields["queued_triggers"]),
+            b',"tickets":',
+            orjson.dumps(fields["tickets"]),
+        ]
+        if "next_wake" in fields:
+            parts += [b',"next_wake":', str(fields["next_wake"]).encode()]
+        return b"".join(parts)
+
+    def _encode_recent(self, snapshot: Snapshot, limit: int, live: bool = False) -> bytes:
+        daemon = self.daemon
+        model = daemon.model
+        assert model is not None
+        if model.hold_recent(limit):
+            shown = snapshot.recent[:limit]
+        else:
+            # Past what the model holds: read from the store (one statement), kept by no one.
+            store = daemon.require_store()
+            with store.snapshot():
+                shown = recent_runs(store, limit)
+        encoded = [live_recent_row(daemon, r) if live else r.encoded for r in shown]
+        part = (
+            b',"recent":['
+            + b",".join(encoded)
+            + b'],"recent_total":'
+            + str(snapshot.recent_total).encode()
+        )
+        if len(shown) > TRIM_AFTER_RUNS:
+            # Thousands of rows read, encoded and copied into the reply leave megabytes
+            # of freed heap behind: hand it back once the reply is written.
+            asyncio.get_running_loop().call_soon(memory.release_free_heap)
+        return part
