@@ -222,7 +222,7 @@ class Server:
             self.daemon.sandbox_problem = sandbox_probe()
             if self.daemon.sandbox_problem is not None:
                 log.error("agents cannot be sandboxed here: %s", self.daemon.sandbox_problem)
-        self._sink = LogSink(self.daemon.store, on_flush=self.metrics.log_records.inc)
+        self._sink = LogSink(self.daemon.store, self.metrics.log_records.inc, self.daemon.notices)
         self.runs = RunManager(self.daemon, self._groups, self._sink)
         # Whatever agents open on their worker sockets, the operator keeps room.
         self.runs.worker_sockets.budget = max(64, raise_open_file_limit() - OPERATOR_FD_RESERVE)
@@ -368,6 +368,8 @@ class Server:
                 loop.remove_signal_handler(sig)
         if self._server is not None:
             self._server.close()
+            if self.daemon is not None:  # held logs/events requests answer before the close
+                await self.daemon.notices.stop()
             for conn in list(self._connections):
                 conn.close()
             with contextlib.suppress(Exception):

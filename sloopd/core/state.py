@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import orjson
 
 from sloopd.core.config import Config
+from sloopd.core.notices import FeedNotices
 from sloopd.core.paths import Layout
 from sloopd.core.rows import Gate, QueueFacts
 from sloopd.ops.metrics import Metrics
@@ -54,6 +55,8 @@ class Daemon:
     metrics: Metrics | None = None
     # Why a sandbox cannot start on this host (the last probe), None when it can.
     sandbox_problem: str | None = None
+    # Held logs and events requests (long-poll), and the wake-ups writers send them.
+    notices: FeedNotices = field(default_factory=FeedNotices)
 
     def stalled_runs(self) -> int:
         return sum(1 for run in self.active_runs.values() if run.stall() is not None)
@@ -145,5 +148,8 @@ class Daemon:
                     "data": orjson.dumps(data or {}).decode(),
                 },
             )
+        # Inside an enclosing transaction too: a woken request reads on a later
+        # turn of the loop, after the (synchronous) commit.
+        self.notices.event_appended(ticket, run)
         if self.metrics is not None:
             self.metrics.events.inc()

@@ -32,6 +32,7 @@ MAX_REQUEST_BYTES: Final = 1024 * 1024
 MAX_INTEGER: Final = 2**53 - 1
 # Refs (ref, run, scope) are refused above this: the pattern rung's cost grows with it.
 MAX_REF_CHARS: Final = 1024
+MAX_WAIT_MS: Final = 60_000  # the longest logs/events may be held for news (0.7.0)
 
 OPERATOR_SOCKET_NAME: Final = "operator.sock"
 WORKER_SOCKET_DIR_NAME: Final = "w"
@@ -125,19 +126,20 @@ def _boolean(name: str, value: Any) -> bool:
     return value
 
 
-def _integer(name: str, value: Any, minimum: int | None) -> int:
+def _integer(name: str, value: Any, minimum: int | None, maximum: int = MAX_INTEGER) -> int:
     # bool is an int subclass in Python; JSON true is not a number.
     if isinstance(value, bool) or not isinstance(value, int):
         raise invalid_arguments(f"'{name}' must be an integer", field=name)
     if minimum is not None and value < minimum:
         raise invalid_arguments(f"'{name}' must be at least {minimum}", field=name)
-    if value > MAX_INTEGER:
-        raise invalid_arguments(f"'{name}' must be at most {MAX_INTEGER}", field=name)
+    if value > maximum:
+        raise invalid_arguments(f"'{name}' must be at most {maximum}", field=name)
     return value
 
 
 _positive_integer = partial(_integer, minimum=1)
 _non_negative_integer = partial(_integer, minimum=0)
+_wait_ms = partial(_integer, minimum=0, maximum=MAX_WAIT_MS)
 
 
 def _one_of(choices: tuple[str, ...]) -> Validator:
@@ -238,12 +240,14 @@ VERBS: Final[Mapping[str, Verb]] = {
             stage=Field(_nonempty_string),
             tail=Field(_positive_integer),
             after=Field(_string),
+            wait_ms=Field(_wait_ms),  # 0.7.0: long-poll
         ),
         _verb(
             "events",
             after=Field(_string),
             tail=Field(_positive_integer),
             scope=Field(_ref),
+            wait_ms=Field(_wait_ms),  # 0.7.0: long-poll
         ),
         _verb("brief", operator=False, worker=True),
         _verb("note", operator=False, worker=True, text=Field(_nonempty_string, required=True)),
@@ -257,12 +261,7 @@ VERBS: Final[Mapping[str, Verb]] = {
         ),
         _verb("status", deprecated=True),
         _verb("list", deprecated=True, ref=Field(_ref), limit=Field(_positive_integer)),
-        _verb(
-            "wait",
-            deprecated=True,
-            run=_REF,
-            timeout_ms=Field(_non_negative_integer),
-        ),
+        _verb("wait", deprecated=True, run=_REF, timeout_ms=Field(_non_negative_integer)),
         # Additive in 0.4.0 (documented in docs/protocol.md).
         _verb("gc"),
         _verb("pause", reason=Field(_nonempty_string)),

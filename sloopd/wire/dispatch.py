@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
+from typing import Any, Protocol
 
 import orjson
 
@@ -23,8 +23,47 @@ Handler = Callable[[dict[str, Any]], Result]
 Reply = bytes | Awaitable[bytes]
 
 
+class Waiting(Protocol):
+    """What a held request waits on (``sloopd.core.notices.Waiter``)."""
+
+    def cut(self) -> None:
+        """End the wait now; the answer is then the data as things are."""
+
+    def release(self) -> None:
+        """Forget the wait (idempotent): the reply was written, or will never be."""
+
+
+class Hold:
+    """A verb's answer that waits for news (``wait_ms``): ``answer`` gives the data.
+
+    The connection cuts the wait when its client half-closed (no one is left to
+    wait) or when it already holds its share of held requests, and releases it
+    once the reply is done, even if ``answer`` never ran (the client went away).
+    """
+
+    __slots__ = ("answer", "waiting")
+
+    def __init__(self, answer: Awaitable[Any], waiting: Waiting) -> None:
+        self.answer = answer
+        self.waiting = waiting
+
+
+class HeldReply:
+    """The reply line of a ``Hold``: awaited like any reply, cut and released by the connection."""
+
+    __slots__ = ("_line", "waiting")
+
+    def __init__(self, line: Coroutine[Any, Any, bytes], waiting: Waiting) -> None:
+        self._line = line
+        self.waiting = waiting
+
+    def __await__(self) -> Generator[Any, None, bytes]:
+        return self._line.__await__()
+
+
 def encode(envelope: dict[str, Any]) -> bytes:
-    return orjson.dumps(envelope) + b"\n"
+    # The newline is written by orjson: no second copy of a large reply.
+    return orjson.dumps(envelope, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def error_line(request_id: api.RequestId, err: ProtocolError) -> bytes:
@@ -71,6 +110,8 @@ class Dispatcher:
             return self._error(request_id, err, verb, started)
         except Exception as exc:
             return self._error(request_id, _unexpected(exc, request_id), verb, started)
+        if isinstance(result, Hold):
+            return HeldReply(self._finish(request_id, result.answer, verb, started), result.waiting)
         if isinstance(result, Awaitable):
             return self._finish(request_id, result, verb, started)
         reply = _encode_ok(request_id, result)
