@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Protocol
 
@@ -22,11 +24,17 @@ from prometheus_client import (
     Histogram,
     disable_created_metrics,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
 # generate_latest writes the 0.0.4 text format; say so whatever the library's default.
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from sloopd.store import Store
 from sloopd.util.clock import now_ms
@@ -86,43 +94,66 @@ class Metrics:
             ["vendor"],
             registry=r,
         )
-        self.requests = Counter(
-            "sloop_requests",
-            "Requests answered, by verb and code ('ok' or the error code).",
-            ["verb", "code"],
-            registry=r,
-        )
-        self.request_duration = Histogram(
-            "sloop_request_duration_seconds",
-            "Time to answer a request, by verb.",
-            ["verb"],
-            buckets=REQUEST_BUCKETS,
-            registry=r,
-        )
+        self._requests = _RequestTally()
+        r.register(self._requests)
         self.log_records = Counter("sloop_log_records", "Log records appended.", registry=r)
         self.events = Counter("sloop_events", "Events appended.", registry=r)
         build = Gauge("sloop_build_info", "Build information.", ["version"], registry=r)
         build.labels(api.SOFTWARE_VERSION).set(1)
-        self._request_children: dict[tuple[str, str], Counter] = {}
-        self._duration_children: dict[str, Histogram] = {}
-
-    def observe_request(self, verb: str, code: str, seconds: float) -> None:
-        # Label children are looked up once: this runs on every request.
-        key = (verb, code)
-        child = self._request_children.get(key)
-        if child is None:
-            child = self._request_children[key] = self.requests.labels(verb, code)
-        child.inc()
-        timer = self._duration_children.get(verb)
-        if timer is None:
-            timer = self._duration_children[verb] = self.request_duration.labels(verb)
-        timer.observe(seconds)
+        self.observe_request = self._requests.observe
 
     def watch(self, daemon: Observed) -> None:
         self.registry.register(_StoreCollector(daemon))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _RequestTally(Collector):
+    """Requests by verb and code, and their durations by verb, counted in plain ints.
+
+    It runs on every request: prometheus_client's counters and histograms take a
+    lock per update (1.3 µs of a 23 µs ``logs`` page), plain ints do not.  The
+    exposition is the same series (``sloop_requests_total``,
+    ``sloop_request_duration_seconds_*``), built at scrape time.
+    """
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str], int] = {}
+        self._buckets: dict[str, list[int]] = {}
+        self._sums: dict[str, float] = {}
+
+    def observe(self, verb: str, code: str, seconds: float) -> None:
+        key = (verb, code)
+        self._counts[key] = self._counts.get(key, 0) + 1
+        buckets = self._buckets.get(verb)
+        if buckets is None:
+            buckets = self._buckets[verb] = [0] * (len(REQUEST_BUCKETS) + 1)
+        buckets[bisect_left(REQUEST_BUCKETS, seconds)] += 1  # the first bound >= seconds
+        self._sums[verb] = self._sums.get(verb, 0.0) + seconds
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "sloop_requests",
+            "Requests answered, by verb and code ('ok' or the error code).",
+            labels=["verb", "code"],
+        )
+        for (verb, code), count in self._counts.items():
+            requests.add_metric([verb, code], count)
+        yield requests
+        durations = HistogramMetricFamily(
+            "sloop_request_duration_seconds", "Time to answer a request, by verb.", labels=["verb"]
+        )
+        for verb, counts in self._buckets.items():
+            cumulative, total = [], 0
+            for bound, count in zip((*REQUEST_BUCKETS, math.inf), counts, strict=True):
+                total += count
+                cumulative.append((floatToGoString(bound), float(total)))  # type: ignore[no-untyped-call]
+            durations.add_metric([verb], cumulative, sum_value=self._sums[verb])
+        yield durations
 
 
 class _StoreCollector(Collector):

@@ -320,25 +320,21 @@ FROM events INDEXED BY events_project WHERE project = ?
 ORDER BY position DESC LIMIT ?
 
 -- A pattern scope merges its tickets' ranges of the covering (ticket, position)
--- index lazily: each ticket's first position after the cursor (its last, for a
--- tail), then more of a ticket only when the merge reaches it; then only the
--- page's events are read.
+-- index lazily: each ticket's first ?3 positions after the cursor (its last,
+-- for a tail) in one query, then more of a ticket only when the merge has used
+-- them; then only the page's events are read.
 
 -- name: events_ticket_heads
-SELECT head, ticket FROM (
-    SELECT (SELECT position FROM events INDEXED BY events_ticket
-            WHERE ticket = t.value AND position > ?2 ORDER BY position LIMIT 1) AS head,
-           t.value AS ticket
-    FROM json_each(?1) AS t)
-WHERE head IS NOT NULL
+SELECT t.value, (SELECT group_concat(position) FROM (
+    SELECT position FROM events INDEXED BY events_ticket
+    WHERE ticket = t.value AND position > ?2 ORDER BY position LIMIT ?3))
+FROM json_each(?1) AS t
 
 -- name: events_ticket_heads_desc
-SELECT head, ticket FROM (
-    SELECT (SELECT position FROM events INDEXED BY events_ticket
-            WHERE ticket = t.value AND position > ?2 ORDER BY position DESC LIMIT 1) AS head,
-           t.value AS ticket
-    FROM json_each(?1) AS t)
-WHERE head IS NOT NULL
+SELECT t.value, (SELECT group_concat(position) FROM (
+    SELECT position FROM events INDEXED BY events_ticket
+    WHERE ticket = t.value AND position > ?2 ORDER BY position DESC LIMIT ?3))
+FROM json_each(?1) AS t
 
 -- name: events_ticket_positions
 SELECT position FROM events INDEXED BY events_ticket WHERE ticket = ? AND position > ?

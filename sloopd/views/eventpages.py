@@ -4,9 +4,10 @@ Unscoped, run, ticket and project scopes are each one range of an index in
 position order (a project's events carry its name: ``events_project``).  A
 pattern scope matches tickets (the matches are cached per pattern and topped
 up with the tickets posted since) and merges their ranges of the
-``(ticket, position)`` index lazily: one head per ticket, then more of a
-ticket only when the merge reaches it, so a page reads about a page plus one
-row per matched ticket, not a page per ticket.
+``(ticket, position)`` index lazily: a few positions per ticket (about two
+pages in all, at least one per ticket), then more of a ticket only when the
+merge has used what it read, so a page reads about a page plus a row or two
+per matched ticket, not a page per ticket.
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ from sloopd.store import Store
 
 EVENTS_PAGE_EVENTS: Final = 100
 CACHED_PATTERNS: Final = 256
-# A ticket the merge reaches again is read this many positions at a time (then more).
-REFILL_FIRST: Final = 4
 
 EventRow = tuple[int, str]  # (position, the event's wire JSON)
 
@@ -115,32 +114,41 @@ def _merge(
 ) -> list[int]:
     """The first (last) ``want`` positions after ``after`` over the tickets' ranges.
 
-    A heap holds each ticket's next position; a ticket is read further only
-    when the merge takes its buffered positions, in batches that grow.
+    One query reads each ticket's first few positions (about two pages in all);
+    a heap merges them, and a ticket is read further only when the merge has
+    taken all it read of it, in batches that grow.
     """
+    ahead = min(want, max(2, -(-2 * want // len(tickets))))  # per ticket, rounded up
     heads_query = "events_ticket_heads_desc" if descending else "events_ticket_heads"
-    heads = store.all(heads_query, (orjson.dumps(list(tickets)).decode(), after))
+    heads = store.all(heads_query, (orjson.dumps(list(tickets)).decode(), after, ahead))
     sign = -1 if descending else 1
-    heap = [(sign * int(position), str(ticket)) for position, ticket in heads]
-    heapq.heapify(heap)
     buffered: dict[str, deque[int]] = {}
-    batch: dict[str, int] = {}
+    more: dict[str, int] = {}  # ticket -> how many to read next time (absent: it has no more)
+    heap: list[tuple[int, str]] = []
+    for ticket, joined in heads:
+        if joined is None:
+            continue
+        found = deque(int(p) for p in str(joined).split(","))
+        if len(found) == ahead:
+            more[ticket] = ahead * 4
+        heap.append((sign * found.popleft(), ticket))
+        buffered[ticket] = found
+    heapq.heapify(heap)
     chosen: list[int] = []
     while heap and len(chosen) < want:
         signed, ticket = heapq.heappop(heap)
         position = sign * signed
         chosen.append(position)
-        if len(chosen) >= want:
-            break
-        queue = buffered.get(ticket)
-        if not queue:
-            size = min(batch.get(ticket, REFILL_FIRST), want - len(chosen))
-            batch[ticket] = size * 4
+        queue = buffered[ticket]
+        if not queue and ticket in more and len(chosen) < want:
+            size = min(more.pop(ticket), want - len(chosen))
             if descending:
-                found = store.all("events_ticket_positions_before", (ticket, after, position, size))
+                rows = store.all("events_ticket_positions_before", (ticket, after, position, size))
             else:
-                found = store.all("events_ticket_positions", (ticket, position, size))
-            queue = buffered[ticket] = deque(int(r[0]) for r in found)
+                rows = store.all("events_ticket_positions", (ticket, position, size))
+            queue.extend(int(r[0]) for r in rows)
+            if len(rows) == size:
+                more[ticket] = size * 4
         if queue:
             heapq.heappush(heap, (sign * queue.popleft(), ticket))
     return chosen

@@ -15,7 +15,7 @@ exactly the range it answers: one query.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
 
@@ -72,8 +72,7 @@ def _claims_unstaged(flow: Flow, selector: Selector) -> bool:
     return selector.stage == first_agent and selector.attempt in (None, 1)
 
 
-@dataclass(frozen=True, slots=True)
-class LogPage:
+class LogPage(NamedTuple):
     data: orjson.Fragment  # the reply's data, whole
     records: int
 
