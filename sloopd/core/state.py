@@ -61,6 +61,9 @@ class Daemon:
     def stalled_runs(self) -> int:
         return sum(1 for run in self.active_runs.values() if run.stall() is not None)
 
+    def held_requests(self) -> int:
+        return self.notices.held
+
     def gate_state(self) -> tuple[str, int | None]:
         """The gate's state and, in cooldown, when it ends (metrics read this)."""
         until = self.gate.until_ms if self.gate.state == "cooldown" else None
