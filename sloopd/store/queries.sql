@@ -9,11 +9,8 @@ UPDATE tickets SET id = 'T' || ordinal WHERE ordinal = last_insert_rowid()
 RETURNING id
 
 -- name: ticket_refresh
--- A ticket moved to another project takes its events along (events_project
--- serves project scopes); the old project is read before the ticket row
--- changes, and when it did not change the constant condition skips the scan.
-UPDATE events SET project = :project
-WHERE ticket = :id AND (SELECT project FROM tickets WHERE id = :id) IS NOT :project;
+-- (A ticket moved to another project takes its events along: the trigger
+-- tickets_project_moves in schema.sql.)
 UPDATE tickets
 SET title = :title, body = :body, project = :project, flow = :flow, priority = :priority,
     manual = :manual, updated_at_ms = :now

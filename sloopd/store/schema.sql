@@ -79,6 +79,13 @@ CREATE TABLE events (
 CREATE INDEX events_ticket ON events (ticket, position);
 CREATE INDEX events_run ON events (run, position);
 CREATE INDEX events_project ON events (project, position);
+-- A ticket that moves to another project (a re-post) takes its events along,
+-- so events_project keeps serving project scopes; only when the project changed.
+CREATE TRIGGER tickets_project_moves AFTER UPDATE OF project ON tickets
+WHEN old.project IS NOT new.project
+BEGIN
+    UPDATE events SET project = new.project WHERE ticket = new.id;
+END;
 
 -- The walk's source of truth: a run's steps, appended, never updated.
 -- kind: stage_started | stage_finished | seat_started | seat_finished |

@@ -196,6 +196,10 @@ def test_a_fresh_store_and_a_migrated_store_have_the_same_structure(tmp_path: Pa
     for name in fresh.tables:
         assert fresh.tables[name] == migrated.tables[name], name
     assert {"tickets", "triggers", "runs", "events", "schema_migrations"} <= set(fresh.tables)
+    # Schema triggers too (the tables named "triggers" are queue triggers, not these).
+    sql = "SELECT name, tbl_name FROM sqlite_master WHERE type = 'trigger' ORDER BY name"
+    assert query(tmp_path / "fresh", sql) == query(tmp_path / "old", sql)
+    assert query(tmp_path / "fresh", sql) == [("tickets_project_moves", "tickets")]
 
 
 def test_a_fresh_store_records_every_migration(tmp_path: Path) -> None:
