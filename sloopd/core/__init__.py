@@ -2,7 +2,8 @@
 
 Owns the repository and socket layout (``paths``), the validated
 ``sloop.toml`` (``config``), the daemon's shared state (``state``), wire rows
-built from store rows (``rows``) and batched log ingestion (``logsink``).
+built from store rows (``rows``), batched log ingestion (``logsink``) and
+the requests held for news on the feeds (``notices``).
 May import ``wire``, ``store``, ``util``, ``vendor``, ``flows`` and ``ops``;
 it names runs in flight by the ``LiveRun`` interface, never by the runs layer.
 """
