@@ -99,6 +99,7 @@ class LogSink:
         self._soon = False  # the timer is the next turn of the loop, not FLUSH_INTERVAL
         self._on_flush = on_flush
         self._notices = notices
+        self._followed = notices.followed_runs if notices is not None else None
         # Counts the batches committed: what a reader knew of the log holds until it moves.
         self.generation = 0
         # Set while the store refuses writes: the reason, for the loss records.
@@ -118,24 +119,65 @@ class LogSink:
         extra: dict[str, Any] | None = None,
     ) -> None:
         """Buffer one record; never raises, whatever the store does."""
-        ts = now_ms() if ts_ms is None else ts_ms
-        if self.failing is not None and len(self._pending) >= MAX_HELD_RECORDS:
-            self._drop((run, stage, attempt), stream, len(text.encode(errors="replace")), ts)
-            return
-        try:
-            self._buffer(run, stage, attempt, stream, text, split, ts, extra)
-        except StoreUnavailable as exc:  # reading the last cursor failed
-            self._failed(exc)
-            self._drop((run, stage, attempt), stream, len(text.encode(errors="replace")), ts)
+        ts = time.time_ns() // 1_000_000 if ts_ms is None else ts_ms
+        counters = self._executions.get((run, stage, attempt))
+        if counters is not None and not (split or extra) and self.failing is None:
+            # The common line, inline (this runs for every line a child prints).
+            position = counters.run[0] = counters.run[0] + 1
+            stage_position = counters.stage[0] = counters.stage[0] + 1
+            execution_position = counters.execution = counters.execution + 1
+            stream_json = _STREAM_JSON.get(stream) or _stream_json(stream)
+            body = (
+                f'{{"cursor":"{position}","ts_ms":{ts},{counters.tag}"stream":{stream_json},'
+                f'"text":{orjson.dumps(text).decode()}}}'
+            )
+            self._pending.append(
+                (
+                    run,
+                    position,
+                    stage,
+                    attempt,
+                    stage_position,
+                    execution_position,
+                    stream,
+                    ts,
+                    body,
+                )
+            )
+            self._pending_last[run] = position
+        elif not self._buffer_or_drop(run, stage, attempt, stream, text, split, ts, extra):
             return
         if len(self._pending) >= FLUSH_RECORDS and self.failing is None:
             self.flush()
-        elif self._notices is not None and self._notices.waits_on_log(run):
+        elif self._followed is not None and run in self._followed:
             # A follower is held for this run: it sees the line at the next turn.
             if not self._soon and self.failing is None:
                 self._schedule(0)
         elif self._timer is None:
             self._schedule(FLUSH_INTERVAL)
+
+    def _buffer_or_drop(
+        self,
+        run: str,
+        stage: str | None,
+        attempt: int | None,
+        stream: str,
+        text: str,
+        split: bool,
+        ts: int,
+        extra: dict[str, Any] | None,
+    ) -> bool:
+        """The other lines: an execution's first, a split piece, a store refusing writes."""
+        if self.failing is not None and len(self._pending) >= MAX_HELD_RECORDS:
+            self._drop((run, stage, attempt), stream, len(text.encode(errors="replace")), ts)
+            return False
+        try:
+            self._buffer(run, stage, attempt, stream, text, split, ts, extra)
+        except StoreUnavailable as exc:  # reading the last cursor failed
+            self._failed(exc)
+            self._drop((run, stage, attempt), stream, len(text.encode(errors="replace")), ts)
+            return False
+        return True
 
     def _drop(self, execution: Execution, stream: str, size: int, ts: int) -> None:
         reason = self.failing or "the store cannot be written"
@@ -247,7 +289,7 @@ class LogSink:
         batch = self._pending
         try:
             with self._store.writer.transaction() as tx:
-                tx.run_many("log_insert", batch)
+                tx.insert_many("log_insert", batch)
         except StoreUnavailable as exc:
             self._failed(exc)
             return False

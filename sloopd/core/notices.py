@@ -75,6 +75,8 @@ class FeedNotices:
     def __init__(self, limit: int = MAX_HELD) -> None:
         self.limit = limit
         self._waiters: dict[tuple[str, str], set[Waiter]] = {}
+        # The runs some held logs request follows (the log sink asks for every line).
+        self.followed_runs: set[str] = set()
         self._held = 0
         self._idle: asyncio.Event | None = None
         self.stopping = False
@@ -102,6 +104,8 @@ class FeedNotices:
         waiter = Waiter(self, keys, timeout_s)
         for key in keys:
             self._waiters.setdefault(key, set()).add(waiter)
+            if key[0] == "run-log":
+                self.followed_runs.add(key[1])
         self._held += 1
         return waiter
 
@@ -114,13 +118,12 @@ class FeedNotices:
                 waiting.discard(waiter)
                 if not waiting:
                     del self._waiters[key]
+                    if key[0] == "run-log":
+                        self.followed_runs.discard(key[1])
         if found:
             self._held -= 1
             if self._held == 0 and self._idle is not None:
                 self._idle.set()
-
-    def waits_on_log(self, run: str) -> bool:
-        return ("run-log", run) in self._waiters
 
     def _wake(self, key: tuple[str, str]) -> None:
         for waiter in list(self._waiters.get(key, ())):
