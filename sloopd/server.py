@@ -32,7 +32,7 @@ from sloopd.runs.runner import RunManager
 from sloopd.runs.sandbox import probe as sandbox_probe
 from sloopd.store import Store, StoreLock, StoreTooNew, StoreUnavailable
 from sloopd.util import subproc
-from sloopd.verbs import operator_handlers, refused_handlers
+from sloopd.verbs import operator_dispatcher, operator_handlers, refused_handlers
 from sloopd.wire import api
 from sloopd.wire.connection import LISTEN_BACKLOG, Connection
 from sloopd.wire.dispatch import Dispatcher, OperatorDispatcher, RefusingDispatcher
@@ -295,7 +295,7 @@ class Server:
         if self.runs is None:
             dispatcher = OperatorDispatcher(refused_handlers(self.daemon))
         else:
-            dispatcher = OperatorDispatcher(operator_handlers(self.daemon, self.runs))
+            dispatcher = operator_dispatcher(operator_handlers(self.daemon, self.runs))
         loop = asyncio.get_running_loop()
 
         dispatcher.observer = self.metrics.observe_request

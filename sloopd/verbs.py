@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sloopd.core import rows
@@ -14,7 +14,7 @@ from sloopd.runs.runner import RunManager
 from sloopd.util.clock import now_ms
 from sloopd.views import feeds, show
 from sloopd.wire import api
-from sloopd.wire.dispatch import Handler
+from sloopd.wire.dispatch import Handler, OperatorDispatcher
 
 WAIT_DEFAULT_TIMEOUT_MS = 30_000
 ABORTED_BY_OPERATOR = "aborted by the operator"
@@ -25,6 +25,7 @@ class OperatorVerbs:
         self.daemon = daemon
         self.runs = runs
         self._background: set[asyncio.Future[None]] = set()
+        self.logs = feeds.Logs(self.daemon, self.runs.sink)
 
     def handlers(self) -> dict[str, Handler]:
         return {
@@ -40,7 +41,7 @@ class OperatorVerbs:
             "gc": self.gc,
             "pause": self.pause,
             "resume": self.resume,
-            "logs": feeds.Logs(self.daemon, self.runs.sink).page,
+            "logs": self.logs.page,
             "events": feeds.Events(self.daemon).page,
         }
 
@@ -130,6 +131,14 @@ class OperatorVerbs:
 
 def operator_handlers(daemon: Daemon, runs: RunManager) -> dict[str, Handler]:
     return OperatorVerbs(daemon, runs).handlers()
+
+
+def operator_dispatcher(handlers: Mapping[str, Handler]) -> OperatorDispatcher:
+    """The operator socket's dispatcher: the hot ``logs`` page on dispatch's fast path
+    (the same ``feeds.Logs`` as its handler, so both share the run lookups)."""
+    logs = getattr(handlers.get("logs"), "__self__", None)
+    fast = {"logs": logs.fast} if isinstance(logs, feeds.Logs) else {}
+    return OperatorDispatcher(handlers, fast=fast)
 
 
 def refused_handlers(daemon: Daemon) -> dict[str, Handler]:

@@ -21,11 +21,19 @@ from sloopd.core.state import Daemon
 from sloopd.store import Store
 from sloopd.views.eventpages import EVENTS_PAGE_EVENTS as EVENTS_PAGE_EVENTS
 from sloopd.views.eventpages import PatternTickets, Scope, scope_of
-from sloopd.views.logpages import EVERY_RECORD, LogPages, Selector, parse_selector
+from sloopd.views.logpages import (
+    EVERY_RECORD,
+    MAX_CURSOR_DIGITS,
+    LogPages,
+    Selector,
+    parse_selector,
+)
 from sloopd.views.logpages import LOGS_PAGE_RECORDS as LOGS_PAGE_RECORDS
 from sloopd.views.logpages import parse_cursor as parse_cursor
 from sloopd.views.runfacts import RunFacts, RunLookup
 from sloopd.wire.dispatch import Hold
+
+_FAST_ARGS = frozenset({"run", "after"})
 
 
 class Logs:
@@ -33,6 +41,29 @@ class Logs:
         self.daemon = daemon
         self.runs = RunLookup(daemon)
         self.pages = LogPages(sink)
+
+    def fast(self, args: dict[str, Any]) -> orjson.Fragment | None:
+        """The hot request: ``{run, after?}`` naming a run already looked up.
+
+        Its page, with the checks ``page`` would make of exactly these arguments
+        (a cached reference passed them when it was first resolved); None for
+        anything else, which ``page`` then answers (wire.dispatch's fast path).
+        """
+        store = self.daemon.store
+        if store is None or not args.keys() <= _FAST_ARGS:
+            return None
+        ref, after = args.get("run"), args.get("after")
+        facts = self.runs.cached(ref) if type(ref) is str else None
+        if facts is None:
+            return None
+        cursor = 0
+        if after is not None:
+            if type(after) is not str or not after.isascii() or not after.isdigit():
+                return None
+            if len(after) > MAX_CURSOR_DIGITS:
+                return None
+            cursor = int(after)
+        return self.pages.page(store, facts, EVERY_RECORD, cursor, None).data
 
     def page(self, args: dict[str, Any]) -> orjson.Fragment | Hold:
         store = self.daemon.require_store()

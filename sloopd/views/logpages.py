@@ -26,13 +26,14 @@ from sloopd.views.runfacts import RunFacts
 from sloopd.wire.api import invalid_arguments
 
 LOGS_PAGE_RECORDS: Final = 100
+MAX_CURSOR_DIGITS: Final = 18  # a cursor is a position: it fits SQLite's 64-bit integers
 _JSON_BOOL: Final = ("false", "true")
 
 
 def parse_cursor(field: str, value: str | None) -> int:
     if value is None:
         return 0
-    if not (value.isascii() and value.isdigit()) or len(value) > 18:
+    if not (value.isascii() and value.isdigit()) or len(value) > MAX_CURSOR_DIGITS:
         raise invalid_arguments(f"'{field}' is not a cursor this daemon issued", field=field)
     return int(value)
 

@@ -74,6 +74,10 @@ class RunLookup:
         self._by_id[run_id] = facts
         return facts
 
+    def cached(self, ref: str) -> RunFacts | None:
+        """The run ``ref`` named when it was last looked up, if it was."""
+        return self._by_ref.get(ref)
+
     def _settled(self, run_id: str) -> None:
         facts = self._by_id.get(run_id)
         if facts is not None:
