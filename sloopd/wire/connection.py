@@ -68,6 +68,14 @@ class Connection(asyncio.Protocol):
                 self._handle_line = self._refuse_line
 
     def data_received(self, data: bytes) -> None:
+        if not self._buffer and not self._discarding and data.find(b"\n") == len(data) - 1:
+            # One whole line, the common case: straight from the read, no buffer.
+            line = data[:-1]
+            if len(line) > api.MAX_REQUEST_BYTES:
+                self._submit(error_line(None, OVERLONG_LINE))
+            elif line.strip():
+                self._submit(self._handle_line(line))
+            return
         buffer = self._buffer
         buffer += data
         start = 0
