@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 import orjson
@@ -64,19 +65,23 @@ class PatternTickets:
         self._matched: dict[str, tuple[int, list[str]]] = {}
 
     def matching(self, store: Store, pattern: str) -> tuple[str, ...]:
-        expression = refs.pattern(pattern, field="scope")
-        seen, matched = self._matched.get(pattern, (0, []))
+        cached = self._matched.get(pattern)
+        # A pattern not seen before is compiled (and refused when invalid) at once.
+        expression = refs.pattern(pattern, field="scope") if cached is None else None
+        seen, matched = cached if cached is not None else (0, [])
         rows = store.all("tickets_since", (seen,))
         if rows:
+            expression = expression or refs.pattern(pattern, field="scope")
             matched = matched + [t for _, t, name in rows if refs.matches(expression, t, name)]
             seen = int(rows[-1][0])
-            if pattern not in self._matched and len(self._matched) >= CACHED_PATTERNS:
+        if cached is None or rows:
+            if cached is None and len(self._matched) >= CACHED_PATTERNS:
                 self._matched.clear()
             self._matched[pattern] = (seen, matched)
         return tuple(matched)
 
 
-def scope_of(store: Store, repo: Any, patterns: PatternTickets, scope: str | None) -> Scope:
+def scope_of(store: Store, repo: Path, patterns: PatternTickets, scope: str | None) -> Scope:
     """The same ladder as ``show``: tickets cover their runs, runs themselves."""
     if scope is None:
         return UNSCOPED
