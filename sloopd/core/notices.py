@@ -18,6 +18,7 @@ wait at once and refuses new ones.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterable
 from typing import Final
 
@@ -42,6 +43,8 @@ class Waiter:
         self._future: asyncio.Future[bool] = loop.create_future()
         self._timer = loop.call_later(timeout_s, self._end)
         self.ended = False  # deadline passed, cut short or daemon stopping: answer now
+        self._since = time.perf_counter()
+        self.waited_s = 0.0  # how long it waited so far (request metrics leave it out)
 
     def wake(self) -> None:
         if not self._future.done():
@@ -61,6 +64,7 @@ class Waiter:
         if self.ended:
             return False
         woken = await self._future
+        self.waited_s = time.perf_counter() - self._since
         if woken and not self.ended:
             self._future = asyncio.get_running_loop().create_future()
         return woken and not self.ended

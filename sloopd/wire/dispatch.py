@@ -32,6 +32,10 @@ class Waiting(Protocol):
     def release(self) -> None:
         """Forget the wait (idempotent): the reply was written, or will never be."""
 
+    @property
+    def waited_s(self) -> float:
+        """Seconds spent waiting: a request's duration in the metrics leaves them out."""
+
 
 class Hold:
     """A verb's answer that waits for news (``wait_ms``): ``answer`` gives the data.
@@ -118,7 +122,7 @@ class Dispatcher:
             return self._error(request_id, _unexpected(exc, request_id), verb, started)
         if type(result) is not dict and type(result) is not orjson.Fragment:
             if isinstance(result, Hold):
-                answer = self._finish(request_id, result.answer, verb, started)
+                answer = self._finish(request_id, result.answer, verb, started, result.waiting)
                 return HeldReply(answer, result.waiting)
             if isinstance(result, Awaitable):
                 return self._finish(request_id, result, verb, started)
@@ -148,7 +152,12 @@ class Dispatcher:
             self.observer(verb, code, time.perf_counter() - started)
 
     async def _finish(
-        self, request_id: api.RequestId, pending: Awaitable[Any], verb: str, started: float
+        self,
+        request_id: api.RequestId,
+        pending: Awaitable[Any],
+        verb: str,
+        started: float,
+        waiting: Waiting | None = None,
     ) -> bytes:
         try:
             data = await pending
@@ -157,7 +166,8 @@ class Dispatcher:
             return self._error(request_id, err, verb, started)
         except Exception as exc:
             return self._error(request_id, _unexpected(exc, request_id), verb, started)
-        self._observe(verb, "ok", started)
+        # A held request's wait is the client's choice, not time spent answering it.
+        self._observe(verb, "ok", started + (waiting.waited_s if waiting is not None else 0.0))
         return reply
 
 
