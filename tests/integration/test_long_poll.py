@@ -318,6 +318,9 @@ def test_held_requests_keep_reply_order_end_on_half_close_and_cost_nothing_idle(
         first, second = pipelined.reply(), pipelined.reply()
         assert (first["id"], second["id"]) == ("h0", "h1")
         assert first["data"]["records"] == [] and second["data"] == {"removed": []}
+    # The request metrics count answering, not the wait the client asked for.
+    spent = metrics_sample(port, 'sloop_request_duration_seconds_sum{verb="logs"}')
+    assert spent is not None and spent < 0.4
 
     # A connection holds at most 16; the rest of its requests answer in their turn.
     events = {"verb": "events", "after": bench.ok("events", {"tail": 1})["next_cursor"]}
