@@ -14,6 +14,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from benchmarks.common import Table, count, sandbox
 from benchmarks.fixtures import EventStore, build_event_store
 from benchmarks.paging import (
@@ -44,6 +46,11 @@ def hot_ticket(s: EventStore) -> str:
 
 def hot_run(s: EventStore) -> str:
     return s.runs[hot_ticket(s)][0]
+
+
+def pattern_tickets(s: EventStore) -> list[str]:
+    expression = re.compile(PATTERN, re.IGNORECASE)
+    return [t for t, n, _ in s.tickets if expression.search(n)]
 
 
 def in_project(s: EventStore, event: dict[str, Any]) -> bool:
@@ -128,8 +135,15 @@ def plan_queries(s: EventStore) -> list[tuple[str, tuple[Any, ...]]]:
         ("events_ticket_tail", (hot_ticket(s), PAGE)),
         ("events_run_page", (hot_run(s), mid, PAGE + 1)),
         ("events_run_tail", (hot_run(s), PAGE)),
-        ("tickets_in_project", (PROJECT,)),
-        ("ticket_ids_all", ()),
+        ("project_exists", (PROJECT,)),
+        ("events_project_page", (PROJECT, mid, PAGE + 1)),
+        ("events_project_tail", (PROJECT, PAGE)),
+        ("tickets_since", (0,)),
+        ("events_ticket_heads", (orjson.dumps(pattern_tickets(s)).decode(), mid, 5)),
+        ("events_ticket_heads_desc", (orjson.dumps(pattern_tickets(s)).decode(), mid, 5)),
+        ("events_ticket_positions", (hot_ticket(s), mid, PAGE)),
+        ("events_ticket_positions_before", (hot_ticket(s), mid, mid + 1000, PAGE)),
+        ("events_at_positions", (orjson.dumps(list(range(mid, mid + PAGE))).decode(),)),
     ]
 
 

@@ -130,6 +130,7 @@ def plan_queries(store_info: LogStore) -> list[tuple[str, tuple[Any, ...]]]:
         ("run_id_by_id", (run,)),
         ("run_by_id", (run,)),
         ("logs_has_unstaged", (run,)),
+        ("logs_range", (run, mid, mid + PAGE, "]}")),
         ("logs_page", (run, mid, PAGE + 1)),
         ("logs_tail_start", (run, 0, PAGE - 1)),
         ("logs_more", (run, mid)),
@@ -160,7 +161,9 @@ def run(quick: bool) -> Table:
             prepared = {}
             for n in (small, large):
                 daemon = daemon_on(facts[n].state_dir, stores[n])
-                handle = OperatorDispatcher({"logs": Logs(daemon, LogSink(stores[n])).page})
+                logs = Logs(daemon, LogSink(stores[n]))
+                # As the daemon dispatches: the plainest pages on the fast path.
+                handle = OperatorDispatcher({"logs": logs.page}, fast={"logs": logs.fast})
                 prepared[n] = prepare(
                     count(n),
                     "logs",

@@ -27,7 +27,7 @@ from sloopctl import streams
 from sloopctl.client import Client
 from sloopctl.invoke import EXIT_OK, answer, common_options, connected, options
 from sloopctl.layout import Paint, colour_enabled, painter, text
-from sloopctl.polling import Pace, Sleep, json_wanted, page_data, present, rows
+from sloopctl.polling import FeedWait, Pace, Sleep, json_wanted, page_data, present, rows
 
 _STREAM_STYLE: Final = {"stderr": "yellow", "note": "cyan", "system": "dim"}
 
@@ -103,10 +103,12 @@ def read_logs(
     as_json = json_wanted()
     paint = painter(colour_enabled(sys.stdout))
     args = {**base, "tail": tail} if tail is not None else dict(base)
-    pace = Pace()
-    first = True
+    pace, poll = Pace(), FeedWait()
+    first, caught_up = True, False
     while True:
-        reply = client.call("logs", args)
+        reply = client.call("logs", poll.args(args, caught_up))
+        if poll.refused(reply):
+            continue  # an older daemon: the same request without wait_ms, then polls
         if not reply.ok:
             return answer("logs", reply)
         page = page_data(reply, "records", "next_cursor", "complete")
@@ -128,7 +130,10 @@ def read_logs(
             return EXIT_OK
         args = {**base, "after": page["next_cursor"]}
         first = False
-        if complete:  # caught up with a run still in flight
+        # Caught up with a run still in flight: the next request waits for news
+        # in the daemon (long-poll) or, with an older daemon, after a pause here.
+        caught_up = complete
+        if complete and not poll.supported:
             sleep(pace.after(bool(records)))
 
 
@@ -156,8 +161,10 @@ def logs(run_ref: str, stage: str | None, tail: int | None, follow: bool) -> Non
     """A run's output, one '[stage#attempt stream] text' line per record.
 
     RUN is a run id or alias.  Without --follow it prints what is there now;
-    with --follow it keeps polling and exits 0 once the run has settled and
-    its last record was printed.
+    with --follow it keeps reading and exits 0 once the run has settled and
+    its last record was printed.  Once caught up, each request waits in the
+    daemon until a new line is stored (long-poll), so a line shows as soon as
+    it is printed; an older daemon is polled instead.
     """
     base = present(run=run_ref, stage=stage)
     with connected() as client:
@@ -175,10 +182,12 @@ def read_events(
     as_json = json_wanted()
     base = present(scope=scope)
     args = {**base, "tail": tail} if tail is not None else dict(base)
-    pace = Pace()
-    first = True
+    pace, poll = Pace(), FeedWait()
+    first, waiting = True, False
     while True:
-        reply = client.call("events", args)
+        reply = client.call("events", poll.args(args, waiting))
+        if poll.refused(reply):
+            continue  # an older daemon: the same request without wait_ms, then polls
         if not reply.ok:
             return answer("events", reply)
         page = page_data(reply, "events", "next_cursor")
@@ -195,8 +204,10 @@ def read_events(
         if caught_up and not follow:
             return EXIT_OK
         args = {**base, "after": page["next_cursor"]}
-        first = False
-        if caught_up:
+        # Following, every later request may wait in the daemon: with news it is
+        # answered at once anyway, so a full page costs no extra round trip.
+        first, waiting = False, follow
+        if caught_up and not poll.supported:
             sleep(pace.after(bool(events)))
 
 
@@ -207,7 +218,12 @@ def read_events(
     help="Only the events of a ticket (with its runs), a run, a project or a ticket pattern.",
 )
 @click.option("--tail", type=click.IntRange(min=1), metavar="N", help="Start at the newest N.")
-@click.option("-f", "--follow", is_flag=True, help="Keep polling for new events until Ctrl-C.")
+@click.option(
+    "-f",
+    "--follow",
+    is_flag=True,
+    help="Keep reading new events until Ctrl-C (each request waits in the daemon for news).",
+)
 @common_options
 def events(scope: str | None, tail: int | None, follow: bool) -> None:
     """The activity feed: one 'time kind ticket run data' line per event.

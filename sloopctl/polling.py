@@ -16,10 +16,14 @@ from sloopctl.client import Client, Reply
 from sloopctl.invoke import EXIT_PROTOCOL, Options, fail
 
 # How long a follower waits before asking again once it has caught up: the
-# shortest wait right after news, growing while nothing happens.
+# shortest wait right after news, growing while nothing happens.  Only against
+# a daemon without long-poll: one that knows ``wait_ms`` holds the request.
 POLL_MIN_S: Final = 0.2
 POLL_MAX_S: Final = 0.5
 POLL_GROWTH: Final = 1.5
+# A caught-up follower asks the daemon to hold its next request this long
+# until there is news (``wait_ms``, protocol 0.7.0).
+FOLLOW_WAIT_MS: Final = 30_000
 
 Sleep = Callable[[float], None]
 
@@ -45,6 +49,32 @@ def page_data(reply: Reply, *fields: str) -> dict[str, Any]:
 def rows(value: Any) -> list[dict[str, Any]]:
     """The objects of a JSON array in a page; nothing when it is no array."""
     return [r for r in value if isinstance(r, dict)] if isinstance(value, list) else []
+
+
+class FeedWait:
+    """Whether a ``logs``/``events`` follower sends ``wait_ms``: until the daemon refuses it.
+
+    (``LongPoll`` below is the same negotiation for ``show --follow``, which also
+    carries the ``epoch`` it waits on.)
+    """
+
+    def __init__(self) -> None:
+        self.supported = True
+
+    def args(self, args: dict[str, Any], caught_up: bool) -> dict[str, Any]:
+        """The request: held by the daemon once the follower has caught up."""
+        return {**args, "wait_ms": FOLLOW_WAIT_MS} if caught_up and self.supported else args
+
+    def refused(self, reply: Reply) -> bool:
+        """Whether ``reply`` is a daemon older than 0.7.0 refusing ``wait_ms`` itself
+        (then the follower asks again without it, and polls from now on)."""
+        if not self.supported or reply.ok or reply.error.get("code") != "invalid_arguments":
+            return False
+        details = reply.error.get("details")
+        if not isinstance(details, dict) or details.get("field") != "wait_ms":
+            return False
+        self.supported = False
+        return True
 
 
 class Pace:

@@ -33,7 +33,7 @@ from sloopd.runs.runner import RunManager
 from sloopd.runs.sandbox import probe as sandbox_probe
 from sloopd.store import Store, StoreLock, StoreTooNew, StoreUnavailable
 from sloopd.util import subproc
-from sloopd.verbs import operator_handlers, refused_handlers
+from sloopd.verbs import operator_dispatcher, operator_handlers, refused_handlers
 from sloopd.wire import api
 from sloopd.wire.connection import LISTEN_BACKLOG, Connection
 from sloopd.wire.dispatch import Dispatcher, OperatorDispatcher, RefusingDispatcher
@@ -225,7 +225,7 @@ class Server:
             self.daemon.sandbox_problem = sandbox_probe()
             if self.daemon.sandbox_problem is not None:
                 log.error("agents cannot be sandboxed here: %s", self.daemon.sandbox_problem)
-        self._sink = LogSink(self.daemon.store, on_flush=self.metrics.log_records.inc)
+        self._sink = LogSink(self.daemon.store, self.metrics.log_records.inc, self.daemon.feed_notices)
         self.runs = RunManager(self.daemon, self._groups, self._sink)
         # Whatever agents open on their worker sockets, the operator keeps room.
         self.runs.worker_sockets.budget = max(64, raise_open_file_limit() - OPERATOR_FD_RESERVE)
@@ -299,7 +299,7 @@ class Server:
         if self.runs is None:
             dispatcher = OperatorDispatcher(refused_handlers(self.daemon))
         else:
-            dispatcher = OperatorDispatcher(operator_handlers(self.daemon, self.runs))
+            dispatcher = operator_dispatcher(operator_handlers(self.daemon, self.runs))
         loop = asyncio.get_running_loop()
 
         dispatcher.observer = self.metrics.observe_request
@@ -375,6 +375,8 @@ class Server:
             await self.daemon.changes.close(within_s=1.0)
         if self._server is not None:
             self._server.close()
+            if self.daemon is not None:  # held logs/events requests answer before the close
+                await self.daemon.feed_notices.stop()
             for conn in list(self._connections):
                 conn.close()
             with contextlib.suppress(Exception):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -18,7 +18,7 @@ from sloopd.views import diff, feeds, show
 from sloopd.views.audit import Audit
 from sloopd.views.board import Board
 from sloopd.wire import api
-from sloopd.wire.dispatch import Handler
+from sloopd.wire.dispatch import Handler, OperatorDispatcher
 
 WAIT_DEFAULT_TIMEOUT_MS = 30_000
 ABORTED_BY_OPERATOR = "aborted by the operator"
@@ -31,6 +31,7 @@ class OperatorVerbs:
         self._background: set[asyncio.Future[None]] = set()
         self.board = Board(daemon)
         self.audit = Audit.from_environment(daemon)
+        self.logs = feeds.Logs(self.daemon, self.runs.sink)
 
     def handlers(self) -> dict[str, Handler]:
         return {
@@ -46,7 +47,7 @@ class OperatorVerbs:
             "gc": self.gc,
             "pause": self.pause,
             "resume": self.resume,
-            "logs": feeds.Logs(self.daemon, self.runs.sink).page,
+            "logs": self.logs.page,
             "events": feeds.Events(self.daemon).page,
             "diff": self.diff,
         }
@@ -175,6 +176,14 @@ def held_until_newer(daemon: Daemon, args: dict[str, Any], answer: Handler) -> A
 
 def operator_handlers(daemon: Daemon, runs: RunManager) -> dict[str, Handler]:
     return OperatorVerbs(daemon, runs).handlers()
+
+
+def operator_dispatcher(handlers: Mapping[str, Handler]) -> OperatorDispatcher:
+    """The operator socket's dispatcher: the hot ``logs`` page on dispatch's fast path
+    (the same ``feeds.Logs`` as its handler, so both share the run lookups)."""
+    logs = getattr(handlers.get("logs"), "__self__", None)
+    fast = {"logs": logs.fast} if isinstance(logs, feeds.Logs) else {}
+    return OperatorDispatcher(handlers, fast=fast)
 
 
 def refused_handlers(daemon: Daemon) -> dict[str, Handler]:

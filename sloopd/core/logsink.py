@@ -1,9 +1,13 @@
 """Captured output into the store, batched so a flooding agent cannot starve requests.
 
 Records are buffered in memory and written in one transaction per batch: at
-most every FLUSH_INTERVAL seconds, sooner when FLUSH_RECORDS are waiting.
-Each record's wire JSON (cursor included) is built once here, at ingest,
-so reading a page splices stored bytes instead of rebuilding objects.
+most every FLUSH_INTERVAL seconds, sooner when FLUSH_RECORDS are waiting, and
+at the next turn of the loop when a follower waits on the run (long-poll).
+Each record's wire JSON (cursor included) is built once here, at ingest, by
+formatting around the one ``orjson`` encoding of its text, so reading a page
+splices stored bytes instead of rebuilding objects.  After each commit the
+sink knows how far every run it wrote is stored (``stored_through``) and tells
+the feed waiters (``FeedNotices.logs_stored``).
 
 A batch the store refuses (full disk, a lock held elsewhere) is kept and
 retried every RETRY_SECONDS; while it waits, up to MAX_HELD_RECORDS more are
@@ -24,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from sloopd.core.longpoll import FeedNotices
 from sloopd.store import Store, StoreUnavailable
 from sloopd.util.clock import now_ms
 
@@ -58,15 +63,45 @@ class Loss:
         self.streams[stream] = self.streams.get(stream, 0) + 1
 
 
+@dataclass(slots=True)
+class _Counters:
+    """One stage execution's ordinals, and its stage and attempt as the wire JSON spells them.
+
+    ``run`` and ``stage`` are one-element lists shared by every execution of the
+    run (of the stage), so one lookup per line finds all three ordinals.
+    """
+
+    run: list[int]
+    stage: list[int]
+    execution: int
+    tag: str  # '"stage":"implement","attempt":2,'
+
+
+_STREAM_JSON: dict[str, str] = {}
+
+
 class LogSink:
-    def __init__(self, store: Store, on_flush: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        on_flush: Callable[[int], None] | None = None,
+        notices: FeedNotices | None = None,
+    ) -> None:
         self._store = store
         self._pending: list[tuple[Any, ...]] = []
-        self._positions: dict[str, int] = {}
-        self._stage_positions: dict[tuple[str, str | None], int] = {}
-        self._execution_positions: dict[tuple[str, str | None, int | None], int] = {}
+        # The last position buffered per run (pending), and stored per run (committed).
+        self._pending_last: dict[str, int] = {}
+        self._stored: dict[str, int] = {}
+        self._runs: dict[str, list[int]] = {}
+        self._stages: dict[tuple[str, str | None], list[int]] = {}
+        self._executions: dict[Execution, _Counters] = {}
         self._timer: asyncio.TimerHandle | None = None
+        self._soon = False  # the timer is the next turn of the loop, not FLUSH_INTERVAL
         self._on_flush = on_flush
+        self._notices = notices
+        self._followed = notices.followed_runs if notices is not None else None
+        # Counts the batches committed: what a reader knew of the log holds until it moves.
+        self.generation = 0
         # Set while the store refuses writes: the reason, for the loss records.
         self.failing: str | None = None
         self.losses: dict[Execution, Loss] = {}
@@ -84,20 +119,65 @@ class LogSink:
         extra: dict[str, Any] | None = None,
     ) -> None:
         """Buffer one record; never raises, whatever the store does."""
-        ts = now_ms() if ts_ms is None else ts_ms
+        ts = time.time_ns() // 1_000_000 if ts_ms is None else ts_ms
+        counters = self._executions.get((run, stage, attempt))
+        if counters is not None and not (split or extra) and self.failing is None:
+            # The common line, inline (this runs for every line a child prints).
+            position = counters.run[0] = counters.run[0] + 1
+            stage_position = counters.stage[0] = counters.stage[0] + 1
+            execution_position = counters.execution = counters.execution + 1
+            stream_json = _STREAM_JSON.get(stream) or _stream_json(stream)
+            body = (
+                f'{{"cursor":"{position}","ts_ms":{ts},{counters.tag}"stream":{stream_json},'
+                f'"text":{orjson.dumps(text).decode()}}}'
+            )
+            self._pending.append(
+                (
+                    run,
+                    position,
+                    stage,
+                    attempt,
+                    stage_position,
+                    execution_position,
+                    stream,
+                    ts,
+                    body,
+                )
+            )
+            self._pending_last[run] = position
+        elif not self._buffer_or_drop(run, stage, attempt, stream, text, split, ts, extra):
+            return
+        if len(self._pending) >= FLUSH_RECORDS and self.failing is None:
+            self.flush()
+        elif self._followed is not None and run in self._followed:
+            # A follower is held for this run: it sees the line at the next turn.
+            if not self._soon and self.failing is None:
+                self._schedule(0)
+        elif self._timer is None:
+            self._schedule(FLUSH_INTERVAL)
+
+    def _buffer_or_drop(
+        self,
+        run: str,
+        stage: str | None,
+        attempt: int | None,
+        stream: str,
+        text: str,
+        split: bool,
+        ts: int,
+        extra: dict[str, Any] | None,
+    ) -> bool:
+        """The other lines: an execution's first, a split piece, a store refusing writes."""
         if self.failing is not None and len(self._pending) >= MAX_HELD_RECORDS:
             self._drop((run, stage, attempt), stream, len(text.encode(errors="replace")), ts)
-            return
+            return False
         try:
             self._buffer(run, stage, attempt, stream, text, split, ts, extra)
         except StoreUnavailable as exc:  # reading the last cursor failed
             self._failed(exc)
             self._drop((run, stage, attempt), stream, len(text.encode(errors="replace")), ts)
-            return
-        if len(self._pending) >= FLUSH_RECORDS and self.failing is None:
-            self.flush()
-        elif self._timer is None:
-            self._schedule(FLUSH_INTERVAL)
+            return False
+        return True
 
     def _drop(self, execution: Execution, stream: str, size: int, ts: int) -> None:
         reason = self.failing or "the store cannot be written"
@@ -112,6 +192,9 @@ class LogSink:
         except RuntimeError:
             self.flush()
             return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._soon = delay == 0
         self._timer = loop.call_later(delay, self.flush)
 
     def _buffer(
@@ -125,27 +208,32 @@ class LogSink:
         ts: int,
         extra: dict[str, Any] | None,
     ) -> None:
-        position = self._next(self._positions, run, "log_max_position", (run,))
-        stage_position = self._next(
-            self._stage_positions, (run, stage), "log_max_stage_position", (run, stage)
-        )
-        execution_position = self._next(
-            self._execution_positions,
-            (run, stage, attempt),
-            "log_max_execution_position",
-            (run, stage, attempt),
-        )
-        record: dict[str, Any] = {
-            "ts_ms": ts,
-            "stage": stage,
-            "attempt": attempt,
-            "stream": stream,
-            "text": text,
-        }
-        if split:
-            record["split"] = True
-        if extra:
-            record.update(extra)
+        counters = self._executions.get((run, stage, attempt))
+        if counters is None:
+            counters = self._counters(run, stage, attempt)
+        position = counters.run[0] = counters.run[0] + 1
+        stage_position = counters.stage[0] = counters.stage[0] + 1
+        execution_position = counters.execution = counters.execution + 1
+        if split or extra:
+            record: dict[str, Any] = {
+                "ts_ms": ts,
+                "stage": stage,
+                "attempt": attempt,
+                "stream": stream,
+                "text": text,
+            }
+            if split:
+                record["split"] = True
+            if extra:
+                record.update(extra)
+            body = f'{{"cursor":"{position}",' + orjson.dumps(record).decode()[1:]
+        else:
+            # The same bytes orjson writes for that record, without building it.
+            stream_json = _STREAM_JSON.get(stream) or _stream_json(stream)
+            body = (
+                f'{{"cursor":"{position}","ts_ms":{ts},{counters.tag}"stream":{stream_json},'
+                f'"text":{orjson.dumps(text).decode()}}}'
+            )
         self._pending.append(
             (
                 run,
@@ -158,23 +246,42 @@ class LogSink:
                 ts,
                 # The wire record, cursor included, stored once: pages are joined
                 # from these strings by SQLite.
-                f'{{"cursor":"{position}",' + orjson.dumps(record).decode()[1:],
+                body,
             )
         )
+        self._pending_last[run] = position
 
-    def _next(self, counters: dict[Any, int], key: Any, query: str, params: tuple[Any, ...]) -> int:
-        current = counters.get(key)
-        if current is None:
-            row = self._store.one(query, params)
-            current = int(row[0]) if row and row[0] is not None else 0
-        counters[key] = current + 1
-        return current + 1
+    def _counters(self, run: str, stage: str | None, attempt: int | None) -> _Counters:
+        """A new execution's counters; each ordinal read once from the store."""
+        run_cell = self._runs.get(run)
+        if run_cell is None:
+            run_cell = self._runs[run] = [self._last("log_max_position", (run,))]
+        stage_cell = self._stages.get((run, stage))
+        if stage_cell is None:
+            stage_cell = self._stages[(run, stage)] = [
+                self._last("log_max_stage_position", (run, stage))
+            ]
+        execution = self._last("log_max_execution_position", (run, stage, attempt))
+        tag = f'"stage":{orjson.dumps(stage).decode()},"attempt":{orjson.dumps(attempt).decode()},'
+        counters = self._executions[(run, stage, attempt)] = _Counters(
+            run_cell, stage_cell, execution, tag
+        )
+        return counters
+
+    def _last(self, query: str, params: tuple[Any, ...]) -> int:
+        row = self._store.one(query, params)
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def stored_through(self, run: str) -> int | None:
+        """The last position of ``run`` committed by this sink; None if it wrote none."""
+        return self._stored.get(run)
 
     def flush(self) -> bool:
         """Write what is buffered; False when the store refused it (kept, retried)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+            self._soon = False
         if self.losses and self.failing is None:
             self._record_losses()
         if not self._pending:
@@ -182,15 +289,20 @@ class LogSink:
         batch = self._pending
         try:
             with self._store.writer.transaction() as tx:
-                tx.run_many("log_insert", batch)
+                tx.insert_many("log_insert", batch)
         except StoreUnavailable as exc:
             self._failed(exc)
             return False
         self._pending = []
+        stored, self._pending_last = self._pending_last, {}
+        self._stored.update(stored)
+        self.generation += 1
         recovered = self.failing is not None
         self.failing = None
         if self._on_flush is not None:
             self._on_flush(len(batch))
+        if self._notices is not None:
+            self._notices.logs_stored(stored)
         if recovered and self.losses:
             self._record_losses()
             return self.flush()
@@ -244,11 +356,15 @@ class LogSink:
         self._drop_counters(run)
 
     def _drop_counters(self, run: str) -> None:
-        self._positions.pop(run, None)
-        self._stage_positions = {k: v for k, v in self._stage_positions.items() if k[0] != run}
-        self._execution_positions = {
-            k: v for k, v in self._execution_positions.items() if k[0] != run
-        }
+        self._runs.pop(run, None)
+        self._stored.pop(run, None)
+        self._stages = {k: v for k, v in self._stages.items() if k[0] != run}
+        self._executions = {k: v for k, v in self._executions.items() if k[0] != run}
+
+
+def _stream_json(stream: str) -> str:
+    encoded = _STREAM_JSON[stream] = orjson.dumps(stream).decode()
+    return encoded
 
 
 def _clock(ms: int) -> str:

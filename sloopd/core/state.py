@@ -16,6 +16,7 @@ import orjson
 from sloopd.core.changelog import ChangeLog
 from sloopd.core.config import Config
 from sloopd.core.model import ReadModel
+from sloopd.core.longpoll import FeedNotices
 from sloopd.core.paths import Layout
 from sloopd.core.rows import Gate, QueueFacts
 from sloopd.ops.metrics import Metrics
@@ -65,9 +66,14 @@ class Daemon:
 
     def __post_init__(self) -> None:
         self.changes = ChangeLog(self.started_at_ms)
+    # Held logs and events requests (long-poll), and the wake-ups writers send them.
+    feed_notices: FeedNotices = field(default_factory=FeedNotices)
 
     def stalled_runs(self) -> int:
         return sum(1 for run in self.active_runs.values() if run.stall() is not None)
+
+    def held_requests(self) -> int:
+        return self.feed_notices.held
 
     def gate_state(self) -> tuple[str, int | None]:
         """The gate's state and, in cooldown, when it ends (metrics read this)."""
@@ -156,6 +162,9 @@ class Daemon:
                     "data": orjson.dumps(data or {}).decode(),
                 },
             )
+        # Inside an enclosing transaction too: a woken request reads on a later
+        # turn of the loop, after the (synchronous) commit.
+        self.feed_notices.event_appended(ticket, run)
         if self.metrics is not None:
             self.metrics.events.inc()
         # Only a wake-up: the insert may belong to an enclosing transaction not yet

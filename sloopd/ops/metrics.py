@@ -59,6 +59,8 @@ class Observed(Protocol):
 
     def stalled_runs(self) -> int: ...
 
+    def held_requests(self) -> int: ...
+
 
 class Metrics:
     def __init__(self) -> None:
@@ -224,6 +226,11 @@ class _StoreCollector(Collector):
         )
         yield GaugeMetricFamily(
             "sloop_store_size_bytes", "Store file size with its WAL.", value=store.size_bytes()
+        )
+        yield GaugeMetricFamily(
+            "sloop_requests_held",
+            "logs and events requests held until their feed has news (wait_ms).",
+            value=daemon.held_requests(),
         )
 
 

@@ -228,6 +228,8 @@ class RunRecords:
                 run=run_id,
                 data={"state": outcome, "halt": halt, "reason": reason},
             )
+        # Before anything yields: held logs requests and the feeds' run cache see the settle.
+        self.daemon.feed_notices.run_settled(run_id)
         # Tagged with the last execution, so every record belongs to a stage.
         last = state.executions[-1] if state.executions else None
         self.sink.append(

@@ -8,6 +8,8 @@ run on the event loop between writes and see the last committed state.
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import logging
 import os
 import shutil
@@ -179,6 +181,12 @@ class Writer:
             log.exception("the change observer failed on %d notes", len(notes))
 
 
+# Rows per statement of ``Transaction.insert_many``: one statement of 250 rows
+# (2,250 parameters, far below SQLite's 32,766) costs much less per row than
+# 250 steps of ``executemany`` (the log sink's batches, measured: ~40%).
+ROWS_PER_INSERT = 250
+
+
 class Transaction:
     """Named-query access inside one write transaction; notes what each write changed."""
 
@@ -199,6 +207,17 @@ class Transaction:
         if noter is not None:
             self._notes.extend(noter(params, None) for params in rows)
 
+    def insert_many(self, query: str, rows: list[tuple[Any, ...]]) -> None:
+        """``run_many`` of an ``INSERT … VALUES (…)`` query, many rows per statement."""
+        whole = len(rows) - len(rows) % ROWS_PER_INSERT
+        if whole:
+            statement = _multi_row(query)
+            for first in range(0, whole, ROWS_PER_INSERT):
+                chunk = rows[first : first + ROWS_PER_INSERT]
+                self._conn.execute(statement, list(itertools.chain.from_iterable(chunk)))
+        if whole < len(rows):
+            self._conn.executemany(QUERIES[query], rows[whole:])
+
     def all(self, query: str, params: Params = ()) -> list[Row]:
         return list(self._conn.execute(QUERIES[query], params))
 
@@ -211,6 +230,13 @@ class Transaction:
         noter = NOTES.get(query)
         if noter is not None:
             self._notes.append(noter(params, row))
+
+
+@functools.cache
+def _multi_row(query: str) -> str:
+    head, values, group = QUERIES[query].rpartition("VALUES")
+    assert values and group.strip().startswith("("), f"{query} is no INSERT … VALUES (…)"
+    return head + values + " " + ",".join([group.strip()] * ROWS_PER_INSERT)
 
 
 class Store:

@@ -30,6 +30,7 @@ class Migration:
 MIGRATIONS: Final = (
     Migration(1, "initial"),
     Migration(2, "activation_to_trigger"),
+    Migration(3, "feed_pages"),
 )
 SCHEMA_VERSION: Final = MIGRATIONS[-1].version
 

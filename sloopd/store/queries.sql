@@ -9,6 +9,8 @@ UPDATE tickets SET id = 'T' || ordinal WHERE ordinal = last_insert_rowid()
 RETURNING id
 
 -- name: ticket_refresh
+-- (A ticket moved to another project takes its events along: the trigger
+-- tickets_project_moves in schema.sql.)
 UPDATE tickets
 SET title = :title, body = :body, project = :project, flow = :flow, priority = :priority,
     manual = :manual, updated_at_ms = :now
@@ -129,7 +131,8 @@ SELECT id, alias, ticket, attempt, state, trigger, flow, flow_snapshot, branch, 
 FROM runs WHERE id = ?
 
 -- name: event_insert
-INSERT INTO events (kind, at_ms, ticket, run, data) VALUES (:kind, :at, :ticket, :run, :data)
+INSERT INTO events (kind, at_ms, ticket, run, data, project)
+VALUES (:kind, :at, :ticket, :run, :data, (SELECT project FROM tickets WHERE id = :ticket))
 
 -- name: log_insert
 INSERT INTO log_records (run, position, stage, attempt, stage_position, execution_position,
@@ -202,14 +205,21 @@ UPDATE runs SET worktree = '' WHERE id = ?
 -- Logs: one query per selector form, each served by its own index in
 -- position order (see schema.sql; INDEXED BY pins it, since without
 -- statistics the planner may pick the primary key and filter row by row), so
--- a page costs what the page costs.  A page comes back as one string: the
--- records' stored JSON joined by SQLite (in the subquery's position order),
--- never a Python object per record.  A tail first finds where it starts (the
--- N-th matching record from the end, walking the index backwards) and then
--- reads forward, so no query ever sorts.
+-- a page costs what the page costs.  A page comes back as one value: the
+-- records' stored JSON joined by SQLite in index order (each query reads one
+-- index range, in order), never a Python object per record.  A tail first
+-- finds where it starts (the N-th matching record from the end, walking the
+-- index backwards) and then reads forward, so no query ever sorts.
+
+-- name: logs_range
+-- Without a selector: positions are gapless per run, so a page is the range
+-- (?2, ?3] of the primary key, and SQLite writes the reply's data whole around
+-- it (?4 is what follows the records).  The count proves the range was whole.
+SELECT CAST('{"records":[' || group_concat(body, ',') || ?4 AS BLOB), count(*)
+FROM log_records WHERE run = ?1 AND position > ?2 AND position <= ?3
 
 -- name: logs_page
-SELECT group_concat(body, ','), count(*), max(position)
+SELECT CAST(group_concat(body, ',') AS BLOB), count(*), max(position)
 FROM (SELECT body, position FROM log_records WHERE run = ? AND position > ?
       ORDER BY position LIMIT ?)
 
@@ -224,7 +234,7 @@ ORDER BY position DESC LIMIT 1 OFFSET ?
 SELECT max(position) FROM log_records WHERE run = ?
 
 -- name: logs_stage_page
-SELECT group_concat(body, ','), count(*), max(position)
+SELECT CAST(group_concat(body, ',') AS BLOB), count(*), max(position)
 FROM (SELECT body, position FROM log_records INDEXED BY log_records_stage
       WHERE run = ? AND stage = ? AND position > ? ORDER BY position LIMIT ?)
 
@@ -243,7 +253,7 @@ WHERE run = ? AND stage = ? AND position <= ?
 ORDER BY position DESC LIMIT 1
 
 -- name: logs_execution_page
-SELECT group_concat(body, ','), count(*), max(position)
+SELECT CAST(group_concat(body, ',') AS BLOB), count(*), max(position)
 FROM (SELECT body, position FROM log_records INDEXED BY log_records_execution
       WHERE run = ? AND stage = ? AND attempt = ? AND position > ?
       ORDER BY position LIMIT ?)
@@ -316,20 +326,48 @@ ON CONFLICT (id) DO UPDATE SET state = excluded.state, until_ms = excluded.until
 -- name: triggers_due_now
 UPDATE triggers SET due_at_ms = :now WHERE state = 'queued' AND due_at_ms = :due
 
--- Scopes over many tickets merge positions read from the covering index, then
--- fetch only the page's events.
+-- name: events_project_page
+SELECT position, json_object('cursor', CAST(position AS TEXT), 'kind', kind, 'at_ms', at_ms, 'ticket', ticket, 'run', run, 'data', json(data))
+FROM events INDEXED BY events_project WHERE project = ? AND position > ?
+ORDER BY position LIMIT ?
+
+-- name: events_project_tail
+SELECT position, json_object('cursor', CAST(position AS TEXT), 'kind', kind, 'at_ms', at_ms, 'ticket', ticket, 'run', run, 'data', json(data))
+FROM events INDEXED BY events_project WHERE project = ?
+ORDER BY position DESC LIMIT ?
+
+-- A pattern scope merges its tickets' ranges of the covering (ticket, position)
+-- index lazily: each ticket's first ?3 positions after the cursor (its last,
+-- for a tail) in one query, then more of a ticket only when the merge has used
+-- them; then only the page's events are read.
+
+-- name: events_ticket_heads
+SELECT t.value, (SELECT group_concat(position) FROM (
+    SELECT position FROM events INDEXED BY events_ticket
+    WHERE ticket = t.value AND position > ?2 ORDER BY position LIMIT ?3))
+FROM json_each(?1) AS t
+
+-- name: events_ticket_heads_desc
+SELECT t.value, (SELECT group_concat(position) FROM (
+    SELECT position FROM events INDEXED BY events_ticket
+    WHERE ticket = t.value AND position > ?2 ORDER BY position DESC LIMIT ?3))
+FROM json_each(?1) AS t
 
 -- name: events_ticket_positions
 SELECT position FROM events INDEXED BY events_ticket WHERE ticket = ? AND position > ?
 ORDER BY position LIMIT ?
 
--- name: events_ticket_positions_desc
-SELECT position FROM events INDEXED BY events_ticket WHERE ticket = ? AND position > ?
+-- name: events_ticket_positions_before
+SELECT position FROM events INDEXED BY events_ticket
+WHERE ticket = ? AND position > ? AND position < ?
 ORDER BY position DESC LIMIT ?
 
 -- name: events_at_positions
 SELECT position, json_object('cursor', CAST(position AS TEXT), 'kind', kind, 'at_ms', at_ms, 'ticket', ticket, 'run', run, 'data', json(data))
 FROM events WHERE position IN (SELECT value FROM json_each(?)) ORDER BY position
+
+-- name: tickets_since
+SELECT ordinal, id, name FROM tickets WHERE ordinal > ? ORDER BY ordinal
 
 -- name: run_outcomes_for_ticket
 SELECT id, state, classification FROM runs WHERE ticket = ? ORDER BY attempt DESC

@@ -24,6 +24,8 @@ CREATE TABLE tickets (
     -- Posted with --manual: only an explicit 'run' queues its triggers.
     manual        INTEGER NOT NULL DEFAULT 0
 );
+-- A project reference (and the project_exists check) seeks instead of scanning.
+CREATE INDEX tickets_project ON tickets (project);
 
 -- state: queued | claimed | cancelled.  Only queued triggers are shown.
 CREATE TABLE triggers (
@@ -61,17 +63,29 @@ CREATE TABLE runs (
 );
 CREATE INDEX runs_state ON runs (state);
 
--- The append-only activity feed; position is the cursor's ordinal.
+-- The append-only activity feed; position is the cursor's ordinal.  project is
+-- the ticket's project, copied at append (and rewritten when a re-post moves the
+-- ticket), so that a project scope is one range of events_project; NULL on
+-- repository-wide events.
 CREATE TABLE events (
     position INTEGER PRIMARY KEY AUTOINCREMENT,
     kind     TEXT NOT NULL,
     at_ms    INTEGER NOT NULL,
     ticket   TEXT,
     run      TEXT,
-    data     TEXT NOT NULL DEFAULT '{}'
+    data     TEXT NOT NULL DEFAULT '{}',
+    project  TEXT
 );
 CREATE INDEX events_ticket ON events (ticket, position);
 CREATE INDEX events_run ON events (run, position);
+CREATE INDEX events_project ON events (project, position);
+-- A ticket that moves to another project (a re-post) takes its events along,
+-- so events_project keeps serving project scopes; only when the project changed.
+CREATE TRIGGER tickets_project_moves AFTER UPDATE OF project ON tickets
+WHEN old.project IS NOT new.project
+BEGIN
+    UPDATE events SET project = new.project WHERE ticket = new.id;
+END;
 
 -- The walk's source of truth: a run's steps, appended, never updated.
 -- kind: stage_started | stage_finished | seat_started | seat_finished |
@@ -90,9 +104,11 @@ CREATE TABLE stage_log (
 
 -- Captured output, clustered on (run, position).  Positions count per run,
 -- per (run, stage) and per (run, stage, attempt), so a page and its elided
--- count cost what the page costs.  body is the record's wire JSON without
--- its cursor, stored once at ingest.  stage is NULL on rows captured before
--- stages were recorded.
+-- count cost what the page costs.  body is the record's wire JSON, cursor
+-- included, built once at ingest: a page is its bodies joined by SQLite.
+-- Positions are gapless per run (a dropped line never gets one), so the page
+-- after a cursor is a range of positions.  stage is NULL on rows captured
+-- before stages were recorded.
 CREATE TABLE log_records (
     run                TEXT NOT NULL,
     position           INTEGER NOT NULL,

@@ -1,7 +1,8 @@
 """The read side: what ``show``, ``logs`` and ``events`` answer.
 
 Owns the dashboard and the detail of tickets, runs and projects (``show``,
-``runview``), the keyset-paged feeds (``feeds``) and a run's branch diff
+``runview``), the keyset-paged feeds (``feeds``, with ``logpages``,
+``eventpages`` and ``runfacts``, long-poll included) and a run's branch diff
 (``diff``, which runs git read-only through ``util.subproc``).  May import ``wire``,
 ``store``, ``util``, ``flows``, ``core`` and ``queue`` (for references); it
 never imports ``runs``: no run's process or write to git is reachable from a

@@ -32,6 +32,7 @@ MAX_REQUEST_BYTES: Final = 1024 * 1024
 MAX_INTEGER: Final = 2**53 - 1
 # Refs (ref, run, scope) are refused above this: the pattern rung's cost grows with it.
 MAX_REF_CHARS: Final = 1024
+MAX_WAIT_MS: Final = 60_000  # the longest logs/events may be held for news (0.7.0)
 
 OPERATOR_SOCKET_NAME: Final = "operator.sock"
 WORKER_SOCKET_DIR_NAME: Final = "w"
@@ -140,6 +141,7 @@ def _integer(name: str, value: Any, minimum: int | None, maximum: int = MAX_INTE
 _positive_integer = partial(_integer, minimum=1)
 _non_negative_integer = partial(_integer, minimum=0)
 _diff_bytes = partial(_integer, minimum=1, maximum=4 * 1024 * 1024)  # diff's max_bytes (0.7.0)
+_wait_ms = partial(_integer, minimum=0, maximum=MAX_WAIT_MS)
 
 
 def _one_of(choices: tuple[str, ...]) -> Validator:
@@ -222,7 +224,7 @@ def _verb(
 _ref = partial(_nonempty_string, limit=MAX_REF_CHARS)
 _REF = Field(_ref, required=True)
 _TRIGGER = Field(_trigger)
-_WAIT = Field(partial(_integer, minimum=0, maximum=60_000))  # 0.7.0: ms a request is held
+_WAIT = Field(_wait_ms)  # 0.7.0: how long a request may be held for news
 _WAITING: dict[str, Any] = {"since": Field(_non_negative_integer), "wait_ms": _WAIT}
 
 VERBS: Final[Mapping[str, Verb]] = {
@@ -246,12 +248,14 @@ VERBS: Final[Mapping[str, Verb]] = {
             stage=Field(_nonempty_string),
             tail=Field(_positive_integer),
             after=Field(_string),
+            wait_ms=_WAIT,
         ),
         _verb(
             "events",
             after=Field(_string),
             tail=Field(_positive_integer),
             scope=Field(_ref),
+            wait_ms=_WAIT,
         ),
         _verb("brief", operator=False, worker=True),
         _verb("note", operator=False, worker=True, text=Field(_nonempty_string, required=True)),
@@ -265,12 +269,7 @@ VERBS: Final[Mapping[str, Verb]] = {
         ),
         _verb("status", deprecated=True),
         _verb("list", deprecated=True, ref=Field(_ref), limit=Field(_positive_integer)),
-        _verb(
-            "wait",
-            deprecated=True,
-            run=_REF,
-            timeout_ms=Field(_non_negative_integer),
-        ),
+        _verb("wait", deprecated=True, run=_REF, timeout_ms=Field(_non_negative_integer)),
         # Additive in 0.4.0 (documented in docs/protocol.md).
         _verb("gc"),
         _verb("pause", reason=Field(_nonempty_string)),

@@ -1,8 +1,13 @@
 """One client connection: NDJSON lines in, responses out in request order.
 
 A line is answered synchronously when its verb needs no waiting, which keeps
-the hot path free of task hand-offs; a line whose verb waits (``wait``) is
-queued, and every later reply waits behind it so order is kept.
+the hot path free of task hand-offs; a line whose verb waits (``wait``, a
+``logs`` or ``events`` request held by ``wait_ms``) is queued, and every later
+reply waits behind it so order is kept.  A connection holds at most
+``MAX_HELD_PER_CONNECTION`` long-poll requests at once: past that, a new one is
+answered as things are, at once (in its turn).  A client that half-closes its
+side ends its held requests' waits: each is answered as things are, and the
+connection closes once every reply is written.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from collections.abc import Callable
 from typing import Final, cast
 
 from sloopd.wire import api
-from sloopd.wire.dispatch import OVERLONG_LINE, Reply, error_line
+from sloopd.wire.dispatch import OVERLONG_LINE, HeldReply, Reply, error_line
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +32,10 @@ LineHandler = Callable[[bytes], Reply]
 # generous.  Linux caps it silently at net.core.somaxconn (4096 by default
 # since 5.4; older kernels: 128), so raise that sysctl too if bursts are larger.
 LISTEN_BACKLOG: Final = 4096
+
+# Held long-poll requests per connection; replies keep request order, so more
+# would only wait behind each other.
+MAX_HELD_PER_CONNECTION: Final = 16
 
 
 class Connection(asyncio.Protocol):
@@ -47,6 +56,7 @@ class Connection(asyncio.Protocol):
         self._queue: deque[bytes | asyncio.Future[bytes]] = deque()
         self._drainer: asyncio.Task[None] | None = None
         self._peer_done = False  # the client half-closed; close once replies are out
+        self._holds: set[HeldReply] = set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
@@ -58,6 +68,14 @@ class Connection(asyncio.Protocol):
                 self._handle_line = self._refuse_line
 
     def data_received(self, data: bytes) -> None:
+        if not self._buffer and not self._discarding and data.find(b"\n") == len(data) - 1:
+            # One whole line, the common case: straight from the read, no buffer.
+            line = data[:-1]
+            if len(line) > api.MAX_REQUEST_BYTES:
+                self._submit(error_line(None, OVERLONG_LINE))
+            elif line.strip():
+                self._submit(self._handle_line(line))
+            return
         buffer = self._buffer
         buffer += data
         start = 0
@@ -89,6 +107,9 @@ class Connection(asyncio.Protocol):
         if self._buffer.strip() and not self._discarding:
             self._submit(self._handle_line(bytes(self._buffer)))
         self._buffer.clear()
+        # Nobody is left to wait for news: held requests answer as things are.
+        for held in list(self._holds):
+            held.waiting.cut()
         if self._queue:
             self._peer_done = True
             return True  # keep the transport open until the queued replies are written
@@ -99,18 +120,35 @@ class Connection(asyncio.Protocol):
             self._write(reply)
             return
         if not isinstance(reply, bytes):
+            held = reply if isinstance(reply, HeldReply) else None
             reply = asyncio.ensure_future(reply)
+            if held is not None:
+                self._track(held, reply)
         self._queue.append(reply)
         if self._drainer is None:
             self._drainer = asyncio.get_running_loop().create_task(self._drain())
+
+    def _track(self, held: HeldReply, reply: asyncio.Future[bytes]) -> None:
+        if len(self._holds) >= MAX_HELD_PER_CONNECTION:
+            held.waiting.cut()  # answered as things are, in its turn
+        else:
+            self._holds.add(held)
+
+        def done(_reply: asyncio.Future[bytes]) -> None:
+            # Also when the reply was cancelled before it ran (the client went away).
+            self._holds.discard(held)
+            held.waiting.release()
+
+        reply.add_done_callback(done)
 
     async def _drain(self) -> None:
         try:
             while self._queue:
                 head = self._queue[0]
                 data = head if isinstance(head, bytes) else await head
-                self._queue.popleft()
-                self._write(data)
+                if self._queue and self._queue[0] is head:  # else close() wrote it
+                    self._queue.popleft()
+                    self._write(data)
         finally:
             self._drainer = None
         if self._peer_done and self._transport is not None:
@@ -138,5 +176,17 @@ class Connection(asyncio.Protocol):
         self._on_close(self)
 
     def close(self) -> None:
+        """Write the replies that are ready (in order), then close.
+
+        A stopping daemon ends held waits first, so their answers go out here.
+        """
+        while self._queue:
+            head = self._queue[0]
+            if isinstance(head, asyncio.Future):
+                if not head.done() or head.cancelled() or head.exception() is not None:
+                    break
+                head = head.result()
+            self._queue.popleft()
+            self._write(head)
         if self._transport is not None:
             self._transport.close()

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
+from typing import Any, Protocol
 
 import orjson
 
@@ -23,8 +23,51 @@ Handler = Callable[[dict[str, Any]], Result]
 Reply = bytes | Awaitable[bytes]
 
 
+class Waiting(Protocol):
+    """What a held request waits on (``sloopd.core.longpoll.Waiter``)."""
+
+    def cut(self) -> None:
+        """End the wait now; the answer is then the data as things are."""
+
+    def release(self) -> None:
+        """Forget the wait (idempotent): the reply was written, or will never be."""
+
+    @property
+    def waited_s(self) -> float:
+        """Seconds spent waiting: a request's duration in the metrics leaves them out."""
+
+
+class Hold:
+    """A verb's answer that waits for news (``wait_ms``): ``answer`` gives the data.
+
+    The connection cuts the wait when its client half-closed (no one is left to
+    wait) or when it already holds its share of held requests, and releases it
+    once the reply is done, even if ``answer`` never ran (the client went away).
+    """
+
+    __slots__ = ("answer", "waiting")
+
+    def __init__(self, answer: Awaitable[Any], waiting: Waiting) -> None:
+        self.answer = answer
+        self.waiting = waiting
+
+
+class HeldReply:
+    """The reply line of a ``Hold``: awaited like any reply, cut and released by the connection."""
+
+    __slots__ = ("_line", "waiting")
+
+    def __init__(self, line: Coroutine[Any, Any, bytes], waiting: Waiting) -> None:
+        self._line = line
+        self.waiting = waiting
+
+    def __await__(self) -> Generator[Any, None, bytes]:
+        return self._line.__await__()
+
+
 def encode(envelope: dict[str, Any]) -> bytes:
-    return orjson.dumps(envelope, option=orjson.OPT_APPEND_NEWLINE)  # no copy to add it
+    # The newline is written by orjson: no second copy of a large reply.
+    return orjson.dumps(envelope, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def error_line(request_id: api.RequestId, err: ProtocolError) -> bytes:
@@ -59,26 +102,40 @@ class Dispatcher:
             # still finds the id of a line that is JSON in all but orjson's bounds.
             err = ProtocolError(ErrorCode.INVALID_REQUEST, f"malformed JSON: {exc}")
             return self._error(salvage.recover_id(line), err, verb, started)
-        request_id = api.readable_id(message)
+        fast = self._fast_reply(message)
+        if fast is not None:
+            self._observe(message["verb"], "ok", started)
+            return fast
+        request = _plain_request(message)
+        request_id = request.id if request is not None else api.readable_id(message)
         try:
-            try:
-                request = api.parse_envelope(message)
-            except ProtocolError as err:
-                raise self._envelope_error(err) from None
+            if request is None:
+                try:
+                    request = api.parse_envelope(message)
+                except ProtocolError as err:
+                    raise self._envelope_error(err) from None
             verb = request.verb.name
             result = self._call(request)
         except ProtocolError as err:
             return self._error(request_id, err, verb, started)
         except Exception as exc:
             return self._error(request_id, _unexpected(exc, request_id), verb, started)
-        if isinstance(result, Awaitable):
-            return self._finish(request_id, result, verb, started)
+        if type(result) is not dict and type(result) is not orjson.Fragment:
+            if isinstance(result, Hold):
+                answer = self._finish(request_id, result.answer, verb, started, result.waiting)
+                return HeldReply(answer, result.waiting)
+            if isinstance(result, Awaitable):
+                return self._finish(request_id, result, verb, started)
         reply = _encode_ok(request_id, result)
         self._observe(verb, "ok", started)
         return reply
 
     def _call(self, request: api.Request) -> Result:
         raise NotImplementedError
+
+    def _fast_reply(self, message: Any) -> bytes | None:
+        """The reply to a hot request answered without the general path; None: go that way."""
+        return None
 
     def _envelope_error(self, err: ProtocolError) -> ProtocolError:
         """How an error found before authority is answered on this socket."""
@@ -95,7 +152,12 @@ class Dispatcher:
             self.observer(verb, code, time.perf_counter() - started)
 
     async def _finish(
-        self, request_id: api.RequestId, pending: Awaitable[Any], verb: str, started: float
+        self,
+        request_id: api.RequestId,
+        pending: Awaitable[Any],
+        verb: str,
+        started: float,
+        waiting: Waiting | None = None,
     ) -> bytes:
         try:
             data = await pending
@@ -104,15 +166,31 @@ class Dispatcher:
             return self._error(request_id, err, verb, started)
         except Exception as exc:
             return self._error(request_id, _unexpected(exc, request_id), verb, started)
-        self._observe(verb, "ok", started)
+        # A held request's wait is the client's choice, not time spent answering it.
+        self._observe(verb, "ok", started + (waiting.waited_s if waiting is not None else 0.0))
         return reply
 
 
-class OperatorDispatcher(Dispatcher):
-    """The operator socket: authority by transport, every operator verb."""
+FastHandler = Callable[[dict[str, Any]], Any]
 
-    def __init__(self, handlers: Mapping[str, Handler]) -> None:
+
+class OperatorDispatcher(Dispatcher):
+    """The operator socket: authority by transport, every operator verb.
+
+    ``fast`` maps a hot verb to a handler of its plainest requests: given the raw
+    ``args`` it returns the data, or None for anything it does not take (then the
+    request goes the general way, which checks and, when something is wrong,
+    names it).  It must answer exactly what the general handler would.
+    """
+
+    def __init__(
+        self, handlers: Mapping[str, Handler], fast: Mapping[str, FastHandler] | None = None
+    ) -> None:
         self._handlers = handlers
+        self._fast = dict(fast or {})
+
+    def _fast_reply(self, message: Any) -> bytes | None:
+        return _fast_reply(self._fast, message) if self._fast else None
 
     def _call(self, request: api.Request) -> Result:
         # A token here means a worker is knocking on the wrong door.
@@ -146,6 +224,54 @@ class RefusingDispatcher(Dispatcher):
 
     def _call(self, request: api.Request) -> Result:
         raise REFUSED_PEER
+
+
+def _fast_reply(fast: Mapping[str, FastHandler], message: Any) -> bytes | None:
+    """The reply to a plain request of a verb in ``fast``, when its handler takes it.
+
+    Plain: every envelope check would pass and there is no token (the operator
+    socket refuses one).  Anything else, or a handler that fails, goes the
+    general way (which answers the same request again, in full).
+    """
+    if type(message) is not dict or message.get("token") is not None:
+        return None
+    name, args = message.get("verb"), message.get("args")
+    if type(name) is not str or not isinstance(args, dict) or type(args) is not dict:
+        return None
+    handler = fast.get(name)
+    version, request_id = message.get("v"), message.get("id")
+    if handler is None or version != 1 or type(version) is not int:
+        return None
+    if type(request_id) is not str and type(request_id) is not int:
+        return None
+    try:
+        data = handler(args)
+    except Exception:
+        return None
+    if data is None:
+        return None
+    return orjson.dumps(
+        {"id": message["id"], "ok": True, "data": data}, option=orjson.OPT_APPEND_NEWLINE
+    )
+
+
+def _plain_request(message: Any) -> api.Request | None:
+    """A request every check of ``api.parse_envelope`` would pass, read in a few
+    type tests (the hot path); None for anything else, which that function then
+    reads and, when something is wrong, names."""
+    if type(message) is not dict:
+        return None
+    version, request_id, args = message.get("v"), message.get("id"), message.get("args")
+    token = message.get("token")
+    if version != 1 or type(version) is not int or type(args) is not dict:
+        return None
+    if (type(request_id) is not str and type(request_id) is not int) or (
+        token is not None and type(token) is not str
+    ):
+        return None
+    name = message.get("verb")
+    verb = api.VERBS.get(name) if type(name) is str else None
+    return None if verb is None else api.Request(request_id, verb, args, token)
 
 
 def _encode_ok(request_id: api.RequestId, data: Any) -> bytes:

@@ -443,3 +443,38 @@ def test_only_ascii_digits_make_cursors_and_attempts(bench: Bench) -> None:
         bench.client.call("events", {"after": "\u0661"}),
     ]
     assert [c.get("error", {}).get("code") for c in codes] == ["invalid_arguments"] * 6
+
+
+def test_the_hot_page_answers_exactly_what_the_general_path_does(bench: Bench) -> None:
+    """``logs {run, after}`` of a run already looked up skips the general checks
+    (wire.dispatch's fast path): same bytes, same errors, same refusals."""
+    printer = printer_argv(bench, [{"do": "lines", "text": "n {n}", "first": 1, "last": 250}])
+    flows = {"default": [{"name": "implement", "action": "agent", "command": printer}]}
+    bench.setup(sloop_toml(bench.argv(), flows=flows), {"one": ticket_text("One")})
+    bench.start()
+    bench.post("one")
+    bench.wait_run("one#1")
+    client = bench.client
+
+    def raw(args: dict[str, Any], **envelope: Any) -> bytes:
+        message = {"v": 1, "id": 7, "verb": "logs", "args": args, **envelope}
+        client.send_raw(json.dumps(message).encode() + b"\n")
+        return client.read_raw()
+
+    for run in ("R1", "one#1"):
+        for after in (None, "0", "17", "120", "250", "253", "999"):
+            args: dict[str, Any] = {"run": run, **({"after": after} if after else {})}
+            first = raw(args)  # the general path (it looks the run up)
+            assert raw(args) == first, args  # the fast path
+            # Explicit nulls and other argument sets go the general way: the same page.
+            assert raw({**args, "stage": None, "tail": None}) == first, args
+            assert raw({**args, "wait_ms": 0}) == first, args
+            page = json.loads(first)["data"]
+            assert page["terminal"] is True and len(page["records"]) <= 100
+    for after in ("abc", "", "-1", "1" * 19, "²"):
+        reply = json.loads(raw({"run": "R1", "after": after}))
+        assert reply["error"]["details"] == {"field": "after"}, after
+    assert json.loads(raw({"run": "R1", "after": 5}))["error"]["details"]["field"] == "after"
+    assert json.loads(raw({"run": "R1"}, token="x"))["error"]["code"] == "unauthorized"
+    assert json.loads(raw({"run": "R1"}, v=2))["error"]["code"] == "unsupported_version"
+    assert json.loads(raw({"run": "R1", "extra": 1}))["error"]["details"]["field"] == "extra"

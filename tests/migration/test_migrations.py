@@ -63,10 +63,11 @@ def make_v1_store(state_dir: Path) -> None:
 
 
 def assert_migrated(state_dir: Path) -> None:
-    assert db.peek_version(state_dir) == SCHEMA_VERSION == 2
+    assert db.peek_version(state_dir) == SCHEMA_VERSION == 3
     assert query(state_dir, "SELECT version FROM schema_migrations ORDER BY version") == [
         (1,),
         (2,),
+        (3,),
     ]
     assert query(state_dir, "SELECT ordinal, id, state, run FROM triggers ORDER BY ordinal") == [
         (1, "TR1", "queued", None),
@@ -76,9 +77,9 @@ def assert_migrated(state_dir: Path) -> None:
         ("R1", "TR2", "tests failed")
     ]
     assert query(state_dir, "SELECT id, state, manual FROM tickets") == [("T1", "held", 0)]
-    assert query(state_dir, "SELECT kind, run FROM events WHERE kind = 'run_finished'") == [
-        ("run_finished", "R1")
-    ]
+    assert query(
+        state_dir, "SELECT kind, run, project FROM events WHERE kind = 'run_finished'"
+    ) == [("run_finished", "R1", "default")]
     tables = {r[0] for r in query(state_dir, "SELECT name FROM sqlite_master WHERE type='table'")}
     assert "activations" not in tables and "runs_new" not in tables
     # The pre-migration store was backed up, as it was.
@@ -129,7 +130,7 @@ def test_sloopd_store_migrate_migrates_a_version_1_store(tmp_path: Path) -> None
     make_v1_store(state)
     done = sloopd("store", "migrate", "--state-dir", str(state))
     assert done.returncode == 0, done.stderr
-    assert "from schema version 1 to 2" in done.stdout
+    assert f"from schema version 1 to {SCHEMA_VERSION}" in done.stdout
     assert_migrated(state)
     assert insert_trigger(state) == "TR4"
     again = sloopd("store", "migrate", "--state-dir", str(state))
@@ -195,6 +196,10 @@ def test_a_fresh_store_and_a_migrated_store_have_the_same_structure(tmp_path: Pa
     for name in fresh.tables:
         assert fresh.tables[name] == migrated.tables[name], name
     assert {"tickets", "triggers", "runs", "events", "schema_migrations"} <= set(fresh.tables)
+    # Schema triggers too (the tables named "triggers" are queue triggers, not these).
+    sql = "SELECT name, tbl_name FROM sqlite_master WHERE type = 'trigger' ORDER BY name"
+    assert query(tmp_path / "fresh", sql) == query(tmp_path / "old", sql)
+    assert query(tmp_path / "fresh", sql) == [("tickets_project_moves", "tickets")]
 
 
 def test_a_fresh_store_records_every_migration(tmp_path: Path) -> None:

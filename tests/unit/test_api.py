@@ -266,8 +266,8 @@ FULL_ARGS: dict[str, dict[str, Any]] = {
     "hold": {"ref": "T1"},
     "ready": {"ref": "T1"},
     "abort": {"run": "R1"},
-    "logs": {"run": "R1", "stage": "test#2", "tail": 10, "after": "c1"},
-    "events": {"after": "c1", "tail": 1, "scope": "project:x"},
+    "logs": {"run": "R1", "stage": "test#2", "tail": 10, "after": "c1", "wait_ms": 30000},
+    "events": {"after": "c1", "tail": 1, "scope": "project:x", "wait_ms": 0},
     "brief": {},
     "note": {"text": "hello"},
     "verdict": {"verdict": "fail", "reason": "broken", "confidence": "high"},
@@ -391,6 +391,22 @@ def test_reference_like_strings_must_be_non_empty_strings(
 ) -> None:
     args = {**FULL_ARGS[verb], field: value}
     assert reject_args(verb, args).details["field"] == field
+
+
+@pytest.mark.parametrize("verb", ["logs", "events"])
+@pytest.mark.parametrize("value", [0, 1, 30_000, api.MAX_WAIT_MS])
+def test_wait_ms_takes_an_integer_from_zero_to_the_limit(verb: str, value: int) -> None:
+    required = {name: FULL_ARGS[verb][name] for name in REQUIRED[verb]}
+    assert api.VERBS[verb].parse({**required, "wait_ms": value}) == {**required, "wait_ms": value}
+
+
+@pytest.mark.parametrize("verb", ["logs", "events"])
+@pytest.mark.parametrize(
+    "value", [-1, api.MAX_WAIT_MS + 1, 2**53, True, False, 1.0, 0.5, "100", [], {}]
+)
+def test_wait_ms_outside_its_range_or_not_an_integer_is_refused(verb: str, value: Any) -> None:
+    required = {name: FULL_ARGS[verb][name] for name in REQUIRED[verb]}
+    assert reject_args(verb, {**required, "wait_ms": value}).details["field"] == "wait_ms"
 
 
 @pytest.mark.parametrize(("verb", "field"), [("logs", "after"), ("events", "after")])

@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from sloopctl.cli import main
+from sloopctl.client import Client
 from sloopctl.follow import (
     POLL_MAX_S,
     POLL_MIN_S,
@@ -29,7 +30,7 @@ from sloopctl.follow import (
     transitions,
 )
 from sloopctl.layout import painter
-from sloopctl.polling import SHOW_WAIT_MS as FOLLOW_WAIT_MS
+from sloopctl.polling import FOLLOW_WAIT_MS, SHOW_WAIT_MS
 from tests.unit.test_sloopctl_cli import CLEAN_ENV, FakeDaemon
 
 Script = dict[str, list[dict[str, Any] | bytes]]
@@ -50,10 +51,19 @@ class Scripted:
         return {"id": request["id"], "ok": True, "data": reply}
 
 
-def error(code: str, message: str = "no") -> bytes:
+def error(code: str, message: str = "no", **details: Any) -> bytes:
     """An error envelope (its id filled in when sent)."""
-    body = {"id": "?", "ok": False, "error": {"code": code, "message": message, "details": {}}}
+    body = {"id": "?", "ok": False, "error": {"code": code, "message": message, "details": details}}
     return orjson.dumps(body) + b"\n"
+
+
+# What a daemon older than 0.7.0 answers to wait_ms (it rejects unknown arguments).
+NO_LONG_POLL = error(
+    "invalid_arguments",
+    "unknown argument 'wait_ms' for verb 'logs'",
+    field="wait_ms",
+    allowed=["after", "run", "stage", "tail"],
+)
 
 
 @pytest.fixture
@@ -114,37 +124,60 @@ def sent(daemon: FakeDaemon, verb: str) -> list[dict[str, Any]]:
 # --- logs -----------------------------------------------------------------------------
 
 
-def test_logs_follow_stops_exactly_at_complete_and_terminal(
+FOLLOW_PAGES = [
+    page([1, 2], 2, complete=False, terminal=False),
+    page([3], 3, complete=True, terminal=False),  # caught up, run in flight
+    page([], 3, complete=True, terminal=False),
+    page([], 3, complete=True, terminal=False),
+    page([4], 4, complete=False, terminal=True),  # settled, but more to read
+    page([5], 5, complete=True, terminal=True),  # the last page
+    page([6], 6, complete=True, terminal=True),  # never asked for
+]
+
+
+def test_logs_follow_waits_in_the_daemon_once_caught_up_and_stops_at_complete_terminal(
     fake: Callable[[Script], FakeDaemon], sleeps: list[float]
 ) -> None:
-    daemon = fake(
-        {
-            "logs": [
-                page([1, 2], 2, complete=False, terminal=False),
-                page([3], 3, complete=True, terminal=False),  # caught up, run in flight
-                page([], 3, complete=True, terminal=False),
-                page([], 3, complete=True, terminal=False),
-                page([4], 4, complete=False, terminal=True),  # settled, but more to read
-                page([5], 5, complete=True, terminal=True),  # the last page
-                page([6], 6, complete=True, terminal=True),  # never asked for
-            ]
-        }
-    )
+    daemon = fake({"logs": list(FOLLOW_PAGES)})
     result = sloopctl(daemon, "logs", "R1", "--stage", "implement#1", "-f")
     assert result.exit_code == 0, result.stderr
     assert result.stdout.splitlines() == [f"[implement#1 stdout] line {n}" for n in range(1, 6)]
     base = {"run": "R1", "stage": "implement#1"}
+    held = {**base, "after": "3", "wait_ms": FOLLOW_WAIT_MS}
+    assert sent(daemon, "logs") == [
+        base,
+        {**base, "after": "2"},  # an incomplete page: read on at once, no wait
+        held,  # caught up: the daemon holds the request until there is news
+        held,
+        held,
+        {**base, "after": "4"},
+    ]
+    assert sleeps == []  # the client itself never waits
+
+
+def test_logs_follow_polls_a_daemon_that_does_not_know_wait_ms(
+    fake: Callable[[Script], FakeDaemon], sleeps: list[float]
+) -> None:
+    pages: list[dict[str, Any] | bytes] = list(FOLLOW_PAGES)
+    pages.insert(2, NO_LONG_POLL)
+    daemon = fake({"logs": pages})
+    result = sloopctl(daemon, "logs", "R1", "--stage", "implement#1", "-f")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines() == [f"[implement#1 stdout] line {n}" for n in range(1, 6)]
+    assert result.stderr == ""  # the refusal is not the operator's business
+    base = {"run": "R1", "stage": "implement#1"}
     assert sent(daemon, "logs") == [
         base,
         {**base, "after": "2"},
+        {**base, "after": "3", "wait_ms": FOLLOW_WAIT_MS},  # refused: asked again without
         {**base, "after": "3"},
         {**base, "after": "3"},
         {**base, "after": "3"},
         {**base, "after": "4"},
     ]
-    # Waits only once caught up: short after news, longer while idle, within bounds.
-    assert len(sleeps) == 3
-    assert sleeps[0] == POLL_MIN_S and sleeps[0] < sleeps[2] <= POLL_MAX_S
+    # Polls once refused, after each caught-up page: short first, longer while idle.
+    assert len(sleeps) == 2
+    assert sleeps[0] == POLL_MIN_S and sleeps[0] < sleeps[1] <= POLL_MAX_S
     assert all(POLL_MIN_S <= s <= POLL_MAX_S for s in sleeps)
 
 
@@ -181,7 +214,10 @@ def test_logs_tail_reports_elided_then_follows_from_its_cursor(
     assert result.exit_code == 0
     assert result.stderr == "… 40 earlier records elided\n"
     assert [line.rsplit(" ", 1)[1] for line in result.stdout.splitlines()] == ["41", "42", "43"]
-    assert sent(daemon, "logs") == [{"run": "R1", "tail": 2}, {"run": "R1", "after": "42"}]
+    assert sent(daemon, "logs") == [
+        {"run": "R1", "tail": 2},
+        {"run": "R1", "after": "42", "wait_ms": FOLLOW_WAIT_MS},
+    ]
 
     one = fake({"logs": [page([9], 9, complete=True, terminal=True, elided=1)]})
     assert sloopctl(one, "logs", "R1", "--tail", "1").stderr == "… 1 earlier record elided\n"
@@ -261,37 +297,70 @@ def test_events_page_to_the_end_without_follow(
     assert sleeps == []
 
 
-def test_events_tail_is_one_page_and_follow_runs_until_ctrl_c(
-    fake: Callable[[Script], FakeDaemon], monkeypatch: pytest.MonkeyPatch
+FOLLOWED_EVENTS: list[dict[str, Any] | bytes] = [
+    {"events": [event(5)], "next_cursor": "5"},
+    {"events": [], "next_cursor": "5"},
+    {"events": [event(6, "gate_changed", None, None)], "next_cursor": "6"},
+    {"events": [], "next_cursor": "6"},
+]
+
+
+def interrupt_after(daemon: FakeDaemon, requests: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C once the daemon has answered ``requests`` requests."""
+    real = Client.call
+
+    def call(self: Client, verb: str, args: dict[str, Any] | None = None) -> Any:
+        if len(daemon.requests) >= requests:
+            raise KeyboardInterrupt
+        return real(self, verb, args)
+
+    monkeypatch.setattr(Client, "call", call)
+
+
+def test_events_tail_is_one_page_and_follow_waits_in_the_daemon_until_ctrl_c(
+    fake: Callable[[Script], FakeDaemon], monkeypatch: pytest.MonkeyPatch, sleeps: list[float]
 ) -> None:
     daemon = fake({"events": [{"events": [event(5)], "next_cursor": "5"}]})
     result = sloopctl(daemon, "events", "--tail", "1")
     assert result.exit_code == 0 and sent(daemon, "events") == [{"tail": 1}]
 
+    following = fake({"events": list(FOLLOWED_EVENTS)})
+    interrupt_after(following, 4, monkeypatch)
+    result = sloopctl(following, "--json", "events", "--tail", "1", "--follow")
+    assert result.exit_code == 130
+    pages = [orjson.loads(line)["data"] for line in result.stdout.splitlines()]
+    assert [[e["cursor"] for e in p["events"]] for p in pages] == [["5"], ["6"]]
+    held = FOLLOW_WAIT_MS
+    assert sent(following, "events") == [
+        {"tail": 1},
+        {"after": "5", "wait_ms": held},
+        {"after": "5", "wait_ms": held},
+        {"after": "6", "wait_ms": held},
+    ]
+    assert sleeps == []
+
+
+def test_events_follow_polls_a_daemon_that_does_not_know_wait_ms(
+    fake: Callable[[Script], FakeDaemon], monkeypatch: pytest.MonkeyPatch
+) -> None:
     naps: list[float] = []
 
     def nap(seconds: float) -> None:
         naps.append(seconds)
-        if len(naps) == 3:
+        if len(naps) == 2:  # polled after both empty pages: enough
             raise KeyboardInterrupt
 
     monkeypatch.setattr(time, "sleep", nap)
-    following = fake(
-        {
-            "events": [
-                {"events": [event(5)], "next_cursor": "5"},
-                {"events": [], "next_cursor": "5"},
-                {"events": [event(6, "gate_changed", None, None)], "next_cursor": "6"},
-                {"events": [], "next_cursor": "6"},
-            ]
-        }
-    )
+    replies = list(FOLLOWED_EVENTS)
+    replies.insert(1, NO_LONG_POLL)
+    following = fake({"events": replies})
     result = sloopctl(following, "--json", "events", "--tail", "1", "--follow")
     assert result.exit_code == 130
     pages = [orjson.loads(line)["data"] for line in result.stdout.splitlines()]
     assert [[e["cursor"] for e in p["events"]] for p in pages] == [["5"], ["6"]]
     assert sent(following, "events") == [
         {"tail": 1},
+        {"after": "5", "wait_ms": FOLLOW_WAIT_MS},
         {"after": "5"},
         {"after": "5"},
         {"after": "6"},

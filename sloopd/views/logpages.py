@@ -1,0 +1,247 @@
+"""One page of a run's log, as the bytes of the reply's ``data``.
+
+Every page is one indexed range read in position order; a record's wire JSON
+was stored once at ingest (cursor included) and SQLite joins the page's bodies
+into one value, so no per-record Python object is built and nothing is
+re-encoded: the reply is written around the stored bytes.  Tails and
+``elided`` counts come from stored ordinals, never from a COUNT over the feed.
+
+The page without a selector (the hot one) knows where the run's log ends
+without asking the store (``LogSink.stored_through``, or the last answer
+while the sink has written nothing since) and, positions being gapless, reads
+exactly the range it answers: one query.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, NamedTuple
+
+import orjson
+
+from sloopd.core.logsink import LogSink
+from sloopd.flows.flow import Flow
+from sloopd.store import Store
+from sloopd.views.runfacts import RunFacts
+from sloopd.wire.api import invalid_arguments
+
+LOGS_PAGE_RECORDS: Final = 100
+MAX_CURSOR_DIGITS: Final = 18  # a cursor is a position: it fits SQLite's 64-bit integers
+_JSON_BOOL: Final = ("false", "true")
+
+
+def parse_cursor(field: str, value: str | None) -> int:
+    if value is None:
+        return 0
+    if not (value.isascii() and value.isdigit()) or len(value) > MAX_CURSOR_DIGITS:
+        raise invalid_arguments(f"'{field}' is not a cursor this daemon issued", field=field)
+    return int(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    stage: str | None = None
+    attempt: int | None = None
+
+
+EVERY_RECORD: Final = Selector()
+
+
+def parse_selector(flow: Flow, text: str | None) -> Selector:
+    """``name`` = every execution, ``name#N`` = one; both checked against the flow."""
+    if text is None:
+        return EVERY_RECORD
+    name, hash_mark, attempt_text = text.partition("#")
+    if flow.stage(name) is None:
+        raise invalid_arguments(f"the run's flow has no stage '{name}'", field="stage")
+    if not hash_mark:
+        return Selector(name)
+    if (
+        not (attempt_text.isascii() and attempt_text.isdigit())
+        or attempt_text.startswith("0")
+        or len(attempt_text) > 9
+    ):
+        raise invalid_arguments(
+            f"'{text}' is not '<stage>#<attempt>' with an attempt of 1 or more", field="stage"
+        )
+    return Selector(name, int(attempt_text))
+
+
+def _claims_unstaged(flow: Flow, selector: Selector) -> bool:
+    """Records captured before stages were recorded belong to the first agent stage, #1."""
+    first_agent = next((s.name for s in flow.stages if s.action == "agent"), None)
+    return selector.stage == first_agent and selector.attempt in (None, 1)
+
+
+class LogPage(NamedTuple):
+    data: orjson.Fragment  # the reply's data, whole
+    records: int
+
+
+def _rest(next_position: int, complete: bool, elided: int, terminal: bool) -> str:
+    """What follows a page's records in its data (the order docs/protocol.md shows)."""
+    return (
+        f'],"next_cursor":"{next_position}","complete":{_JSON_BOOL[complete]},'
+        f'"elided":{elided},"terminal":{_JSON_BOOL[terminal]}}}'
+    )
+
+
+def _data(
+    joined: bytes | None, next_position: int, complete: bool, elided: int, terminal: bool
+) -> orjson.Fragment:
+    rest = _rest(next_position, complete, elided, terminal)
+    return orjson.Fragment(b'{"records":[' + (joined or b"") + rest.encode())
+
+
+class LogPages:
+    def __init__(self, sink: LogSink) -> None:
+        self.sink = sink
+
+    def page(
+        self, store: Store, facts: RunFacts, selector: Selector, after: int, tail: int | None
+    ) -> LogPage:
+        terminal = facts.terminal
+        if terminal:
+            # The settling record may still sit in the batch; a follower must
+            # never see terminal+complete while a record is missing.
+            self.sink.flush()
+        if selector is EVERY_RECORD:
+            page = self._range(store, facts, after, tail, terminal)
+            if page is not None:
+                return page
+        elif _claims_unstaged(facts.flow(), selector) and facts.unstaged(store):
+            return self._legacy(store, facts, selector, after, tail, terminal)
+        return self._indexed(store, facts, selector, after, tail, terminal)
+
+    def end(self, store: Store, run: str, facts: RunFacts) -> int:
+        """The run's last stored position: from the sink, or the store once per flush."""
+        stored = self.sink.stored_through(run)
+        if stored is not None:
+            return stored
+        if facts.end_at != self.sink.generation:
+            row = store.one("logs_max_position", (run,))
+            facts.end = int(row[0]) if row and row[0] is not None else 0
+            facts.end_at = self.sink.generation
+        return facts.end
+
+    def _range(
+        self, store: Store, facts: RunFacts, after: int, tail: int | None, terminal: bool
+    ) -> LogPage | None:
+        """Every record: a range of positions, or None when the range has a gap."""
+        run = facts.run_id
+        end = self.end(store, run, facts)
+        start, size, elided = after, LOGS_PAGE_RECORDS, 0
+        if tail is not None:
+            # The tail begins N records before the end (positions are the ordinal).
+            start = max(after, end - tail)
+            size, elided = min(tail, LOGS_PAGE_RECORDS), start - after
+        upto = min(start + size, end)
+        if upto <= start:
+            # Nothing after the cursor: the cursor stays, or moves to the end.
+            return LogPage(_data(None, max(after, end), True, elided, terminal), 0)
+        rest = _rest(upto, upto >= end, elided, terminal)
+        row = store.one("logs_range", (run, start, upto, rest))
+        if row is None or row[1] != upto - start:
+            return None  # a position is missing: read by the index instead
+        return LogPage(orjson.Fragment(row[0]), int(row[1]))
+
+    def _indexed(
+        self,
+        store: Store,
+        facts: RunFacts,
+        selector: Selector,
+        after: int,
+        tail: int | None,
+        terminal: bool,
+    ) -> LogPage:
+        run = facts.run_id
+        if selector.stage is None:
+            key: tuple[Any, ...] = (run,)
+            kind, ordinal_query = "logs", None
+        elif selector.attempt is None:
+            key, kind, ordinal_query = (run, selector.stage), "logs_stage", "logs_stage_ordinal_at"
+        else:
+            key = (run, selector.stage, selector.attempt)
+            kind, ordinal_query = "logs_execution", "logs_execution_ordinal_at"
+        elided = 0
+        after_tail = after
+        if tail is not None:
+            start = store.one(f"{kind}_tail_start", (*key, after, tail - 1))
+            if start is not None:
+                # The tail begins at the N-th matching record from the end.
+                first_position, first_ordinal = start
+                if ordinal_query is None:
+                    # Positions count every record of the run, so they are the ordinal.
+                    elided = first_ordinal - after - 1
+                else:
+                    before = store.one(ordinal_query, (*key, after)) if after else None
+                    elided = first_ordinal - (before[0] if before else 0) - 1
+                after_tail = first_position - 1
+        # A tail is one page at most: a longer one answers its first page, with
+        # complete false and next_cursor where the client reads on (with after).
+        size = LOGS_PAGE_RECORDS if tail is None else min(tail, LOGS_PAGE_RECORDS)
+        row = store.one(f"{kind}_page", (*key, after_tail, size))
+        joined, count, last = row if row else (None, 0, None)
+        complete = count < size or (tail is not None and tail <= LOGS_PAGE_RECORDS)
+        if not complete:
+            complete = store.one(f"{kind}_more", (*key, last)) is None
+        return self._reply(store, facts, joined, count, last, after, complete, elided, terminal)
+
+    def _reply(
+        self,
+        store: Store,
+        facts: RunFacts,
+        joined: bytes | None,
+        count: int,
+        last: int | None,
+        after: int,
+        complete: bool,
+        elided: int,
+        terminal: bool,
+    ) -> LogPage:
+        if last is not None and not complete:
+            next_position = last
+        else:
+            # Nothing more matches: advance over everything the filter skipped.
+            end = self.end(store, facts.run_id, facts)
+            next_position = max(after, last or 0, end)
+        return LogPage(_data(joined, next_position, complete, elided, terminal), count)
+
+    def _legacy(
+        self,
+        store: Store,
+        facts: RunFacts,
+        selector: Selector,
+        after: int,
+        tail: int | None,
+        terminal: bool,
+    ) -> LogPage:
+        """The slow, rare path: a run holding records without stage fields."""
+        everything = store.all("logs_rows_after", (facts.run_id, after))
+        matching = [(p, b) for p, b in everything if _legacy_match(b, selector)]
+        if tail is None:
+            page = matching[:LOGS_PAGE_RECORDS]
+            complete = len(matching) <= LOGS_PAGE_RECORDS
+            elided = 0
+        else:
+            start = max(0, len(matching) - tail)
+            page = matching[start : start + LOGS_PAGE_RECORDS]
+            complete, elided = start + len(page) == len(matching), start
+        joined = b",".join(_bytes(b) for _, b in page)
+        last = page[-1][0] if page else None
+        return self._reply(
+            store, facts, joined or None, len(page), last, after, complete, elided, terminal
+        )
+
+
+def _bytes(body: str | bytes) -> bytes:
+    return body.encode() if isinstance(body, str) else body
+
+
+def _legacy_match(body: str | bytes, selector: Selector) -> bool:
+    record = orjson.loads(body)
+    if "stage" not in record:
+        return True
+    if record["stage"] != selector.stage:
+        return False
+    return selector.attempt is None or record.get("attempt") == selector.attempt
