@@ -225,7 +225,9 @@ class Server:
             self.daemon.sandbox_problem = sandbox_probe()
             if self.daemon.sandbox_problem is not None:
                 log.error("agents cannot be sandboxed here: %s", self.daemon.sandbox_problem)
-        self._sink = LogSink(self.daemon.store, self.metrics.log_records.inc, self.daemon.feed_notices)
+        self._sink = LogSink(
+            self.daemon.store, self.metrics.log_records.inc, self.daemon.feed_notices
+        )
         self.runs = RunManager(self.daemon, self._groups, self._sink)
         # Whatever agents open on their worker sockets, the operator keeps room.
         self.runs.worker_sockets.budget = max(64, raise_open_file_limit() - OPERATOR_FD_RESERVE)
@@ -365,24 +367,29 @@ class Server:
         self._last_status = self._status_line()
         self.notifier.ready(self._last_status)
 
+    async def _close_clients(self) -> None:
+        """Held requests answer first (show, then logs/events), then connections close."""
+        if self.daemon is not None:
+            await self.daemon.changes.close(within_s=1.0)
+        if self._server is None:
+            return
+        self._server.close()
+        if self.daemon is not None:
+            await self.daemon.feed_notices.stop()
+        for conn in list(self._connections):
+            conn.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._server.wait_closed(), 2)
+        with contextlib.suppress(FileNotFoundError):
+            self.layout.operator_socket.unlink()
+
     async def shutdown(self) -> None:
         self.notifier.stopping()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(sig)
-        if self.daemon is not None:  # held 'show' requests answer, then connections close
-            await self.daemon.changes.close(within_s=1.0)
-        if self._server is not None:
-            self._server.close()
-            if self.daemon is not None:  # held logs/events requests answer before the close
-                await self.daemon.feed_notices.stop()
-            for conn in list(self._connections):
-                conn.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2)
-            with contextlib.suppress(FileNotFoundError):
-                self.layout.operator_socket.unlink()
+        await self._close_clients()
         with contextlib.suppress(FileNotFoundError):
             self.layout.daemon_info.unlink()
         for task in self._tasks:

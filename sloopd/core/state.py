@@ -15,8 +15,8 @@ import orjson
 
 from sloopd.core.changelog import ChangeLog
 from sloopd.core.config import Config
-from sloopd.core.model import ReadModel
 from sloopd.core.longpoll import FeedNotices
+from sloopd.core.model import ReadModel
 from sloopd.core.paths import Layout
 from sloopd.core.rows import Gate, QueueFacts
 from sloopd.ops.metrics import Metrics
@@ -66,6 +66,7 @@ class Daemon:
 
     def __post_init__(self) -> None:
         self.changes = ChangeLog(self.started_at_ms)
+
     # Held logs and events requests (long-poll), and the wake-ups writers send them.
     feed_notices: FeedNotices = field(default_factory=FeedNotices)
 

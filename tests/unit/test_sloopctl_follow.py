@@ -466,9 +466,9 @@ def test_follow_holds_on_the_epoch_when_the_daemon_sends_one(
     assert result.exit_code == 0, result.stderr
     assert sent(daemon, "show") == [
         {"ref": "fix"},
-        {"ref": "fix", "since": 7, "wait_ms": FOLLOW_WAIT_MS},
+        {"ref": "fix", "since": 7, "wait_ms": SHOW_WAIT_MS},
         {"ref": "R3"},
-        {"ref": "R3", "since": 9, "wait_ms": FOLLOW_WAIT_MS},
+        {"ref": "R3", "since": 9, "wait_ms": SHOW_WAIT_MS},
     ]
     assert sleeps == []
 
