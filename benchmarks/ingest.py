@@ -2,18 +2,20 @@
 
 The child is ``cat`` of a prepared file of N short lines, spawned through
 ``sloopd.children.ProcessGroups`` (the daemon's own capture: non-blocking pipe reads of
-64 KiB, the line splitter, UTF-8 decoding) with the runner's ``on_line`` feeding
-``sloopd.logsink.LogSink`` on a real ``Store`` in a temporary state directory.  The clock
+``CHUNK_BYTES``, the line splitter, UTF-8 decoding) with the runner's ``on_lines`` (one
+call per read, its lines as a batch) feeding ``LogSink.append_many`` on a real ``Store``
+in a temporary state directory.  The clock
 runs from the spawn until the sink's last batch is committed.
 
 Floors measured in the same run:
 - the pipe: the same child's output read by a bare loop that only counts newlines;
-- capture only: the same ``ProcessGroups`` spawn with an ``on_line`` that only counts;
+- capture only: the same ``ProcessGroups`` spawn with an ``on_lines`` that only counts;
 - the store: a bare apsw ``executemany`` of the very rows the sink inserts, pre-built, in
   batches of ``FLUSH_RECORDS`` per transaction (the goal's floor); and, for reference, the
   same rows through the sink's own insert (``Transaction.insert_many``: many rows per
   statement), which says what the sink's Python costs on top of its inserts;
-- the sink alone: ``LogSink.append`` called in a loop with the lines, no child.
+- the sink alone: ``LogSink.append_many`` called in a loop with the lines in batches of
+  what one read of the pipe holds, no child.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import uvloop
 from benchmarks.common import Row, Sandbox, Table, count, rate, ratio, sandbox, verdict
 from benchmarks.fixtures import log_body
 from sloopd.core.logsink import FLUSH_RECORDS, LogSink
-from sloopd.runs.children import ProcessGroups
+from sloopd.runs.children import CHUNK_BYTES, ProcessGroups
 from sloopd.store import Store
 from sloopd.util.clock import now_ms
 
@@ -75,12 +77,12 @@ def pipe_floor(argv: list[str]) -> tuple[float, int]:
 
 
 async def _capture(
-    argv: list[str], registry: Path, on_line: Callable[[str, str, bool], None]
+    argv: list[str], registry: Path, on_lines: Callable[[str, list[str], bool], None]
 ) -> float:
     groups = ProcessGroups(registry)
     start = time.perf_counter()
     child = await groups.spawn(
-        argv, cwd=registry, env=dict(os.environ), owner="bench", on_line=on_line
+        argv, cwd=registry, env=dict(os.environ), owner="bench", on_lines=on_lines
     )
     await child.wait()
     elapsed = time.perf_counter() - start
@@ -91,10 +93,10 @@ async def _capture(
 def capture_only(argv: list[str], registry: Path) -> tuple[float, int]:
     counted = [0]
 
-    def on_line(stream: str, text: str, split: bool) -> None:
-        counted[0] += 1
+    def on_lines(stream: str, texts: list[str], split: bool) -> None:
+        counted[0] += len(texts)
 
-    elapsed = uvloop.run(_capture(argv, registry, on_line))
+    elapsed = uvloop.run(_capture(argv, registry, on_lines))
     return elapsed, counted[0]
 
 
@@ -105,13 +107,13 @@ def sink_ingest(argv: list[str], registry: Path, state_dir: Path) -> tuple[float
     try:
         sink = LogSink(store)
 
-        def on_line(stream: str, text: str, split: bool) -> None:
-            # What RunManager._spawn_and_wait hands the child.
-            sink.append(RUN, STAGE, 1, stream, text, split)
+        def on_lines(stream: str, texts: list[str], split: bool) -> None:
+            # What ChildStarter.run hands the child, past its tail and budget.
+            sink.append_many(RUN, STAGE, 1, stream, texts, split)
 
         async def main() -> tuple[float, float]:
             start, cpu = time.perf_counter(), time.process_time()
-            await _capture(argv, registry, on_line)
+            await _capture(argv, registry, on_lines)
             sink.flush()
             return time.perf_counter() - start, time.process_time() - cpu
 
@@ -123,8 +125,22 @@ def sink_ingest(argv: list[str], registry: Path, state_dir: Path) -> tuple[float
     return elapsed, committed, used
 
 
+def read_batches(texts: list[str]) -> list[list[str]]:
+    """The lines as the capture hands them over: what one read of the pipe holds."""
+    batches: list[list[str]] = [[]]
+    size = 0
+    for text in texts:
+        size += len(text) + 1
+        if size > CHUNK_BYTES:
+            batches.append([])
+            size = len(text) + 1
+        batches[-1].append(text)
+    return batches
+
+
 def sink_alone(texts: list[str], state_dir: Path) -> float:
-    """LogSink.append for every line, then the last flush, inside an event loop.
+    """LogSink.append_many for every read's worth of lines, then the last flush, inside an
+    event loop.
 
     (Outside a running loop the sink commits every record on its own.)
     """
@@ -132,11 +148,13 @@ def sink_alone(texts: list[str], state_dir: Path) -> float:
     try:
         sink = LogSink(store)
 
+        batches = read_batches(texts)
+
         async def main() -> float:
-            append = sink.append
+            append_many = sink.append_many
             start = time.perf_counter()
-            for text in texts:
-                append(RUN, STAGE, 1, "stdout", text)
+            for batch in batches:
+                append_many(RUN, STAGE, 1, "stdout", batch)
             sink.flush()
             return time.perf_counter() - start
 
@@ -246,7 +264,7 @@ def _run(box: Sandbox, table: Table, lines: int, repeats: int) -> Table:
     )
     table.add(
         Row(
-            "  LogSink.append + flush, no child",
+            "  LogSink.append_many + flush, no child",
             rate(alone_rate),
             "apsw executemany, rows pre-built",
             rate(many_rate),
@@ -256,7 +274,7 @@ def _run(box: Sandbox, table: Table, lines: int, repeats: int) -> Table:
     multi_rate = lines / multi
     table.add(
         Row(
-            "  LogSink.append + flush, no child",
+            "  LogSink.append_many + flush, no child",
             rate(alone_rate),
             "the sink's multi-row insert, rows pre-built",
             rate(multi_rate),

@@ -1,6 +1,7 @@
 """Captured output into the store, batched so a flooding agent cannot starve requests.
 
-Records are buffered in memory and written in one transaction per batch: at
+Records are buffered in memory (a read of a child's pipe arrives as one batch of
+lines, ``append_many``) and written in one transaction per batch: at
 most every FLUSH_INTERVAL seconds, sooner when FLUSH_RECORDS are waiting, and
 at the next turn of the loop when a follower waits on the run (long-poll).
 Each record's wire JSON (cursor included) is built once here, at ingest, by
@@ -119,37 +120,100 @@ class LogSink:
         extra: dict[str, Any] | None = None,
     ) -> None:
         """Buffer one record; never raises, whatever the store does."""
+        if not (split or extra or ts_ms is not None):
+            self.append_many(run, stage, attempt, stream, [text])
+            return
         ts = time.time_ns() // 1_000_000 if ts_ms is None else ts_ms
-        counters = self._executions.get((run, stage, attempt))
-        if counters is not None and not (split or extra) and self.failing is None:
-            # The common line, inline (this runs for every line a child prints).
-            position = counters.run[0] = counters.run[0] + 1
-            stage_position = counters.stage[0] = counters.stage[0] + 1
-            execution_position = counters.execution = counters.execution + 1
-            stream_json = _STREAM_JSON.get(stream) or _stream_json(stream)
-            body = (
-                f'{{"cursor":"{position}","ts_ms":{ts},{counters.tag}"stream":{stream_json},'
-                f'"text":{orjson.dumps(text).decode()}}}'
-            )
-            self._pending.append(
+        if self._buffer_or_drop(run, stage, attempt, stream, text, split, ts, extra):
+            self._flush_if_full()
+            self._wake(run)
+
+    def append_many(
+        self,
+        run: str,
+        stage: str | None,
+        attempt: int | None,
+        stream: str,
+        texts: list[str],
+        split: bool = False,
+    ) -> None:
+        """Buffer a batch of lines of one stream, in order, read at one moment.
+
+        The same records as ``append`` of each (cursors, batches of at most
+        FLUSH_RECORDS, the held and dropped lines), at one call per batch.
+        """
+        ts = time.time_ns() // 1_000_000
+        first = 0
+        while first < len(texts):
+            counters = self._executions.get((run, stage, attempt))
+            if counters is None or split or self.failing is not None:
+                # An execution's first line, a split piece, a store refusing writes.
+                if self._buffer_or_drop(run, stage, attempt, stream, texts[first], split, ts, None):
+                    self._flush_if_full()
+                first += 1
+                continue
+            room = FLUSH_RECORDS - len(self._pending)
+            if room <= 0:  # a batch of system records filled it
+                self.flush()
+                continue
+            batch = texts[first : first + room] if first or room < len(texts) else texts
+            first += len(batch)
+            self._buffer_lines(run, stage, attempt, stream, batch, ts, counters)
+            self._flush_if_full()
+        self._wake(run)
+
+    def _buffer_lines(
+        self,
+        run: str,
+        stage: str | None,
+        attempt: int | None,
+        stream: str,
+        texts: list[str],
+        ts: int,
+        counters: _Counters,
+    ) -> None:
+        """The common lines, inline: this runs for every line a child prints."""
+        position, stage_position, execution_position = (
+            counters.run[0],
+            counters.stage[0],
+            counters.execution,
+        )
+        count = len(texts)
+        counters.run[0] += count
+        counters.stage[0] += count
+        counters.execution += count
+        stream_json = _STREAM_JSON.get(stream) or _stream_json(stream)
+        # The same bytes orjson writes for that record, without building it; the wire
+        # record, cursor included, is stored once: pages are joined from these by SQLite.
+        head = f'","ts_ms":{ts},{counters.tag}"stream":{stream_json},"text":'
+        dumps = orjson.dumps
+        self._pending.extend(
+            [
                 (
                     run,
-                    position,
+                    position + i,
                     stage,
                     attempt,
-                    stage_position,
-                    execution_position,
+                    stage_position + i,
+                    execution_position + i,
                     stream,
                     ts,
-                    body,
+                    f'{{"cursor":"{position + i}{head}{dumps(text).decode()}}}',
                 )
-            )
-            self._pending_last[run] = position
-        elif not self._buffer_or_drop(run, stage, attempt, stream, text, split, ts, extra):
-            return
+                for i, text in enumerate(texts, 1)
+            ]
+        )
+        self._pending_last[run] = position + count
+
+    def _flush_if_full(self) -> None:
         if len(self._pending) >= FLUSH_RECORDS and self.failing is None:
             self.flush()
-        elif self._followed is not None and run in self._followed:
+
+    def _wake(self, run: str) -> None:
+        """Schedule the next flush: at the next turn when a follower waits on ``run``."""
+        if not self._pending and not self.losses:
+            return
+        if self._followed is not None and run in self._followed:
             # A follower is held for this run: it sees the line at the next turn.
             if not self._soon and self.failing is None:
                 self._schedule(0)
@@ -211,43 +275,26 @@ class LogSink:
         counters = self._executions.get((run, stage, attempt))
         if counters is None:
             counters = self._counters(run, stage, attempt)
+        if not (split or extra):
+            self._buffer_lines(run, stage, attempt, stream, [text], ts, counters)
+            return
         position = counters.run[0] = counters.run[0] + 1
-        stage_position = counters.stage[0] = counters.stage[0] + 1
-        execution_position = counters.execution = counters.execution + 1
-        if split or extra:
-            record: dict[str, Any] = {
-                "ts_ms": ts,
-                "stage": stage,
-                "attempt": attempt,
-                "stream": stream,
-                "text": text,
-            }
-            if split:
-                record["split"] = True
-            if extra:
-                record.update(extra)
-            body = f'{{"cursor":"{position}",' + orjson.dumps(record).decode()[1:]
-        else:
-            # The same bytes orjson writes for that record, without building it.
-            stream_json = _STREAM_JSON.get(stream) or _stream_json(stream)
-            body = (
-                f'{{"cursor":"{position}","ts_ms":{ts},{counters.tag}"stream":{stream_json},'
-                f'"text":{orjson.dumps(text).decode()}}}'
-            )
+        record: dict[str, Any] = {
+            "ts_ms": ts,
+            "stage": stage,
+            "attempt": attempt,
+            "stream": stream,
+            "text": text,
+        }
+        if split:
+            record["split"] = True
+        if extra:
+            record.update(extra)
+        counters.stage[0] += 1
+        counters.execution += 1
+        body = f'{{"cursor":"{position}",' + orjson.dumps(record).decode()[1:]
         self._pending.append(
-            (
-                run,
-                position,
-                stage,
-                attempt,
-                stage_position,
-                execution_position,
-                stream,
-                ts,
-                # The wire record, cursor included, stored once: pages are joined
-                # from these strings by SQLite.
-                body,
-            )
+            (run, position, stage, attempt, counters.stage[0], counters.execution, stream, ts, body)
         )
         self._pending_last[run] = position
 

@@ -28,7 +28,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from sloopd.runs.lines import LineSplitter, OnLine
+from sloopd.runs.lines import LineSplitter, OnLines
 from sloopd.util import procfs
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ class Child:
         popen: subprocess.Popen[bytes],
         marker: str,
         grace: float,
-        on_line: OnLine,
+        on_lines: OnLines,
         sandboxed: bool = False,
     ) -> None:
         self.pid = popen.pid
@@ -145,7 +145,7 @@ class Child:
         for name, pipe in (("stdout", popen.stdout), ("stderr", popen.stderr)):
             assert pipe is not None
             os.set_blocking(pipe.fileno(), False)
-            self._pipes[name] = (pipe.fileno(), LineSplitter(name, on_line))
+            self._pipes[name] = (pipe.fileno(), LineSplitter(name, on_lines))
             self._loop.add_reader(pipe.fileno(), self._on_readable, name)
         self._pidfd: int | None = None
         try:
@@ -269,7 +269,7 @@ class ProcessGroups:
         cwd: Path,
         env: dict[str, str],
         owner: str,
-        on_line: OnLine,
+        on_lines: OnLines,
         sandbox: Callable[[list[str], dict[str, str]], list[str]] | None = None,
     ) -> Child:
         """Start ``argv`` as the leader of a new group, recorded before any output is read.
@@ -314,7 +314,7 @@ class ProcessGroups:
             self._write(record)
         except OSError as exc:  # the marker-only record still lets a restart find it
             log.warning("cannot record group %d: %s", popen.pid, exc)
-        child = Child(popen, marker, self.grace_seconds, on_line, sandboxed=sandbox is not None)
+        child = Child(popen, marker, self.grace_seconds, on_lines, sandboxed=sandbox is not None)
         self._children[marker] = child
         return child
 

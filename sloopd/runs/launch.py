@@ -23,7 +23,7 @@ from sloopd.flows.flow import AgentSettings
 from sloopd.runs import sandbox
 from sloopd.runs.children import Child, ProcessGroups
 from sloopd.runs.environment import child_environment
-from sloopd.runs.lines import OnLine
+from sloopd.runs.lines import OnLines
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,13 +125,13 @@ class HostLauncher:
     def _inside(self, host: Path, _sandboxed: str) -> str:
         return str(host)
 
-    async def start(self, request: LaunchRequest, on_line: OnLine) -> Child:
+    async def start(self, request: LaunchRequest, on_lines: OnLines) -> Child:
         return await self.groups.spawn(
             list(request.argv),
             cwd=request.checkout,
             env=self.environment(request),
             owner=request.owner,
-            on_line=on_line,
+            on_lines=on_lines,
         )
 
 
@@ -205,7 +205,7 @@ class SandboxLauncher(HostLauncher):
             env=env,
         )
 
-    async def start(self, request: LaunchRequest, on_line: OnLine) -> Child:
+    async def start(self, request: LaunchRequest, on_lines: OnLines) -> Child:
         env = self.environment(request)
         spec = self.spec(request, env)
 
@@ -217,7 +217,7 @@ class SandboxLauncher(HostLauncher):
             cwd=request.checkout,
             env=env,
             owner=request.owner,
-            on_line=on_line,
+            on_lines=on_lines,
             sandbox=wrap,
         )
 

@@ -17,51 +17,75 @@ log = logging.getLogger(__name__)
 
 MAX_LINE_BYTES = 64 * 1024
 
-OnLine = Callable[[str, str, bool], None]
+# One call per read of a pipe: the stream, its complete lines in order, whether they
+# are pieces of a split line.  A batch of many lines costs one call, not one per line.
+OnLines = Callable[[str, list[str], bool], None]
 
 
 class LineSplitter:
-    """Turns chunks into lines; a line longer than MAX_LINE_BYTES leaves in split pieces."""
+    """Turns chunks into lines; a line longer than MAX_LINE_BYTES leaves in split pieces.
 
-    def __init__(self, stream: str, on_line: OnLine) -> None:
+    The lines of one chunk leave together, in order, as one batch; a split piece
+    leaves on its own (its batch is flagged), after the lines before it.
+    """
+
+    def __init__(self, stream: str, on_lines: OnLines) -> None:
         self._stream = stream
-        self._on_line = on_line
+        self._on_lines = on_lines
         self._pending = b""
         self._splitting = False  # pieces of the current line were already delivered
 
     def feed(self, data: bytes) -> None:
-        parts = data.split(b"\n")
-        parts[0] = self._pending + parts[0]
-        self._pending = parts.pop()
-        for line in parts:
-            self._line(line)
+        end = data.rfind(b"\n")
+        if end >= 0:
+            whole = self._pending + data[:end] if self._pending else data[:end]
+            self._pending = data[end + 1 :]
+            if not self._splitting and len(whole) <= MAX_LINE_BYTES:
+                # No line in it can be too long.  Decoding the lines joined equals
+                # decoding each: a newline byte ends any invalid UTF-8 sequence.
+                self._emit(whole.decode("utf-8", errors="replace").split("\n"), False)
+            else:
+                self._lines(whole.split(b"\n"))
+        else:
+            self._pending += data
         while len(self._pending) > MAX_LINE_BYTES:
             cut = _cut(self._pending)
-            self._emit(self._pending[:cut], True)
+            self._emit_piece(self._pending[:cut])
             self._pending = self._pending[cut:]
             self._splitting = True
 
     def close(self) -> None:
         if self._pending or self._splitting:
-            self._line(self._pending)
+            self._lines([self._pending])
         self._pending = b""
 
-    def _line(self, line: bytes) -> None:
-        if not self._splitting and len(line) <= MAX_LINE_BYTES:
-            self._emit(line, False)
-            return
-        while len(line) > MAX_LINE_BYTES:
-            cut = _cut(line)
-            self._emit(line[:cut], True)
-            line = line[cut:]
-        self._emit(line, True)
-        self._splitting = False
+    def _lines(self, lines: list[bytes]) -> None:
+        """Lines that may be too long: the short ones batched, the long ones in pieces."""
+        batch: list[str] = []
+        for line in lines:
+            if not self._splitting and len(line) <= MAX_LINE_BYTES:
+                batch.append(line.decode("utf-8", errors="replace"))
+                continue
+            if batch:
+                self._emit(batch, False)
+                batch = []
+            while len(line) > MAX_LINE_BYTES:
+                cut = _cut(line)
+                self._emit_piece(line[:cut])
+                line = line[cut:]
+            self._emit_piece(line)
+            self._splitting = False
+        if batch:
+            self._emit(batch, False)
 
-    def _emit(self, piece: bytes, split: bool) -> None:
+    def _emit_piece(self, piece: bytes) -> None:
+        self._emit([piece.decode("utf-8", errors="replace")], True)
+
+    def _emit(self, texts: list[str], split: bool) -> None:
         try:
-            self._on_line(self._stream, piece.decode("utf-8", errors="replace"), split)
+            self._on_lines(self._stream, texts, split)
         except Exception:  # a broken consumer must not stop the capture
-            log.exception("on_line callback failed for %s", self._stream)
+            log.exception("on_lines callback failed for %s", self._stream)
 
 
 def _cut(data: bytes) -> int:
@@ -124,6 +148,28 @@ class OutputBudget:
         self.dropped_lines += 1
         self.dropped_bytes += size
         return False
+
+    def admit_many(self, texts: list[str]) -> int:
+        """Count a batch of lines; how many of them, from the first, are stored.
+
+        The same verdicts as ``admit`` line by line (once over a limit, every line
+        after is dropped), at one size computation per batch while it fits.
+        """
+        joined = "".join(texts)
+        size = len(joined) if joined.isascii() else len(joined.encode("utf-8", "surrogatepass"))
+        if self.dropped_lines == 0 and (
+            self.stored_lines + len(texts) <= self.max_lines
+            and self.stored_bytes + size <= self.max_bytes
+        ):
+            self.seen_bytes += size
+            self.stored_lines += len(texts)
+            self.stored_bytes += size
+            return len(texts)
+        admitted = 0
+        for text in texts:
+            if self.admit(text):
+                admitted += 1
+        return admitted
 
     def dropped(self) -> dict[str, int | str] | None:
         """The record's ``dropped`` field, shaped like the store-fault loss records."""

@@ -120,26 +120,31 @@ class ChildStarter:
         active.live = None
         active.refused_tools = ()
 
-        def on_line(stream: str, text: str, split: bool) -> None:
+        def on_lines(stream: str, texts: list[str], split: bool) -> None:
+            # One read of a pipe: its lines in order, each step once per batch.
             nonlocal unflushed
-            recent.append(text)  # bounded; dropped lines still tell why a child failed
-            if parse is not None and stream == "stdout" and _parsed(parse, text, usage):
-                active.live = usage
-                budgets.check(active)
-                if stream_name == "claude" and '"permission_denials"' in text:
-                    refused = stream_claude.permission_denials(text) or []
-                    active.refused_tools = tuple(dict.fromkeys(refused))
-            if not budget.admit(text):
+            recent.extend(texts)  # bounded; dropped lines still tell why a child failed
+            if parse is not None and stream == "stdout":
+                for text in texts:
+                    if _parsed(parse, text, usage):
+                        active.live = usage
+                        budgets.check(active)
+                        if stream_name == "claude" and '"permission_denials"' in text:
+                            refused = stream_claude.permission_denials(text) or []
+                            active.refused_tools = tuple(dict.fromkeys(refused))
+            admitted = budget.admit_many(texts)
+            if not admitted:
                 return
-            sink.append(facts.run_id, stage.name, attempt, stream, text, split)
-            unflushed += len(text)
+            stored = texts if admitted == len(texts) else texts[:admitted]
+            sink.append_many(facts.run_id, stage.name, attempt, stream, stored, split)
+            unflushed += sum(map(len, stored))
             if unflushed >= FLUSH_AFTER_BYTES:
                 unflushed = 0
                 sink.flush()
 
         launcher = self.launchers(active.config.sandbox)
         try:
-            child = await launcher.start(request, on_line)
+            child = await launcher.start(request, on_lines)
         except (ChildSpawnError, LaunchRefused) as exc:
             self.credentials.revoke(facts.run_id, credential)
             return str(exc), None

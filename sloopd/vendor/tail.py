@@ -51,8 +51,18 @@ class OutputTail:
             self._chars -= len(lines.popleft())
 
     def extend(self, lines: Iterable[str]) -> None:
-        for line in lines:
-            self.append(line)
+        """``append`` of each line, in one pass: the tail is the longest suffix within
+        both bounds, so only the last ``max_lines`` lines can be in it."""
+        kept = self._lines
+        limit = kept.maxlen or 0
+        batch = [line if len(line) <= LINE_CHARS else clip(line) for line in lines][-limit:]
+        overflow = len(kept) + len(batch) - limit
+        for _ in range(max(overflow, 0)):
+            self._chars -= len(kept.popleft())
+        kept.extend(batch)
+        self._chars += sum(map(len, batch))
+        while self._chars > self.max_chars and len(kept) > 1:
+            self._chars -= len(kept.popleft())
 
     def clear(self) -> None:
         self._lines.clear()

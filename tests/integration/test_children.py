@@ -49,13 +49,16 @@ def groups(tmp: Path) -> ProcessGroups:
 
 
 class Lines:
-    """An on_line callback that records what it was given."""
+    """An on_lines callback that records what it was given, line by line."""
 
     def __init__(self) -> None:
         self.got: list[tuple[str, str, bool]] = []
+        self.batches = 0
 
-    def __call__(self, stream: str, text: str, split: bool) -> None:
-        self.got.append((stream, text, split))
+    def __call__(self, stream: str, texts: list[str], split: bool) -> None:
+        assert texts and (not split or len(texts) == 1), "a split piece leaves alone"
+        self.batches += 1
+        self.got.extend((stream, text, split) for text in texts)
 
     def texts(self, stream: str) -> list[str]:
         return [text for s, text, _ in self.got if s == stream]
@@ -71,7 +74,7 @@ async def spawn_py(
         cwd=tmp,
         env={"PATH": os.environ["PATH"], "FOO": "bar"},
         owner="R1/implement#1",
-        on_line=lines if lines is not None else Lines(),
+        on_lines=lines if lines is not None else Lines(),
     )
 
 
@@ -157,25 +160,26 @@ def test_broken_consumer_does_not_stop_capture(
 ) -> None:
     seen: list[str] = []
 
-    def on_line(stream: str, text: str, split: bool) -> None:
-        seen.append(text)
-        if text == "boom":
+    def on_lines(stream: str, texts: list[str], split: bool) -> None:
+        seen.extend(texts)
+        if "boom" in texts:
             raise RuntimeError("consumer bug")
 
     async def body() -> None:
+        code = "import time; print('a\\nboom', flush=True); time.sleep(0.3); print('b')"
         child = await groups.spawn(
-            [sys.executable, "-c", "print('a'); print('boom'); print('b')"],
+            [sys.executable, "-c", code],
             cwd=tmp,
             env={},
             owner="o",
-            on_line=on_line,
+            on_lines=on_lines,
         )
         assert await finish(groups, child) == 0
 
     with caplog.at_level(logging.ERROR, logger="sloopd.runs.lines"):
         run(body())
     assert seen == ["a", "boom", "b"]
-    assert any("on_line callback failed" in r.getMessage() for r in caplog.records)
+    assert any("on_lines callback failed" in r.getMessage() for r in caplog.records)
 
 
 def test_long_lines_arrive_in_split_pieces(run: Runner, groups: ProcessGroups, tmp: Path) -> None:
@@ -394,9 +398,9 @@ def test_missing_or_unexecutable_program(run: Runner, groups: ProcessGroups, tmp
     async def body() -> None:
         for program in (tmp / "missing", not_executable):
             with pytest.raises(ChildSpawnError, match=re.escape(str(program))):
-                await groups.spawn([str(program)], cwd=tmp, env={}, owner="o", on_line=Lines())
+                await groups.spawn([str(program)], cwd=tmp, env={}, owner="o", on_lines=Lines())
         with pytest.raises(ChildSpawnError, match="empty command"):
-            await groups.spawn([], cwd=tmp, env={}, owner="o", on_line=Lines())
+            await groups.spawn([], cwd=tmp, env={}, owner="o", on_lines=Lines())
         assert list(groups.registry_dir.iterdir()) == []
 
     run(body())
