@@ -81,7 +81,11 @@ def setup(root: Path, flood_seconds: float) -> Path:
     (root / "signal").mkdir(exist_ok=True)
     agent = [sys.executable, str(flood), str(root / "signal"), str(flood_seconds)]
     files = {
-        "sloop.toml": "[repo]\nparallel = 8\n\n[agent]\ncommand = "
+        # max_log_lines past what 12 s of flooding prints: every line is stored for the
+        # whole window (at the default 100k per execution, a faster ingest stopped
+        # storing before the latency probe ended, and the window was not all flood).
+        "sloop.toml": "[repo]\nparallel = 8\n\n[agent]\nmax_log_lines = 100000000\n"
+        'max_log_bytes = "16GiB"\ncommand = '
         + orjson.dumps(agent).decode()
         + "\n",
     }
