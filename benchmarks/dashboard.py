@@ -85,9 +85,7 @@ def setup(root: Path, flood_seconds: float) -> Path:
         # whole window (at the default 100k per execution, a faster ingest stopped
         # storing before the latency probe ended, and the window was not all flood).
         "sloop.toml": "[repo]\nparallel = 8\n\n[agent]\nmax_log_lines = 100000000\n"
-        'max_log_bytes = "16GiB"\ncommand = '
-        + orjson.dumps(agent).decode()
-        + "\n",
+        'max_log_bytes = "16GiB"\ncommand = ' + orjson.dumps(agent).decode() + "\n",
     }
     for i in range(1, AGENTS + 1):
         files[f"tickets/flood-{i}.md"] = f"# Flood {i}\n\nPrint as fast as the pipe takes it.\n"
