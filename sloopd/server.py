@@ -35,7 +35,7 @@ from sloopd.store import Store, StoreLock, StoreTooNew, StoreUnavailable
 from sloopd.util import subproc
 from sloopd.verbs import operator_dispatcher, operator_handlers, refused_handlers
 from sloopd.wire import api
-from sloopd.wire.connection import LISTEN_BACKLOG, Connection
+from sloopd.wire.connection import LISTEN_BACKLOG, Connection, bound_private
 from sloopd.wire.dispatch import Dispatcher, OperatorDispatcher, RefusingDispatcher
 
 ORPHAN_REAP_SECONDS = 1.0
@@ -317,15 +317,9 @@ class Server:
             self._connections.add(conn)
             return conn
 
-        # The umask makes the socket 0600 from birth: no window where it is wider.
-        previous = os.umask(0o177)
-        try:
-            self._server = await loop.create_unix_server(
-                factory, path=str(path), backlog=LISTEN_BACKLOG
-            )
-        finally:
-            os.umask(previous)
-        os.chmod(path, 0o600)
+        self._server = await loop.create_unix_server(
+            factory, sock=bound_private(path), backlog=LISTEN_BACKLOG
+        )
 
     def _write_info(self) -> None:
         info = {

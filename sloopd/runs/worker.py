@@ -27,7 +27,7 @@ from sloopd.util.clock import now_ms
 from sloopd.views import show
 from sloopd.wire import api
 from sloopd.wire.api import ErrorCode, ProtocolError
-from sloopd.wire.connection import LISTEN_BACKLOG, Connection
+from sloopd.wire.connection import LISTEN_BACKLOG, Connection, bound_private
 from sloopd.wire.dispatch import Dispatcher, Result, error_line
 
 UNAUTHORIZED = ProtocolError(ErrorCode.UNAUTHORIZED, "not authorized")
@@ -359,14 +359,9 @@ class WorkerSockets:
             connections.add(conn)
             return conn
 
-        previous = os.umask(0o177)
-        try:
-            server = await asyncio.get_running_loop().create_unix_server(
-                factory, str(path), backlog=LISTEN_BACKLOG
-            )
-        finally:
-            os.umask(previous)
-        os.chmod(path, 0o600)
+        server = await asyncio.get_running_loop().create_unix_server(
+            factory, sock=bound_private(path), backlog=LISTEN_BACKLOG
+        )
         self._servers[run] = (server, connections)
         return path
 

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Final, cast
 
 from sloopd.wire import api
@@ -190,3 +192,25 @@ class Connection(asyncio.Protocol):
             self._write(head)
         if self._transport is not None:
             self._transport.close()
+
+
+def bound_private(path: Path) -> socket.socket:
+    """A Unix socket bound at ``path``, 0600 from birth, for ``create_unix_server(sock=)``.
+
+    The umask is narrowed only around the synchronous ``bind``: narrowed across an
+    ``await`` (``create_unix_server`` yields a loop turn), every coroutine running
+    meanwhile made files and folders, and started children, with umask 0177 (a
+    sandbox probe's folders could then not be entered).
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        previous = os.umask(0o177)
+        try:
+            sock.bind(str(path))
+        finally:
+            os.umask(previous)
+        os.chmod(path, 0o600)
+    except BaseException:
+        sock.close()
+        raise
+    return sock

@@ -545,3 +545,14 @@ def test_update_ref_inside_cannot_move_the_main_branch(box: Box, repo: Repo) -> 
     )
     assert head(repo.main, "refs/heads/main") == repo.base
     assert git(repo.main, "for-each-ref", "--format=%(refname)") == "refs/heads/main"
+
+
+def test_the_probe_starts_whatever_the_umask_while_it_runs() -> None:
+    """The probe runs in a thread while the loop may narrow the umask to 0177 (binding a
+    worker socket): its folders must still be enterable, or a run is refused."""
+    previous = os.umask(0o177)
+    try:
+        problem = sandbox.probe()
+    finally:
+        os.umask(previous)
+    assert problem is None, problem
