@@ -31,9 +31,12 @@ from tests.support.agents import Bench, ticket_text
 from tests.support.daemon import git
 from tests.support.standins import anthropic, gemini, openai
 
+# Why an unprivileged daemon cannot be started here (None: it can); CI runs as root.
+_CANNOT = unprivileged.available()
+
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap"),
-    pytest.mark.skipif(unprivileged.available() is not None, reason=str(unprivileged.available())),
+    pytest.mark.skipif(_CANNOT is not None, reason=f"cannot run a daemon as nobody: {_CANNOT}"),
 ]
 
 
