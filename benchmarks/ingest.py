@@ -32,7 +32,7 @@ import uvloop
 from benchmarks.common import Row, Sandbox, Table, count, rate, ratio, sandbox, verdict
 from benchmarks.fixtures import log_body
 from sloopd.core.logsink import FLUSH_RECORDS, LogSink
-from sloopd.runs.children import CHUNK_BYTES, ProcessGroups
+from sloopd.proc.children import CHUNK_BYTES, ProcessGroups
 from sloopd.store import Store
 from sloopd.util.clock import now_ms
 

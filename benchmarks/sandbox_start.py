@@ -40,9 +40,9 @@ from benchmarks.common import (
     ratio,
     sandbox,
 )
-from sloopd.runs import checkout
-from sloopd.runs import sandbox as bwrap_sandbox
-from sloopd.runs.sandbox import SandboxSpec
+from sloopd.git import checkout
+from sloopd.proc import sandbox as bwrap_sandbox
+from sloopd.proc.sandbox import SandboxSpec
 
 FILES = 10_000
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/sloop/home"}

@@ -25,12 +25,12 @@ from sloopd.core.state import Daemon
 from sloopd.ops.metrics import Metrics, parse_address, serve_metrics
 from sloopd.ops.notify import Notifier
 from sloopd.ops.process import answers, log_tasks
+from sloopd.proc import peers
+from sloopd.proc.children import ProcessGroups
+from sloopd.proc.sandbox import probe as sandbox_probe
 from sloopd.queue import gate
 from sloopd.queue.scheduler import Scheduler
-from sloopd.runs import peers
-from sloopd.runs.children import ProcessGroups
 from sloopd.runs.runner import RunManager
-from sloopd.runs.sandbox import probe as sandbox_probe
 from sloopd.store import Store, StoreLock, StoreTooNew, StoreUnavailable
 from sloopd.util import subproc
 from sloopd.verbs import operator_dispatcher, operator_handlers, refused_handlers

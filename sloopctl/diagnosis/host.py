@@ -18,9 +18,9 @@ import orjson
 
 from sloopd.wire import api
 
-# Names inside the state directory (sloopd.core.paths, sloopd.runs.children, sloopd.runs.runner);
+# Names inside the state directory (sloopd.core.paths, sloopd.proc.children, sloopd.runs.runner);
 # sloopctl may not import those modules, so they are repeated here.
-# Run checkouts, one repository per run (sloopd.runs.checkout).
+# Run checkouts, one repository per run (sloopd.git.checkout).
 CHECKOUTS_DIR: Final = "checkouts"
 GROUPS_DIR: Final = "groups"
 MARKER_VAR: Final = "SLOOP_CHILD_MARKER"
@@ -147,7 +147,7 @@ def marked_processes(markers: set[str]) -> dict[str, set[int]]:
 
 @dataclass(frozen=True, slots=True)
 class GroupRecord:
-    """One file of ``<state dir>/groups``, as sloopd.runs.children writes them."""
+    """One file of ``<state dir>/groups``, as sloopd.proc.children writes them."""
 
     path: Path
     marker: str

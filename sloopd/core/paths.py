@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from sloopd.git import runner
 from sloopd.wire import api
 
 
@@ -24,8 +24,8 @@ def git_common_dir(repo: Path) -> Path:
 
 def _git(cwd: Path, *args: str) -> str:
     try:
-        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
-    except (FileNotFoundError, NotADirectoryError) as exc:
+        done = runner.run_blocking(runner.git(None, *args), cwd=cwd)
+    except (FileNotFoundError, NotADirectoryError, runner.TimedOut) as exc:
         raise RepoError(f"{cwd}: {exc}") from exc
     if done.returncode != 0:
         raise RepoError(f"{cwd} is not inside a git repository: {done.stderr.strip()}")

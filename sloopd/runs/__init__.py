@@ -1,8 +1,11 @@
-"""Runs in flight: the driver, stage execution, children, worker sockets and git.
+"""Runs in flight: the driver, stage execution, a run's records, branch and stops.
 
-Owns the run driver (``runner``), a run's stored facts and settling
-(``records``), executing one stage (``execute``), child process groups
-(``children``), worker sockets and credentials (``worker``), the operator
-socket's peer check (``peers``) and git operations (``gitops``).  The top
-layer below the composition root: it may import every other layer.
+Owns the run driver (``runner``), a run's stored facts and settling (``records``),
+crash recovery (``recovery``), executing one stage (``execute``, ``spawning``,
+``launch``: where a stage's child runs), a run's branch through its stages
+(``branch``), why a run stops (``budget``, ``watchdog``, ``retries``), the state of
+a run in flight (``runstate``) and the worker verbs (``worker_verbs``, which append
+to the stage log).  The machinery it drives lives in lower layers: processes in
+``sloopd.proc``, git in ``sloopd.git``, the worker socket in ``sloopd.worker``.
+The top layer below the composition root: it may import every other layer.
 """

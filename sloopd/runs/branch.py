@@ -15,7 +15,6 @@ commit main gets is the one the last gating stage ran on, byte for byte.
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +22,9 @@ from typing import Any, Literal
 
 from sloopd.core.paths import Layout, git_common_dir
 from sloopd.flows.flow import Stage
-from sloopd.runs import checkout, checkout_edits, gitops
-from sloopd.runs.checkout import CheckoutError, Isolation
+from sloopd.git import checkout, checkout_edits, runner
+from sloopd.git import ops as gitops
+from sloopd.git.checkout import CheckoutError, Isolation
 from sloopd.runs.runstate import RunFacts
 
 # Every git call on a checkout or for it has this deadline; a hook or a huge
@@ -37,12 +37,7 @@ def repository_identity(repo: Path) -> tuple[str, str]:
     values = []
     keys = (("user.name", gitops.FALLBACK_NAME), ("user.email", gitops.FALLBACK_EMAIL))
     for key, fallback in keys:
-        done = subprocess.run(
-            ["git", "-C", str(repo), "config", "--get", key],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        done = runner.run_blocking(runner.git(repo, "config", "--get", key))
         values.append(done.stdout.strip() or fallback)
     return values[0], values[1]
 

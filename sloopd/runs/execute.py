@@ -16,10 +16,10 @@ from sloopd import vendor
 from sloopd.core.state import Daemon
 from sloopd.flows import walk
 from sloopd.flows.flow import Stage
-from sloopd.runs import gitops
+from sloopd.git import ops as gitops
+from sloopd.git.checkout import CheckoutError
 from sloopd.runs.branch import RunBranches, produces
 from sloopd.runs.budget import TIMED_OUT
-from sloopd.runs.checkout import CheckoutError
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.runs.spawning import ChildStarter

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from sloopd.core.paths import Layout, git_common_dir
 from sloopd.flows.flow import AgentSettings
-from sloopd.runs import sandbox
-from sloopd.runs.children import Child, ProcessGroups
-from sloopd.runs.environment import child_environment
-from sloopd.runs.lines import OnLines
+from sloopd.proc import sandbox
+from sloopd.proc.children import Child, ProcessGroups
+from sloopd.proc.environment import child_environment
+from sloopd.proc.lines import OnLines
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +136,7 @@ class HostLauncher:
 
 
 class SandboxLauncher(HostLauncher):
-    """Every child in bubblewrap: see ``sloopd.runs.sandbox`` for what it sees."""
+    """Every child in bubblewrap: see ``sloopd.proc.sandbox`` for what it sees."""
 
     sandboxed = True
 

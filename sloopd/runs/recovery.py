@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sloopd.flows import walk
-from sloopd.runs import gitops
+from sloopd.git import ops as gitops
 from sloopd.runs.records import RunRecords
 
 log = logging.getLogger(__name__)

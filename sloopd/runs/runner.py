@@ -18,20 +18,25 @@ from sloopd.core.logsink import LogSink
 from sloopd.core.state import Daemon
 from sloopd.flows import walk
 from sloopd.flows.flow import Stage
+from sloopd.git import checkout
+from sloopd.git import ops as gitops
+from sloopd.proc.children import ProcessGroups
+from sloopd.proc.sandbox import probe as sandbox_probe
 from sloopd.queue import gate
-from sloopd.runs import budget, checkout, gitops, retries, watchdog
+from sloopd.runs import budget, retries, watchdog
 from sloopd.runs.branch import RunBranches
-from sloopd.runs.children import ProcessGroups
 from sloopd.runs.execute import StageExecutor
 from sloopd.runs.launch import HostLauncher, SandboxLauncher
 from sloopd.runs.records import RunRecords
 from sloopd.runs.recovery import Recovery
 from sloopd.runs.runstate import ActiveRun, RunFacts
-from sloopd.runs.sandbox import probe as sandbox_probe
 from sloopd.runs.spawning import ChildStarter
-from sloopd.runs.worker import Credentials, WorkerDispatcher, WorkerSockets, WorkerVerbs
+from sloopd.runs.worker_verbs import WorkerVerbs
 from sloopd.store import Store, StoreUnavailable
 from sloopd.util.clock import now_ms
+from sloopd.worker.credentials import Credentials
+from sloopd.worker.dispatcher import WorkerDispatcher
+from sloopd.worker.sockets import WorkerSockets
 
 log = logging.getLogger(__name__)
 

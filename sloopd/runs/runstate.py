@@ -10,7 +10,7 @@ from typing import Any
 
 from sloopd.core.config import Config
 from sloopd.flows.flow import Budget, Flow
-from sloopd.runs.children import Child
+from sloopd.proc.children import Child
 from sloopd.vendor.tail import OutputTail
 from sloopd.vendor.usage import Usage, total
 

@@ -13,18 +13,18 @@ from pathlib import Path
 
 from sloopd.core.paths import Layout
 from sloopd.flows.flow import Stage
+from sloopd.proc.children import ChildSpawnError
+from sloopd.proc.lines import OutputBudget
 from sloopd.runs import budget as budgets
 from sloopd.runs.branch import repository_identity
-from sloopd.runs.children import ChildSpawnError
 from sloopd.runs.launch import Launcher, LaunchRefused, LaunchRequest
-from sloopd.runs.lines import OutputBudget
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
-from sloopd.runs.worker import Credentials
 from sloopd.util import memory
 from sloopd.vendor import stream_claude
 from sloopd.vendor import usage as usages
 from sloopd.vendor.usage import Usage
+from sloopd.worker.credentials import Credentials
 
 # Stored output a flooding child may leave in the sink's batch before it is
 # written: with 64 KiB lines, the sink's 1000-record batch alone is 64 MiB.

@@ -311,9 +311,6 @@ SELECT position, json_object('cursor', CAST(position AS TEXT), 'kind', kind, 'at
 FROM events INDEXED BY events_run WHERE run = ?
 ORDER BY position DESC LIMIT ?
 
--- name: ticket_ids_all
-SELECT id, name FROM tickets
-
 -- name: gate_read
 SELECT state, until_ms, reason FROM gate WHERE id = 1
 

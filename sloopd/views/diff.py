@@ -7,7 +7,7 @@ A run whose merge moved main is diffed from main as it was just before the merge
 (the merge intent's ``from``), so the answer is exactly what main received, a
 ``sync`` stage's merge of a newer main included.
 
-Git runs with a deadline and a bound on what it may print (``sloopd.util.subproc``),
+Git runs with a deadline and a bound on what it may print (``sloopd.git.runner``),
 so a huge or slow diff costs the daemon a bounded time and memory, never its loop.
 External diff drivers and textconv filters are off: the branch is an agent's work,
 and its ``.gitattributes`` must not choose a program for the daemon to run.
@@ -15,7 +15,6 @@ and its ``.gitattributes`` must not choose a program for the daemon to run.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Final
 
@@ -25,8 +24,8 @@ from sloopd.core.state import Daemon
 from sloopd.flows import walk
 from sloopd.flows.flow import Flow
 from sloopd.flows.stagelog import read_log
+from sloopd.git import runner
 from sloopd.queue import refs
-from sloopd.util import subproc
 
 # The diff text a reply carries unless the client asks for another bound (at most 4 MiB).
 DEFAULT_BYTES: Final = 256 * 1024
@@ -35,8 +34,6 @@ GIT_TIMEOUT_S: Final = 20.0
 # At most this many files are listed; ``files_truncated`` says when there were more.
 MAX_FILES: Final = 1000
 _NUMSTAT_LIMIT: Final = 1024 * 1024
-# Inherited from a wrapper, these would point git at another repository than -C.
-_REPO_LOCATING_VARS: Final = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR")
 # Options that make the text the same whatever the operator's git configuration says,
 # and that let no repository setting pick a program to run.
 _DIFF_OPTIONS: Final = (
@@ -82,7 +79,7 @@ async def run_diff(daemon: Daemon, ref: str, max_bytes: int | None) -> dict[str,
     try:
         answer.update(await _summary(repo, base, head))
         answer.update(await _text(repo, base, head, limit))
-    except (subproc.TimedOut, _GitFailed) as exc:
+    except (runner.TimedOut, _GitFailed) as exc:
         # Not a protocol error: the run exists, its diff could not be produced now.
         answer.update(files=[], files_truncated=False, text="", bytes=0, truncated=False)
         answer["problem"] = f"git could not diff {base[:12]}..{head[:12]}: {exc}"
@@ -101,16 +98,14 @@ class _GitFailed(Exception):
     """Git exited non-zero: a commit gone (a pruned object), a broken repository."""
 
 
-def _environment() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _REPO_LOCATING_VARS}
-    env["GIT_TERMINAL_PROMPT"] = "0"
-    env["GIT_OPTIONAL_LOCKS"] = "0"  # a read must not take the index lock a run may need
-    return env
+# A read must not take the index lock a run may need.
+_READ_ONLY: Final = {"GIT_OPTIONAL_LOCKS": "0"}
 
 
-async def _git(repo: Path, *args: str, limit: int) -> subproc.Finished:
-    argv = ["git", "-C", str(repo), *args]
-    done = await subproc.run(argv, timeout=GIT_TIMEOUT_S, env=_environment(), stdout_limit=limit)
+async def _git(repo: Path, *args: str, limit: int) -> runner.Finished:
+    env = runner.environment(_READ_ONLY)
+    argv = runner.git(repo, *args)
+    done = await runner.run(argv, timeout=GIT_TIMEOUT_S, env=env, stdout_limit=limit)
     if done.returncode != 0 and not done.truncated:
         raise _GitFailed(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed")
     return done
@@ -119,7 +114,7 @@ async def _git(repo: Path, *args: str, limit: int) -> subproc.Finished:
 async def _rev(repo: Path, ref: str) -> str | None:
     try:
         done = await _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", limit=4096)
-    except (_GitFailed, subproc.TimedOut):
+    except (_GitFailed, runner.TimedOut):
         return None
     return done.stdout.strip() or None
 

@@ -22,9 +22,9 @@ from typing import Any, TypeVar
 import pytest
 import uvloop
 
-from sloopd.runs import checkout
-from sloopd.runs import checkout_edits as edits
-from sloopd.runs.checkout import CheckoutError, Isolation
+from sloopd.git import checkout
+from sloopd.git import checkout_edits as edits
+from sloopd.git.checkout import CheckoutError, Isolation
 from tests.support.gitrepo import commit, git, head, make_repo
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import uvloop
 
-from sloopd.runs.children import Child, ChildSpawnError, ProcessGroups
-from sloopd.runs.lines import MAX_LINE_BYTES
+from sloopd.proc.children import Child, ChildSpawnError, ProcessGroups
+from sloopd.proc.lines import MAX_LINE_BYTES
 
 Runner = Callable[[Coroutine[Any, Any, None]], None]
 GRACE = 0.5
@@ -176,7 +176,7 @@ def test_broken_consumer_does_not_stop_capture(
         )
         assert await finish(groups, child) == 0
 
-    with caplog.at_level(logging.ERROR, logger="sloopd.runs.lines"):
+    with caplog.at_level(logging.ERROR, logger="sloopd.proc.lines"):
         run(body())
     assert seen == ["a", "boom", "b"]
     assert any("on_lines callback failed" in r.getMessage() for r in caplog.records)
@@ -385,7 +385,7 @@ def test_garbage_and_stale_records_are_removed(
     stale = {"pgid": 999_999, "pid": 999_999, "marker": "0" * 32, "argv": ["x"], "owner": "o"}
     (registry / f"{'0' * 32}.json").write_text(json.dumps(stale))
     assert len(groups.live()) == 1
-    with caplog.at_level(logging.WARNING, logger="sloopd.runs.children"):
+    with caplog.at_level(logging.WARNING, logger="sloopd.proc.children"):
         assert groups.kill_recorded_leftovers() == []
     assert list(registry.iterdir()) == []
     assert sum("unreadable" in r.getMessage() for r in caplog.records) == 2

@@ -234,7 +234,7 @@ def test_a_store_the_daemon_refuses_fails_with_its_fix(sandbox: Path, repo: Path
 
 
 def spawn_marked_sleep(marker: str) -> subprocess.Popen[bytes]:
-    """A process like one sloopd.runs.children starts: its own group, marked in its environment."""
+    """A process like one sloopd.proc.children starts: its own group, marked in its environment."""
     return subprocess.Popen(
         ["sleep", "60"],
         env={**os.environ, "SLOOP_CHILD_MARKER": marker},

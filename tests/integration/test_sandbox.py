@@ -27,8 +27,9 @@ from typing import Any
 
 import pytest
 
-from sloopd.runs import checkout, sandbox
-from sloopd.runs.sandbox import CHECKOUT_PATH, Mount, SandboxSpec
+from sloopd.git import checkout
+from sloopd.proc import sandbox
+from sloopd.proc.sandbox import CHECKOUT_PATH, Mount, SandboxSpec
 from tests.support.gitrepo import commit, git, head, make_repo
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")

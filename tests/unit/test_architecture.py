@@ -34,10 +34,27 @@ LAYERS: dict[str, frozenset[str]] = {
     "examples": frozenset(),
     "flows": frozenset({"wire", "store", "util"}),
     "ops": frozenset({"wire", "store", "util"}),
-    "core": frozenset({"wire", "store", "util", "vendor", "flows", "ops"}),
+    "core": frozenset({"wire", "store", "util", "vendor", "flows", "ops", "git"}),
     "queue": frozenset({"wire", "store", "util", "flows", "core"}),
-    "views": frozenset({"wire", "store", "util", "flows", "core", "queue"}),
-    "runs": frozenset({"wire", "store", "util", "vendor", "flows", "core", "queue", "views"}),
+    "views": frozenset({"wire", "store", "util", "flows", "core", "queue", "git"}),
+    "proc": frozenset({"util"}),
+    "git": frozenset({"util", "proc"}),
+    "worker": frozenset({"wire", "util"}),
+    "runs": frozenset(
+        {
+            "wire",
+            "store",
+            "util",
+            "vendor",
+            "flows",
+            "core",
+            "queue",
+            "views",
+            "proc",
+            "git",
+            "worker",
+        }
+    ),
 }
 
 

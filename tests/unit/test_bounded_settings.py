@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sloopd.core import config
+from sloopd.proc.lines import OutputBudget
 from sloopd.queue.gate import limit_deadline
-from sloopd.runs.lines import OutputBudget
 from sloopd.util.durations import format_ms, parse_ms
 from sloopd.util.sizes import parse_bytes
 

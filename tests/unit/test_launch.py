@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sloopd.core.paths import Layout
 from sloopd.flows.flow import AgentSettings
-from sloopd.runs.children import ProcessGroups
+from sloopd.proc.children import ProcessGroups
 from sloopd.runs.launch import LaunchRequest, SandboxLauncher
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sloopd.runs.lines import MAX_LINE_BYTES, LineSplitter, OutputBudget
+from sloopd.proc.lines import MAX_LINE_BYTES, LineSplitter, OutputBudget
 from sloopd.vendor.tail import LINE_CHARS, OutputTail
 
 # Bytes that make newlines, long lines and broken UTF-8 likely.

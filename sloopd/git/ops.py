@@ -5,17 +5,16 @@ so a path or branch name is never interpreted. Expected outcomes of a stage (a c
 moved ``main``, a dirty checkout) come back as a ``GitResult`` with a reason for a person;
 ``GitError`` is kept for git failing in a way the walk cannot explain.
 
-Every call has a deadline and is cancellable (``sloopd.util.subproc``): a hook that hangs
-fails the stage with a reason instead of holding the run, an ``abort`` or a shutdown.
+Every call goes through ``sloopd.git.runner``: a deadline and cancellation (a hook that
+hangs fails the stage with a reason instead of holding the run, an ``abort`` or a
+shutdown) and the one scrubbed environment.
 
-This module imports nothing from ``sloopd`` but its leaf helpers: the walker calls it, and
-tests drive it on real repositories alone.
+The walker calls it, and tests drive it on real repositories alone.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import shlex
 import shutil
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from sloopd.util import subproc
+from sloopd.git import runner
 
 # Fallback identity for the merge commits ``sync`` makes on CI hosts with no git identity.
 FALLBACK_NAME = "sloop"
@@ -33,9 +32,6 @@ FALLBACK_EMAIL = "sloop@localhost"
 QUICK_TIMEOUT = 60.0
 # The deadline of a call that may run hooks (merge, update-ref), unless the caller says.
 HOOK_TIMEOUT = 120.0
-
-# Inherited from a hook or a wrapper, these would point git at another repository than -C.
-_REPO_LOCATING_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR")
 
 
 @dataclass(frozen=True)
@@ -68,18 +64,17 @@ async def _git(
     ``user.email`` gets the fallback identity, so a merge on a bare CI host does not stop at
     "Please tell me who you are". A configured identity is never overridden.
     """
-    env = {k: v for k, v in os.environ.items() if k not in _REPO_LOCATING_VARS}
-    env["GIT_TERMINAL_PROMPT"] = "0"  # a credential prompt would hang the walk forever
+    env = runner.environment()
     if identity:
         _, email, _ = await _git(cwd, "config", "user.email", check=False)
         if not email.strip():
             for role in ("AUTHOR", "COMMITTER"):
                 env[f"GIT_{role}_NAME"] = FALLBACK_NAME
                 env[f"GIT_{role}_EMAIL"] = FALLBACK_EMAIL
-    argv = ["git", "-C", str(cwd), *args]
+    argv = runner.git(cwd, *args)
     try:
-        done = await subproc.run(argv, timeout=timeout, env=env)
-    except subproc.TimedOut:
+        done = await runner.run(argv, timeout=timeout, env=env)
+    except runner.TimedOut:
         raise GitTimeout(
             f"{shlex.join(argv)} did not finish within {timeout:.3g} s and was killed "
             "(a hook that waits for input or hangs?)"
@@ -181,19 +176,6 @@ async def list_worktrees(repo: Path) -> list[tuple[Path, str | None]]:
 async def checkout_of(repo: Path, ref: str) -> Path | None:
     """The working tree where ``ref`` is checked out, if any."""
     return next((p for p, branch in await list_worktrees(repo) if branch == ref), None)
-
-
-async def create_worktree(repo: Path, path: Path, branch: str, base: str) -> str:
-    """Check out a new ``branch`` at ``base`` in ``path``; return the base commit.
-
-    ``base`` is resolved first and the worktree is made from that sha, so the returned commit
-    is exactly where the branch starts even if ``base`` moves meanwhile.
-    """
-    sha = await rev_parse(repo, base)
-    if sha is None:
-        raise GitError(f"cannot create worktree {path}: base {base!r} names no commit in {repo}")
-    await _git(repo, "worktree", "add", "--quiet", "-b", branch, str(path), sha)
-    return sha
 
 
 async def remove_worktree(repo: Path, path: Path) -> None:

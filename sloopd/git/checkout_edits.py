@@ -1,7 +1,7 @@
 """What the daemon itself does inside a run's checkout: status, auto-commit, sync.
 
 Every one of these runs hardened git in the checkout's sandbox (see
-``sloopd.runs.checkout``: once an agent has run, the checkout is hostile), so
+``sloopd.git.checkout``: once an agent has run, the checkout is hostile), so
 a hook, filter or fsmonitor the agent planted runs nothing on the host.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from sloopd.runs.checkout import (
+from sloopd.git.checkout import (
     CheckoutError,
     Isolation,
     _Deadline,

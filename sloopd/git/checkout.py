@@ -21,8 +21,8 @@ objects (``fetch.fsckObjects``) and accepts the tip only if it descends from the
 ``create`` runs git in the checkout before any agent has touched it, which is safe.
 
 Every git call has a deadline (the function's ``timeout`` covers all its calls) and is
-killed with its process group on timeout or cancellation.  Imports: the standard library and
-the sibling ``sandbox`` module, relatively, so the pair can move together.
+killed with its process group on timeout or cancellation (``sloopd.git.runner``).  Imports:
+the runner and ``sloopd.proc.sandbox``, whose bubblewrap command line its git runs in.
 
 **Caveats.**  A checkout depends on the main repository keeping the objects it borrows: if
 ``main`` is force-moved and the main repository is pruned, a running checkout's base may
@@ -43,8 +43,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sloopd.runs.sandbox import CHECKOUT_PATH, HOME_PATH, SandboxSpec, command
-from sloopd.util import subproc
+from sloopd.git import runner
+from sloopd.proc.sandbox import CHECKOUT_PATH, HOME_PATH, SandboxSpec, command
 
 # Settings that make git in a checkout run nothing the checkout's own config asks for.
 HARDENING = (
@@ -53,18 +53,6 @@ HARDENING = (
     ("gc.auto", "0"),
     ("maintenance.auto", "false"),
     ("protocol.allow", "never"),
-)
-# Inherited from a hook or a wrapper, these would point the daemon's git elsewhere than -C.
-_LOCAL_GIT_VARS = (
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_COMMON_DIR",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_NAMESPACE",
-    "GIT_SHALLOW_FILE",
-    "GIT_GRAFT_FILE",
 )
 
 
@@ -110,12 +98,6 @@ class _Deadline:
         return remaining
 
 
-def _host_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _LOCAL_GIT_VARS}
-    env["GIT_TERMINAL_PROMPT"] = "0"
-    return env
-
-
 def _reason(text: str) -> str:
     """git's own reason: its first ``fatal:``/``error:`` line, else its last line."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
@@ -139,10 +121,8 @@ async def _run(
     A sandboxed command dies with it too: bwrap runs with --die-with-parent.
     """
     try:
-        done = await subproc.run(
-            argv, timeout=timeout, env=env if env is not None else _host_env(), stdin=stdin, cwd=cwd
-        )
-    except subproc.TimedOut:
+        done = await runner.run(argv, timeout=timeout, env=env, stdin=stdin, cwd=cwd)
+    except runner.TimedOut:
         raise CheckoutError(f"{what} did not finish within {timeout:.3g} s.") from None
     return GitRun(done.returncode, done.stdout, done.stderr)
 
@@ -257,11 +237,11 @@ def _in_checkout(
 ) -> tuple[list[str], dict[str, str], Path | None]:
     """(argv, environment, cwd) running ``argv`` in the checkout, sandboxed unless told not."""
     if isolation.bwrap is None:
-        host = {**_host_env(), **_sandbox_env(env), "HOME": str(isolation.home)}
+        host = {**runner.environment(), **_sandbox_env(env), "HOME": str(isolation.home)}
         host["PATH"] = os.environ.get("PATH", host["PATH"])
         return list(argv), host, checkout
     spec = _spec(checkout, isolation, env, writable=True)
-    return command(spec, argv, bwrap=isolation.bwrap), _host_env(), None
+    return command(spec, argv, bwrap=isolation.bwrap), runner.environment(), None
 
 
 def upload_pack_command(checkout: Path, isolation: Isolation) -> list[str]:

@@ -17,7 +17,7 @@ import socket
 import struct
 from collections.abc import Callable
 
-from sloopd.runs.children import MARKER_VAR
+from sloopd.proc.children import MARKER_VAR
 from sloopd.util import procfs
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from sloopd.runs.lines import LineSplitter, OnLines
+from sloopd.proc.lines import LineSplitter, OnLines
 from sloopd.util import procfs
 
 log = logging.getLogger(__name__)

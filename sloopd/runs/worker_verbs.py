@@ -1,22 +1,13 @@
-"""Worker sockets: a run's own socket, one live credential, four verbs.
+"""The worker verbs: ``brief``, ``show``, ``note`` and ``verdict``, each in its caller's scope.
 
-An agent reaches Sloop only here.  Its token is minted for one stage
-execution or one panel seat and dies when the next is minted, when its
-child exits, and when the run settles.  Every refusal outside the caller's
-scope is the same ``unauthorized``, so a probing worker learns nothing.
+They read and append to the run's stage log, so they live with the runs; the socket,
+the credential and the dispatch around them are ``sloopd.worker``'s.  Every refusal
+outside the caller's scope is the same ``unauthorized``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import hmac
-import os
-import secrets
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from sloopd.core.state import Daemon
 from sloopd.flows import walk
@@ -27,70 +18,8 @@ from sloopd.util.clock import now_ms
 from sloopd.views import show
 from sloopd.wire import api
 from sloopd.wire.api import ErrorCode, ProtocolError
-from sloopd.wire.connection import LISTEN_BACKLOG, Connection, bound_private
-from sloopd.wire.dispatch import Dispatcher, Result, error_line
-
-UNAUTHORIZED = ProtocolError(ErrorCode.UNAUTHORIZED, "not authorized")
-
-
-@dataclass(frozen=True, slots=True)
-class Credential:
-    run: str
-    stage: str
-    attempt: int
-    seat: int | None  # the reviewer index for a panel seat
-    token: str
-
-
-class Credentials:
-    """One live credential per run."""
-
-    def __init__(self) -> None:
-        self._live: dict[str, Credential] = {}
-
-    def mint(self, run: str, stage: str, attempt: int, seat: int | None = None) -> Credential:
-        credential = Credential(run, stage, attempt, seat, secrets.token_urlsafe(32))
-        self._live[run] = credential  # the previous one stops validating now
-        return credential
-
-    def revoke(self, run: str, credential: Credential | None = None) -> None:
-        live = self._live.get(run)
-        if live is not None and (credential is None or live is credential):
-            del self._live[run]
-
-    def check(self, run: str, token: str | None) -> Credential:
-        live = self._live.get(run)
-        presented = (token or "").encode()
-        expected = live.token.encode() if live is not None else b"\0" * 43
-        # compare_digest runs in time independent of where the strings differ.
-        if not hmac.compare_digest(presented, expected) or live is None:
-            raise UNAUTHORIZED
-        return live
-
-
-WorkerHandler = Callable[[Credential, dict[str, Any]], Result]
-
-
-class WorkerDispatcher(Dispatcher):
-    def __init__(
-        self, run: str, credentials: Credentials, handlers: Mapping[str, WorkerHandler]
-    ) -> None:
-        self._run = run
-        self._credentials = credentials
-        self._handlers = handlers
-
-    def _envelope_error(self, err: ProtocolError) -> ProtocolError:
-        # An unknown verb would list every verb the daemon has: scope leaks.
-        if err.code == ErrorCode.UNKNOWN_VERB:
-            return UNAUTHORIZED
-        return err
-
-    def _call(self, request: api.Request) -> Result:
-        if not request.verb.worker:
-            raise UNAUTHORIZED
-        credential = self._credentials.check(self._run, request.token)
-        args = request.verb.parse(request.args)
-        return self._handlers[request.verb.name](credential, args)
+from sloopd.worker.credentials import UNAUTHORIZED, Credential
+from sloopd.worker.dispatcher import WorkerHandler
 
 
 def definition_of_done(stage: Stage) -> list[str]:
@@ -266,32 +195,6 @@ class WorkerVerbs:
         return {"verdict": {**placed, **report}}
 
 
-# An agent that opens connections without end must not take the daemon's file
-# descriptors from the operator and the other runs: past this many on one
-# socket (or the shared budget), a connection is answered with one error and closed.
-WORKER_CONNECTIONS_MAX = 32
-
-
-def _refusal(limit: int) -> bytes:
-    return error_line(
-        None,
-        ProtocolError(
-            ErrorCode.DAEMON_UNAVAILABLE,
-            f"too many connections on this worker socket (at most {limit}); close some",
-            {"limit": limit},
-        ),
-    )
-
-
-class _Refused(asyncio.Protocol):
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        cast(asyncio.Transport, transport).write(_refusal(self._limit))
-        transport.close()
-
-
 def _independent(detail: dict[str, Any], credential: Credential) -> dict[str, Any]:
     """A panel seat sees no other seat's verdict until its panel's stage has finished.
 
@@ -316,69 +219,3 @@ def _independent(detail: dict[str, Any], credential: Credential) -> dict[str, An
                 for seat in row["reviewers"]
             ]
     return detail
-
-
-class WorkerSockets:
-    """Creates a run's socket when it starts and removes it when it settles."""
-
-    def __init__(
-        self,
-        directory: Path,
-        dispatcher_for: Callable[[str], WorkerDispatcher],
-        *,
-        per_socket: int = WORKER_CONNECTIONS_MAX,
-        budget: int = 512,
-    ) -> None:
-        self.directory = directory
-        self._dispatcher_for = dispatcher_for
-        self._servers: dict[str, tuple[asyncio.AbstractServer, set[Connection]]] = {}
-        self._per_socket = per_socket
-        # Worker connections of every run together: what is left for them once the
-        # operator socket, the store and the children's pipes have their share.
-        self.budget = budget
-
-    def _open_connections(self) -> int:
-        return sum(len(connections) for _, connections in self._servers.values())
-
-    def path(self, run: str) -> Path:
-        return self.directory / f"{run}.sock"
-
-    async def open(self, run: str) -> Path:
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(self.directory, 0o700)
-        path = self.path(run)
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-        dispatcher = self._dispatcher_for(run)
-        connections: set[Connection] = set()
-
-        def factory() -> asyncio.Protocol:
-            if len(connections) >= self._per_socket or self._open_connections() >= self.budget:
-                return _Refused(self._per_socket)
-            conn = Connection(dispatcher.handle_line, connections.discard)
-            connections.add(conn)
-            return conn
-
-        server = await asyncio.get_running_loop().create_unix_server(
-            factory, sock=bound_private(path), backlog=LISTEN_BACKLOG
-        )
-        self._servers[run] = (server, connections)
-        return path
-
-    def clear_stale(self) -> None:
-        """At start: sockets of runs a crashed daemon left; nothing listens on them."""
-        if self.directory.is_dir():
-            for path in self.directory.glob("*.sock"):
-                path.unlink(missing_ok=True)
-
-    async def close(self, run: str) -> None:
-        entry = self._servers.pop(run, None)
-        if entry is not None:
-            server, connections = entry
-            server.close()
-            for conn in list(connections):
-                conn.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 2)
-        with contextlib.suppress(FileNotFoundError):
-            self.path(run).unlink()

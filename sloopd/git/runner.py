@@ -1,0 +1,111 @@
+"""The one way the daemon starts git: a deadline, an output bound, one scrubbed environment.
+
+Every git of ``sloopd`` starts here, so the rules below hold for all of them and
+cannot drift between copies (they did: two copies scrubbed four variables, one nine,
+and the call that moves ``main`` honoured an inherited ``GIT_OBJECT_DIRECTORY``):
+
+- **One scrub list.**  ``REPO_LOCATING_VARS`` are the variables that point git at
+  another repository, object store, namespace or history than its ``-C`` names.  A
+  daemon started from a hook, a wrapper or a shell inside another repository inherits
+  them; none reaches a git the daemon runs.  This module is the only one that names
+  them (``tests/unit/test_git_runner.py`` checks it).
+- **No prompt.**  ``GIT_TERMINAL_PROMPT=0``: a credential prompt would hang the walk.
+- **A deadline and cancellation** (``sloopd.util.subproc``): a timeout or a cancelled
+  caller kills git *and* the hooks it started; ``TimedOut`` says so.
+- **An output bound** for callers whose output is unbounded (a diff).
+
+A caller that runs git inside the sandbox hands ``run`` the whole command line (bwrap
+wrapping git) and its own environment; ``environment`` is the host one.  The blocking
+``run_blocking`` is for the two callers that need an answer before the loop runs
+(locating the repository at start-up, reading its identity).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Final
+
+from sloopd.util import subproc
+
+# Inherited from a hook, a wrapper or a shell in another repository, these would point
+# the daemon's git elsewhere than -C: another repository, index, object store,
+# namespace, or a history rewritten by a graft or shallow file.
+REPO_LOCATING_VARS: Final = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_COMMON_DIR",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_NAMESPACE",
+    "GIT_SHALLOW_FILE",
+    "GIT_GRAFT_FILE",
+)
+
+TimedOut = subproc.TimedOut
+Finished = subproc.Finished
+
+
+def environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The daemon's environment for a git on the host: scrubbed, no prompt, ``extra`` on top."""
+    env = {k: v for k, v in os.environ.items() if k not in REPO_LOCATING_VARS}
+    env["GIT_TERMINAL_PROMPT"] = "0"  # a credential prompt would hang the walk forever
+    env.update(extra or {})
+    return env
+
+
+def git(repo: Path | None, *args: str) -> list[str]:
+    """``git -C repo args`` as an argument vector (``repo`` None: no ``-C``)."""
+    return ["git", *(["-C", str(repo)] if repo is not None else []), *args]
+
+
+async def run(
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+    stdin: bytes | None = None,
+    cwd: Path | None = None,
+    stdout_limit: int | None = None,
+) -> subproc.Finished:
+    """Run a git command line (never through a shell); ``TimedOut`` past ``timeout``.
+
+    ``env`` None is ``environment()``; a sandboxed caller passes the sandbox's own,
+    which never holds the host's variables at all.
+    """
+    return await subproc.run(
+        argv,
+        timeout=timeout,
+        env=environment() if env is None else env,
+        stdin=stdin,
+        cwd=cwd,
+        stdout_limit=stdout_limit,
+    )
+
+
+def run_blocking(
+    argv: Sequence[str], *, cwd: Path | None = None, timeout: float = 60.0
+) -> Finished:
+    """The same rules, blocking: for start-up, before the event loop serves anything.
+
+    ``FileNotFoundError``/``NotADirectoryError`` (no git, no ``cwd``) reach the caller;
+    a git past ``timeout`` is killed and reported as ``TimedOut``.
+    """
+    try:
+        done = subprocess.run(
+            list(argv),
+            cwd=cwd,
+            env=environment(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise TimedOut(f"did not finish within {timeout:.3g} s") from None
+    return Finished(done.returncode, done.stdout, done.stderr)
