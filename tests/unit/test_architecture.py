@@ -381,6 +381,44 @@ def test_a_forbidden_layer_edge_is_flagged(tmp_path: Path) -> None:
     ]
 
 
+def test_the_machinery_layers_may_not_reach_up(tmp_path: Path) -> None:
+    """proc, git and worker sit under runs: they may not import runs or what runs uses."""
+    files = _layered_tree(
+        tmp_path,
+        {
+            "sloopd/proc/children.py": (
+                "from sloopd.runs import runner\nfrom sloopd.util import procfs\n"
+            ),
+            "sloopd/proc/sandbox.py": "from sloopd.git import runner\n",
+            "sloopd/git/runner.py": (
+                "from sloopd.proc import sandbox\nfrom sloopd.util import subproc\n"
+            ),
+            "sloopd/git/ops.py": "from sloopd.core import state\n",
+            "sloopd/worker/sockets.py": (
+                "from sloopd.wire import api\nfrom sloopd.runs import records\n"
+            ),
+            "sloopd/views/diff.py": (
+                "from sloopd.git import runner\nfrom sloopd.proc import children\n"
+            ),
+            "sloopd/runs/runner.py": (
+                "from sloopd.proc import children\nfrom sloopd.worker import sockets\n"
+            ),
+            "sloopd/runs/records.py": "",
+            "sloopd/core/state.py": "",
+            "sloopd/util/procfs.py": "",
+            "sloopd/util/subproc.py": "",
+            "sloopd/wire/api.py": "",
+        },
+    )
+    assert forbidden_layer_edges(files, tmp_path) == [
+        "sloopd/git/ops.py:1 (git) imports sloopd.core.state (layer 'core')",
+        "sloopd/proc/children.py:1 (proc) imports sloopd.runs.runner (layer 'runs')",
+        "sloopd/proc/sandbox.py:1 (proc) imports sloopd.git.runner (layer 'git')",
+        "sloopd/views/diff.py:2 (views) imports sloopd.proc.children (layer 'proc')",
+        "sloopd/worker/sockets.py:2 (worker) imports sloopd.runs.records (layer 'runs')",
+    ]
+
+
 def test_a_circle_is_flagged_even_behind_type_checking(tmp_path: Path) -> None:
     files = _layered_tree(
         tmp_path,

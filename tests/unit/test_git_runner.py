@@ -1,0 +1,166 @@
+"""One git runner: the only module that names the repository-locating variables, and
+the only one that starts git (``sloopd/git/runner.py``).
+
+Three runners had drifted: two scrubbed four ``GIT_*`` variables, one nine, so the
+call that moves ``main`` honoured an inherited ``GIT_OBJECT_DIRECTORY``.  The source
+checks below keep a fourth copy from appearing; the behaviour tests show the one
+list reaching every caller.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sloopd.git import ops as gitops
+from sloopd.git import runner
+from tests.support.gitrepo import commit, git, head, make_repo
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNNER = ROOT / "sloopd" / "git" / "runner.py"
+# The bundled example agent is an agent, not the daemon: it runs its own git, as any
+# agent does, inside the sandbox.
+NOT_THE_DAEMON = (ROOT / "sloopd" / "examples",)
+
+
+def daemon_sources() -> list[Path]:
+    return [
+        path
+        for path in sorted((ROOT / "sloopd").rglob("*.py"))
+        if not any(path.is_relative_to(skip) for skip in NOT_THE_DAEMON)
+    ]
+
+
+def string_constants(path: Path) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.lineno, node.value
+
+
+def git_argv_literals(path: Path) -> Iterator[int]:
+    """Lines of list or tuple literals that start with ``"git"``: a git command line."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.List | ast.Tuple) and node.elts:
+            first = node.elts[0]
+            if isinstance(first, ast.Constant) and first.value == "git":
+                yield node.lineno
+
+
+def process_starters(path: Path) -> Iterator[int]:
+    """Lines that start a process: subprocess, asyncio's exec, or the bounded tool runner."""
+    starters = {"Popen", "run", "create_subprocess_exec", "create_subprocess_shell", "call"}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in starters
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in {"subprocess", "asyncio", "subproc"}
+        ):
+            yield node.lineno
+
+
+def test_one_module_names_the_repository_locating_variables() -> None:
+    named = {
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in daemon_sources()
+        if path != RUNNER
+        for line, value in string_constants(path)
+        if value in runner.REPO_LOCATING_VARS
+    }
+    assert named == set()
+    assert len(runner.REPO_LOCATING_VARS) == len(set(runner.REPO_LOCATING_VARS)) == 9
+
+
+def test_git_command_lines_are_built_only_in_the_git_layer() -> None:
+    git_layer = ROOT / "sloopd" / "git"
+    outside = {
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in daemon_sources()
+        if not path.is_relative_to(git_layer)
+        for line in git_argv_literals(path)
+    }
+    assert outside == set()
+
+
+def test_inside_the_git_layer_only_the_runner_starts_a_process() -> None:
+    starters = {
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in sorted((ROOT / "sloopd" / "git").rglob("*.py"))
+        if path != RUNNER
+        for line in process_starters(path)
+    }
+    assert starters == set()
+    assert list(process_starters(RUNNER)), "the checker must see the runner's own starts"
+
+
+def test_the_checkers_see_what_they_look_for(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import subprocess\n"
+        "X = 'GIT_NAMESPACE'\n"
+        "subprocess.run(['git', 'status'])\n"
+        "argv = ('git', '-C', 'x')\n"
+    )
+    assert [v for _, v in string_constants(sample) if v in runner.REPO_LOCATING_VARS] == [
+        "GIT_NAMESPACE"
+    ]
+    assert sorted(git_argv_literals(sample)) == [3, 4]
+    assert list(process_starters(sample)) == [3]
+
+
+def test_the_environment_drops_every_repository_locating_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for var in runner.REPO_LOCATING_VARS:
+        monkeypatch.setenv(var, "/elsewhere")
+    monkeypatch.setenv("SLOOP_KEPT", "1")
+    env = runner.environment({"GIT_OPTIONAL_LOCKS": "0"})
+    assert not set(runner.REPO_LOCATING_VARS) & env.keys()
+    assert env["SLOOP_KEPT"] == "1"
+    assert env["GIT_TERMINAL_PROMPT"] == "0"
+    assert env["GIT_OPTIONAL_LOCKS"] == "0"
+
+
+@pytest.fixture
+def repo(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix="gr", dir="/tmp"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("HOME", str(root))
+    try:
+        yield make_repo(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    "variable", ["GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_DIR"]
+)
+def test_ff_only_ignores_an_inherited_repository_locating_variable(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    """0.7.0's ff_only scrubbed four variables: with GIT_OBJECT_DIRECTORY inherited (a
+    daemon started from a hook of another repository) it read another object store
+    and refused to merge ("no branch main")."""
+    work = repo.parent / "w"
+    git(repo, "worktree", "add", "--quiet", "-b", "sloop/t/1", str(work), "main")
+    tip = commit(work, {"c.txt": "c\n"})
+    git(repo, "worktree", "remove", "--force", str(work))
+    (repo.parent / "other").mkdir()
+    elsewhere = make_repo(repo.parent / "other")
+    monkeypatch.setenv(variable, str(elsewhere / ".git" / "objects"))
+    if variable == "GIT_DIR":
+        monkeypatch.setenv(variable, str(elsewhere / ".git"))
+
+    result = asyncio.run(gitops.ff_only(repo, tip, "main"))
+
+    assert result.ok, result.reason
+    monkeypatch.delenv(variable)
+    assert head(repo, "main") == tip
+    assert head(elsewhere, "main") != tip
