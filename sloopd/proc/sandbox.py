@@ -3,16 +3,22 @@
 An agent stage executes code we do not trust on the daemon's host, so the stage sees a
 private view of the machine rather than the machine itself:
 
-* **The system, read-only, entry by entry.**  Every top-level directory of the host ``/`` is
-  bound read-only at the same path and every top-level symlink is recreated (a merged-usr
-  ``/bin -> usr/bin`` keeps working).  Binding entries rather than ``--ro-bind / /`` leaves
-  the sandbox's own root a writable tmpfs while it is assembled, so ``/sloop/...`` mount
-  points can be created; it is remounted read-only last.  Never bound: ``/proc``, ``/dev``
-  (fresh instances), ``/sys`` (kernel and device internals), ``/tmp`` and ``/var/tmp``
-  (empty tmpfs), ``/run`` (an empty tmpfs: it holds docker.sock, the D-Bus system bus and
+* **The system, read-only, by an allowlist.**  Only the host's programs, libraries and
+  configuration are bound, read-only at the same paths: ``SYSTEM_DIRS`` (``/usr``,
+  ``/etc``, ``/bin``, ``/sbin``, ``/lib``, ``/lib32``, ``/lib64``, ``/libx32``,
+  ``/opt``), each one that exists; a top-level symlink among them is recreated (a
+  merged-usr ``/bin -> usr/bin`` keeps working).  Everything else of the host ``/`` is
+  absent unless a stage names it (its command line, ``ro_mounts``, the interpreter
+  ``sloopctl`` needs): ``/home``, ``/root``, ``/srv``, ``/var`` (``/var/lib`` above
+  all), ``/data``, ``/mnt``, ``/media``, ``/boot`` and whatever an image adds at the
+  top, so another instance's state, prompts and checkouts under ``/srv`` are not
+  there to read.  Binding entries rather than ``--ro-bind / /`` leaves the sandbox's own
+  root a writable tmpfs while it is assembled, so ``/sloop/...`` mount points can be
+  created; it is remounted read-only last.  Fresh instances: ``/proc``, ``/dev``; empty
+  tmpfs: ``/tmp``, ``/var/tmp``, ``/run`` (it holds docker.sock, the D-Bus system bus and
   ``/run/user/<uid>`` with ssh-agent, tmux and session-bus sockets; only what DNS needs is
-  put back: ``/run/systemd/resolve`` and the target of an ``/etc/resolv.conf`` symlink into
-  ``/run``), ``/mnt`` and ``/media`` (mounted data, not system).
+  put back: ``/run/systemd/resolve`` and the target of an ``/etc/resolv.conf`` symlink
+  into ``/run``).
 * **The daemon user's home is hidden** (an empty tmpfs over ``$HOME``): it holds ssh keys,
   cloud and API credentials, shell history.  What an agent needs from it (``~/.claude``,
   ``~/.gitconfig``) comes back explicitly through ``ro_mounts``.  ``$XDG_RUNTIME_DIR`` is
@@ -50,12 +56,12 @@ uid 0 without capabilities.  It cannot write the read-only binds or remount anyt
 ``/proc/sys`` is bound read-only because bwrap alone leaves it writable for uid 0 (it would
 allow e.g. ``kernel.core_pattern``), but it *can read* root-only files of the bound system
 (``/etc/shadow``, host ssh keys), shares root's kernel keyring, and owns what it writes.
-Run sloopd as a dedicated unprivileged user.  Everything else of the system is readable as
-its permissions allow (``/etc``, other users' world-readable files under ``/home``): put
-secrets the daemon keeps there in ``hide``.  With ``network=True`` the host's network
-namespace is shared, including abstract Unix sockets and services on localhost.  The worker
-socket is bound by inode: it must exist before the stage starts and not be re-created
-during it.  No resource limits (memory, pids, CPU) are set here: that is a cgroup's job.
+Run sloopd as a dedicated unprivileged user.  What ``SYSTEM_DIRS`` shows is readable as its
+permissions allow (``/etc``, ``/opt``): put secrets the daemon keeps there in ``hide``.
+With ``network=True`` the host's network namespace is shared, including abstract Unix
+sockets and services on localhost.  The worker socket is bound by inode: it must exist
+before the stage starts and not be re-created during it.  No resource limits (memory,
+pids, CPU) are set here: that is a cgroup's job.
 """
 
 from __future__ import annotations
@@ -74,8 +80,13 @@ HOME_PATH = "/sloop/home"
 WORKER_SOCKET_PATH = "/sloop/worker.sock"
 PROMPT_PATH = "/sloop/prompt.md"
 
-# Top-level host entries that are not "the system": fresh instances, private tmpfs, or data.
-_NOT_SYSTEM = frozenset({"proc", "dev", "sys", "tmp", "run", "mnt", "media", "lost+found"})
+# The top-level host entries a stage sees, read-only: programs, libraries, configuration.
+# An allowlist, not a denylist: a directory an image or an operator adds at the top
+# (``/srv`` with other instances' state, ``/data``, ``/work``) stays hidden unless named.
+SYSTEM_DIRS = ("bin", "etc", "lib", "lib32", "lib64", "libx32", "opt", "sbin", "usr")
+_SYSTEM = frozenset(SYSTEM_DIRS)
+# Fresh or empty in every sandbox: nothing of the host's is there to mask.
+_SCRATCH = frozenset({"proc", "dev", "sys", "tmp", "run"})
 _PROBE_TIMEOUT = 10.0
 
 
@@ -140,17 +151,14 @@ def _namespace_flags(network: bool) -> list[str]:
 
 
 def _system_binds() -> list[str]:
-    """Each top-level entry of the host ``/`` that belongs to the system, read-only."""
+    """Each allowlisted top-level entry of the host ``/`` that exists, read-only."""
     args: list[str] = []
-    with os.scandir("/") as entries:
-        for entry in sorted(entries, key=lambda e: e.name):
-            if entry.name in _NOT_SYSTEM:
-                continue
-            path = f"/{entry.name}"
-            if entry.is_symlink():
-                args += ["--symlink", os.readlink(path), path]
-            elif entry.is_dir(follow_symlinks=False):
-                args += ["--ro-bind", path, path]
+    for name in SYSTEM_DIRS:
+        path = f"/{name}"
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
     return args
 
 
@@ -172,17 +180,20 @@ def _fresh_mounts() -> list[str]:
     return args
 
 
-def _default_hidden() -> list[Path]:
-    """The daemon user's home and runtime directory: credentials and live sockets."""
+def _homes() -> list[Path]:
+    """The daemon user's home, as its environment and its passwd entry name it."""
     found = [Path(home) for home in (os.environ.get("HOME"),) if home]
     try:
         found.append(Path(pwd.getpwuid(os.getuid()).pw_dir))
     except KeyError:  # a uid with no passwd entry (some containers)
         pass
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime:
-        found.append(Path(runtime))
     return found
+
+
+def _default_hidden() -> list[Path]:
+    """The daemon user's home and runtime directory: credentials and live sockets."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    return [*_homes(), *([Path(runtime)] if runtime else [])]
 
 
 def hidden_by_default(path: Path | str) -> bool:
@@ -195,7 +206,7 @@ def hidden_by_default(path: Path | str) -> bool:
     absolute = os.path.abspath(path)
     real = os.path.join(os.path.realpath(os.path.dirname(absolute)), os.path.basename(absolute))
     parts = real.split("/")
-    if len(parts) < 2 or parts[1] in _NOT_SYSTEM:
+    if len(parts) < 2 or parts[1] not in _SYSTEM:
         return True
     return _under(real, [os.path.realpath(p) for p in _default_hidden()])
 
@@ -204,21 +215,36 @@ def _under(path: str, roots: Iterable[str]) -> bool:
     return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
+def _home_args() -> list[str]:
+    """An empty folder where the daemon user's home is, wherever it lives.
+
+    Outside ``SYSTEM_DIRS`` the home would simply be absent; a program that looks for
+    it (a CLI resolving ``~`` through ``getpwuid``) finds it empty instead, as it has
+    since 0.5.0.  Under a system dir it is masked like any hidden path.
+    """
+    args: list[str] = []
+    for home in dict.fromkeys(os.path.realpath(h) for h in _homes()):
+        top = home.split("/")[1] if home != "/" else ""
+        if top and top not in _SYSTEM and top not in _SCRATCH and os.path.isdir(home):
+            args += ["--tmpfs", home]
+    return args
+
+
 def _hide_args(paths: Iterable[Path]) -> list[str]:
     """Mask each existing, visible host path: a directory with a tmpfs, a file with null.
 
     ``/dev/null`` needs ``--dev-bind``: a plain bind is ``nodev`` and could not be opened.
 
     Paths are resolved, because the system is bound at its real paths.  A path the sandbox
-    could not see anyway (under /tmp, /run, an already hidden one) is skipped, so no empty
-    mount points appear there.
+    could not see anyway (outside ``SYSTEM_DIRS``, an already hidden one) is skipped, so no
+    empty mount points appear there.
     """
     args: list[str] = []
     hidden: list[str] = []
     for raw in paths:
         path = os.path.realpath(raw)
         parts = path.split("/")
-        if path == "/" or len(parts) < 2 or parts[1] in _NOT_SYSTEM or _under(path, hidden):
+        if path == "/" or len(parts) < 2 or parts[1] not in _SYSTEM or _under(path, hidden):
             continue
         if os.path.isdir(path):
             args += ["--tmpfs", path]
@@ -270,7 +296,7 @@ def command(spec: SandboxSpec, argv: Sequence[str], bwrap: str = "bwrap") -> lis
     if not argv:
         raise ValueError("cannot sandbox an empty command")
     args = [bwrap, *_namespace_flags(spec.network), *_system_binds(), *_fresh_mounts()]
-    args += _hide_args([*_default_hidden(), *spec.hide])
+    args += _home_args() + _hide_args([*_default_hidden(), *spec.hide])
     if spec.objects is not None:
         objects = os.path.realpath(spec.objects)
         args += ["--ro-bind", objects, objects]

@@ -335,6 +335,35 @@ def test_runtime_dir_tmp_and_home_of_the_host_are_invisible(
     assert f"{stray}:" not in done.stdout and stray.name not in done.stdout.split()
 
 
+def test_only_the_allowlisted_system_is_shown(box: Box) -> None:
+    """Another instance's state under /srv (docs/deploy.md's layout), /home, /var/lib and
+    any directory an image adds at the top are absent; the system dirs are there."""
+    made: list[Path] = []
+    planted: list[Path] = []
+    for top in ("/srv", "/var/lib", "/home"):
+        if not os.path.isdir(top):
+            os.makedirs(top)
+            made.append(Path(top))
+        planted.append(Path(tempfile.mkdtemp(prefix="sloop-other-", dir=top)))
+        (planted[-1] / "sloop.db").write_text("another instance's store")
+    extra = Path(tempfile.mkdtemp(prefix="sloop-top-", dir="/"))
+    planted.append(extra)
+    (extra / "secret").write_text("data")
+    try:
+        listed = " ".join(str(p) for p in planted)
+        done = box.sh(f"for p in {listed}; do ls -A $p 2>/dev/null; done; ls /")
+    finally:
+        for path in planted + made:
+            shutil.rmtree(path, ignore_errors=True)
+    assert done.returncode == 0, done.stderr
+    shown = done.stdout.split()
+    assert "sloop.db" not in shown and "secret" not in shown
+    assert not {"srv", "home", extra.name} & set(shown)
+    assert {"usr", "etc", "bin"} <= set(shown)
+    assert all(sandbox.hidden_by_default(p) for p in planted)
+    assert not sandbox.hidden_by_default("/usr/bin/git")
+
+
 def test_an_exposed_runtime_dir_is_masked(box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_RUNTIME_DIR", "/usr/share")
     argv = box.argv(["true"])
