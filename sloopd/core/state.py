@@ -28,6 +28,9 @@ from sloopd.wire import api
 class LiveRun(Protocol):
     """What the read side asks of a run in flight (the runs layer keeps the rest)."""
 
+    # The configuration the run was admitted with (its sandbox mode, for one).
+    config: Config
+
     def silent_for_ms(self) -> int | None: ...
 
     def stall(self) -> dict[str, Any] | None: ...

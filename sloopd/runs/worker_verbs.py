@@ -7,11 +7,13 @@ outside the caller's scope is the same ``unauthorized``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from sloopd.core.state import Daemon
 from sloopd.flows import walk
 from sloopd.flows.flow import Stage
+from sloopd.proc.sandbox import CHECKOUT_PATH
 from sloopd.queue import refs
 from sloopd.runs.records import RunRecords
 from sloopd.util.clock import now_ms
@@ -88,7 +90,7 @@ class WorkerVerbs:
         return {
             "run": credential.run,
             "ticket": ticket,
-            "worktree": str(facts.worktree),
+            "worktree": self._checkout_seen(credential.run, facts.worktree),
             "branch": facts.branch,
             "stage": {
                 "name": stage.name,
@@ -97,6 +99,13 @@ class WorkerVerbs:
             },
             "definition_of_done": definition_of_done(stage),
         }
+
+    def _checkout_seen(self, run: str, host_path: Path) -> str:
+        """The checkout's path as the caller sees it: a sandboxed agent is never told a
+        host path (it does not exist in its view, and it would name the state folder)."""
+        active = self.daemon.active_runs.get(run)
+        config = active.config if active is not None else self.daemon.config
+        return CHECKOUT_PATH if config.sandbox != "none" else str(host_path)
 
     def show(self, credential: Credential, args: dict[str, Any]) -> Any:
         """As the operator's: now, or once the epoch passes ``since`` (0.7.0)."""
