@@ -412,3 +412,33 @@ def test_the_rules_flag_offending_modules(fake_tree: Path) -> None:
     assert daemon_imports_in_client(client_files, fake_tree) == [
         "sloopctl/__init__.py:2 imports sloopd.store.db"
     ]
+
+
+# --- the client's circles --------------------------------------------------------------
+
+
+def test_no_import_circle_joins_two_client_modules() -> None:
+    # A circle in sloopctl works only while its modules are imported in one order (the
+    # old doctor -> diagnosis -> diagnosis.metrics -> doctor did, through a lazy import).
+    assert import_circles(source_files("sloopctl")) == []
+
+
+def test_a_circle_in_a_client_tree_is_flagged_even_through_a_lazy_import(tmp_path: Path) -> None:
+    sources = {
+        "sloopctl/__init__.py": "",
+        "sloopctl/locate.py": "",
+        "sloopctl/doctor.py": "def doctor():\n    from sloopctl.diagnosis import diagnose\n",
+        "sloopctl/diagnosis/__init__.py": "from sloopctl.diagnosis.metrics import check\n",
+        "sloopctl/diagnosis/metrics.py": "from sloopctl.doctor import METRICS_URL_ENV\n",
+    }
+    for module, source in sources.items():
+        (tmp_path / module).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / module).write_text(source)
+    files = sorted((tmp_path / "sloopctl").rglob("*.py"))
+    assert import_circles(files, tmp_path) == [
+        ["sloopctl.diagnosis", "sloopctl.diagnosis.metrics", "sloopctl.doctor"]
+    ]
+    (tmp_path / "sloopctl/diagnosis/metrics.py").write_text(
+        "from sloopctl.locate import METRICS_URL_ENV\n"
+    )
+    assert import_circles(files, tmp_path) == []
