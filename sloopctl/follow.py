@@ -43,10 +43,10 @@ from sloopctl.invoke import (
     fail,
 )
 from sloopctl.layout import Paint, colour_enabled, painter, text
+from sloopctl.longpoll import LongPoll, epoch_of
 from sloopctl.polling import (
     LIVE_WAIT_MS,
     SHOW_WAIT_MS,
-    LongPoll,
     Sleep,
     json_wanted,
     page_data,
@@ -223,6 +223,7 @@ class RunFollower:
         self.progress = progress
         self.sleep = sleep
         self.longpoll = LongPoll()
+        self.epoch: int | None = None  # the last reply's, which the next show waits past
         self.wait_ms = wait_ms
         self.skip: str | None = None  # a ticket's settled run that a queued trigger supersedes
         self.looked = False
@@ -234,13 +235,13 @@ class RunFollower:
         fresh = True  # a first look at a target (or right after a wait) never waits
         try:
             while True:
-                extra = {} if fresh else self.longpoll.show_wait(self.wait_ms)
-                reply = self.longpoll.call(self.client, "show", {"ref": target}, extra)
+                held = {} if fresh else self.longpoll.held("show", self.wait_ms, self.epoch)
+                reply = self.longpoll.call(self.client, "show", {"ref": target, **held})
                 if not reply.ok:
                     self.progress.clear()
                     return answer("show", reply)
                 data = page_data(reply, "kind")
-                self.longpoll.note(data)
+                self.epoch = epoch_of(data)
                 value = data.get("value")
                 value = value if isinstance(value, dict) else {}
                 if data["kind"] == "ticket":
@@ -274,15 +275,15 @@ class RunFollower:
         if run is not None and isinstance(self.progress, LiveTable):
             args = self.progress.tail.request(run)
             if args is not None:
-                extra = self.longpoll.logs_wait(LIVE_WAIT_MS) if "after" in args else {}
+                held = self.longpoll.held("logs", LIVE_WAIT_MS) if "after" in args else {}
                 started = time.monotonic()
-                reply = self.longpoll.call(self.client, "logs", args, extra)
+                reply = self.longpoll.call(self.client, "logs", {**args, **held})
                 if reply.ok:
                     self.progress.tail.take(reply.data)
-                if extra and "logs" not in self.longpoll.refused:
+                if held and self.longpoll.supported("logs"):
                     self.sleep(max(0.0, FRAME_MIN_S - (time.monotonic() - started)))
                     return True
-        if not self.longpoll.show_wait(self.wait_ms):
+        if not self.longpoll.held("show", self.wait_ms, self.epoch):
             self.sleep(POLL_MIN_S)
         return False
 
