@@ -442,3 +442,20 @@ def test_a_circle_in_a_client_tree_is_flagged_even_through_a_lazy_import(tmp_pat
         "from sloopctl.locate import METRICS_URL_ENV\n"
     )
     assert import_circles(files, tmp_path) == []
+
+
+# The one module of the client the daemon imports: the duration grammar both read
+# (sloopctl/when.py says why it lives there); it must stay free of the rest of sloopctl.
+DAEMON_MAY_IMPORT = frozenset({"sloopctl", "sloopctl.when"})
+
+
+def test_the_daemon_imports_nothing_of_the_client_but_its_duration_grammar() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{imp.line} imports {imp.module}"
+        for path in source_files("sloopd")
+        for imp in file_imports(path)
+        if top(imp.module) == "sloopctl" and imp.module not in DAEMON_MAY_IMPORT
+    ]
+    assert found == []
+    grammar = {imp.module for imp in file_imports(ROOT / "sloopctl" / "when.py")}
+    assert {m for m in grammar if top(m) in {"sloopd", "sloopctl"}} == set()
