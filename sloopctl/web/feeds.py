@@ -34,7 +34,7 @@ from typing import Any, Final
 import orjson
 
 from sloopctl.client import ClientError, Reply
-from sloopctl.feedwalk import EVENTS, LOGS, FeedKind, FeedWalk, Step
+from sloopctl.feedwalk import EVENTS, LOGS, FeedWalk, Step
 from sloopctl.longpoll import LongPoll, epoch_of
 from sloopctl.web.link import Connection, Link
 from sloopd.wire import api
@@ -252,8 +252,6 @@ class ShowFeed(Feed):
 class PagedFeed(Feed):
     """A feed read page after page (a log, the events): the commands' walk, awaited here."""
 
-    kind: FeedKind
-
     def walk(self) -> FeedWalk:
         raise NotImplementedError
 
@@ -269,7 +267,7 @@ class PagedFeed(Feed):
     async def follow(self, connection: Connection) -> None:
         walk = self.walk()
         while True:
-            reply = await self.call(connection, self.kind.verb, walk.request())
+            reply = await self.call(connection, walk.kind.verb, walk.request())
             if not reply.ok:
                 self.problem(reply)
             page = reply.data if isinstance(reply.data, dict) else {}
@@ -278,13 +276,11 @@ class PagedFeed(Feed):
             if step.done:
                 self.end()
             if step.caught_up:
-                await self.wait_between(self.kind.verb)
+                await self.wait_between(walk.kind.verb)
 
 
 class LogFeed(PagedFeed):
     """A run's output (one stage selector, or all of it), appended as it comes."""
-
-    kind = LOGS
 
     def __init__(self, key: str, link: Link, polls: LongPoll, run: str, stage: str | None) -> None:
         super().__init__(key, link, polls)
@@ -319,8 +315,6 @@ class LogFeed(PagedFeed):
 
 class EventFeed(PagedFeed):
     """The activity feed (all of it, or one scope's), appended as it comes."""
-
-    kind = EVENTS
 
     def __init__(self, key: str, link: Link, polls: LongPoll, scope: str | None) -> None:
         super().__init__(key, link, polls)
