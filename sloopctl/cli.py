@@ -1,7 +1,8 @@
 """The ``sloopctl`` command line: one command per verb, registered on ``main``.
 
 Each command parses its arguments and makes one call through ``invoke``;
-rendering lives in ``render``, following in ``follow``, feeds in ``feeds_cli``.
+rendering lives in ``render``; ``show`` and its following in ``follow``, feeds in
+``feeds_cli``.
 """
 
 from __future__ import annotations
@@ -54,15 +55,6 @@ def main() -> None:
     SLOOP_TOKEN set) brief, note, verdict and show talk to the run's worker
     socket.
     """
-
-
-@main.command()
-@click.argument("ref", required=False)
-@limit_option
-@common_options
-def show(ref: str | None, limit: int | None) -> None:
-    """The dashboard, or a ticket, run, project or ticket pattern."""
-    call("show", present_args(ref=ref, limit=limit), "show")
 
 
 @main.command()
@@ -293,9 +285,8 @@ def daemon(socket_dir: str | None) -> None:
     click.echo(started.socket)
 
 
-# logs and events (sloopctl/feeds_cli.py); pause, resume and show --follow
+# logs and events (sloopctl/feeds_cli.py); show (with --follow), pause and resume
 # (sloopctl/follow.py); doctor (sloopctl/doctor.py); diff (sloopctl/diff_cli.py);
 # web (sloopctl/web/command.py, which imports the gateway only when it runs).
 for _command in (*feeds_cli.COMMANDS, *follow.COMMANDS, doctor, *diff_cli.COMMANDS, web):
     main.add_command(_command)
-follow.extend_show(show)

@@ -21,11 +21,11 @@ import click
 import orjson
 
 from sloopctl.layout import colour_enabled, painter
+from sloopctl.locate import METRICS_URL_ENV
 
 EXIT_HEALTHY: Final = 0
 EXIT_UNHEALTHY: Final = 1
 EXIT_INTERRUPTED: Final = 130
-METRICS_URL_ENV: Final = "SLOOP_METRICS_URL"
 
 
 @click.command()

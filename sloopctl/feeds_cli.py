@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import click
@@ -25,9 +25,11 @@ import orjson
 
 from sloopctl import streams
 from sloopctl.client import Client
+from sloopctl.feedwalk import EVENTS, LOGS, FeedWalk
 from sloopctl.invoke import EXIT_OK, answer, common_options, connected, options
 from sloopctl.layout import Paint, colour_enabled, painter, text
-from sloopctl.polling import FeedWait, Pace, Sleep, json_wanted, page_data, present, rows
+from sloopctl.longpoll import LongPoll
+from sloopctl.polling import FOLLOW_WAIT_MS, Pace, Sleep, json_wanted, page_data, present
 
 _STREAM_STYLE: Final = {"stderr": "yellow", "note": "cyan", "system": "dim"}
 
@@ -93,6 +95,39 @@ def event_line(event: Mapping[str, Any]) -> str:
     return " ".join(columns).rstrip()
 
 
+# --- the one follow loop ------------------------------------------------------------
+
+ShowPage = Callable[[Mapping[str, Any], list[dict[str, Any]]], None]
+
+
+def read_feed(client: Client, walk: FeedWalk, show: ShowPage, sleep: Sleep) -> int:
+    """Page (and with ``follow`` keep reading) a feed; the exit code.
+
+    With --json each envelope is printed as it came, except, while following, one
+    that brought nothing new; else ``show`` prints a page's news.
+    """
+    as_json = json_wanted()
+    verb = walk.kind.verb
+    pace = Pace()
+    while True:
+        reply = walk.polls.call(client, verb, walk.request())
+        if not reply.ok:
+            return answer(verb, reply)
+        page = page_data(reply, *walk.kind.fields)
+        step = walk.take(page)
+        if as_json:
+            if step.items or step.done or step.first or not walk.follow:
+                click.echo(reply.line)
+        else:
+            show(page, step.items)
+        if step.done:
+            return EXIT_OK
+        # Caught up: the next request waits for news in the daemon (long-poll) or,
+        # with an older daemon, after a pause here.
+        if step.caught_up and not walk.polls.supported(verb):
+            sleep(pace.after(bool(step.items)))
+
+
 # --- logs -------------------------------------------------------------------------
 
 
@@ -100,41 +135,18 @@ def read_logs(
     client: Client, base: dict[str, Any], tail: int | None, follow: bool, sleep: Sleep
 ) -> int:
     """Page (and with ``follow`` poll) a run's log; the exit code."""
-    as_json = json_wanted()
     paint = painter(colour_enabled(sys.stdout))
-    args = {**base, "tail": tail} if tail is not None else dict(base)
-    pace, poll = Pace(), FeedWait()
-    first, caught_up = True, False
-    while True:
-        reply = client.call("logs", poll.args(args, caught_up))
-        if poll.refused(reply):
-            continue  # an older daemon: the same request without wait_ms, then polls
-        if not reply.ok:
-            return answer("logs", reply)
-        page = page_data(reply, "records", "next_cursor", "complete")
-        records = rows(page["records"])
-        complete = page["complete"] is True
-        done = complete and (page.get("terminal") is True or not follow)
-        if as_json:
-            # While following, a page that brought nothing new is left out.
-            if records or done or first or not follow:
-                click.echo(reply.line)
-        else:
-            elided = page.get("elided")
-            if isinstance(elided, int) and elided > 0:
-                click.echo(elided_line(elided), err=True)
-            readable_events = not options().raw
-            for record in records:
-                click.echo(record_line(record, paint, events=readable_events))
-        if done:
-            return EXIT_OK
-        args = {**base, "after": page["next_cursor"]}
-        first = False
-        # Caught up with a run still in flight: the next request waits for news
-        # in the daemon (long-poll) or, with an older daemon, after a pause here.
-        caught_up = complete
-        if complete and not poll.supported:
-            sleep(pace.after(bool(records)))
+    readable_events = not options().raw
+
+    def show(page: Mapping[str, Any], records: list[dict[str, Any]]) -> None:
+        elided = page.get("elided")
+        if isinstance(elided, int) and elided > 0:
+            click.echo(elided_line(elided), err=True)
+        for record in records:
+            click.echo(record_line(record, paint, events=readable_events))
+
+    walk = FeedWalk(LOGS, base, LongPoll(), FOLLOW_WAIT_MS, tail=tail, follow=follow)
+    return read_feed(client, walk, show, sleep)
 
 
 @click.command()
@@ -179,36 +191,15 @@ def read_events(
     client: Client, scope: str | None, tail: int | None, follow: bool, sleep: Sleep
 ) -> int:
     """Page the activity feed up to its end (with ``follow``: for ever); the exit code."""
-    as_json = json_wanted()
-    base = present(scope=scope)
-    args = {**base, "tail": tail} if tail is not None else dict(base)
-    pace, poll = Pace(), FeedWait()
-    first, waiting = True, False
-    while True:
-        reply = client.call("events", poll.args(args, waiting))
-        if poll.refused(reply):
-            continue  # an older daemon: the same request without wait_ms, then polls
-        if not reply.ok:
-            return answer("events", reply)
-        page = page_data(reply, "events", "next_cursor")
-        events = rows(page["events"])
-        if as_json:
-            if events or first or not follow:
-                click.echo(reply.line)
-        else:
-            for event in events:
-                click.echo(event_line(event))
-        # The feed has no "complete": an empty page says the end was reached,
-        # and a tail page ends at the newest event by definition.
-        caught_up = not events or (first and tail is not None)
-        if caught_up and not follow:
-            return EXIT_OK
-        args = {**base, "after": page["next_cursor"]}
-        # Following, every later request may wait in the daemon: with news it is
-        # answered at once anyway, so a full page costs no extra round trip.
-        first, waiting = False, follow
-        if caught_up and not poll.supported:
-            sleep(pace.after(bool(events)))
+
+    def show(page: Mapping[str, Any], events: list[dict[str, Any]]) -> None:
+        for event in events:
+            click.echo(event_line(event))
+
+    walk = FeedWalk(
+        EVENTS, present(scope=scope), LongPoll(), FOLLOW_WAIT_MS, tail=tail, follow=follow
+    )
+    return read_feed(client, walk, show, sleep)
 
 
 @click.command()

@@ -1,4 +1,4 @@
-"""``show --follow``, and the gate's two verbs ``pause`` and ``resume``.
+"""``show`` (with ``--follow``), and the gate's two verbs ``pause`` and ``resume``.
 
 Every request is still one client call, made on the one connection
 ``cli.connected`` keeps open for the whole command, and every failure goes
@@ -9,8 +9,11 @@ are the same.
 A follower derives nothing: ``show --follow`` stops on the first answer whose
 run is ``terminal``, and the run's ``state`` alone picks the exit code.
 
-``sloopctl.cli`` imports this module at its end, registers ``COMMANDS`` and
-calls ``extend_show``, so import ``sloopctl.cli`` (not this module) first.
+``show`` is defined here whole: without ``--follow`` it is one request like any
+command of ``sloopctl.cli``, with it the follower below.  ``sloopctl.cli`` imports
+this module at its end and registers ``COMMANDS``, so import ``sloopctl.cli`` (not
+this module) first.
+
 ``logs`` and ``events`` live in ``sloopctl.feeds_cli``; their line renderers
 and the poll constants are re-exported here for code that imported them from
 this module before the split.
@@ -18,7 +21,6 @@ this module before the split.
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import sys
@@ -38,15 +40,18 @@ from sloopctl.invoke import (
     EXIT_RUN_NEEDS_REVIEW,
     EXIT_USAGE,
     answer,
+    call,
     common_options,
     connected,
     fail,
+    limit_option,
+    present_args,
 )
 from sloopctl.layout import Paint, colour_enabled, painter, text
+from sloopctl.longpoll import LongPoll, epoch_of
 from sloopctl.polling import (
     LIVE_WAIT_MS,
     SHOW_WAIT_MS,
-    LongPoll,
     Sleep,
     json_wanted,
     page_data,
@@ -223,6 +228,7 @@ class RunFollower:
         self.progress = progress
         self.sleep = sleep
         self.longpoll = LongPoll()
+        self.epoch: int | None = None  # the last reply's, which the next show waits past
         self.wait_ms = wait_ms
         self.skip: str | None = None  # a ticket's settled run that a queued trigger supersedes
         self.looked = False
@@ -234,13 +240,13 @@ class RunFollower:
         fresh = True  # a first look at a target (or right after a wait) never waits
         try:
             while True:
-                extra = {} if fresh else self.longpoll.show_wait(self.wait_ms)
-                reply = self.longpoll.call(self.client, "show", {"ref": target}, extra)
+                held = {} if fresh else self.longpoll.held("show", self.wait_ms, self.epoch)
+                reply = self.longpoll.call(self.client, "show", {"ref": target, **held})
                 if not reply.ok:
                     self.progress.clear()
                     return answer("show", reply)
                 data = page_data(reply, "kind")
-                self.longpoll.note(data)
+                self.epoch = epoch_of(data)
                 value = data.get("value")
                 value = value if isinstance(value, dict) else {}
                 if data["kind"] == "ticket":
@@ -274,15 +280,15 @@ class RunFollower:
         if run is not None and isinstance(self.progress, LiveTable):
             args = self.progress.tail.request(run)
             if args is not None:
-                extra = self.longpoll.logs_wait(LIVE_WAIT_MS) if "after" in args else {}
+                held = self.longpoll.held("logs", LIVE_WAIT_MS) if "after" in args else {}
                 started = time.monotonic()
-                reply = self.longpoll.call(self.client, "logs", args, extra)
+                reply = self.longpoll.call(self.client, "logs", {**args, **held})
                 if reply.ok:
                     self.progress.tail.take(reply.data)
-                if extra and "logs" not in self.longpoll.refused:
+                if held and self.longpoll.supported("logs"):
                     self.sleep(max(0.0, FRAME_MIN_S - (time.monotonic() - started)))
                     return True
-        if not self.longpoll.show_wait(self.wait_ms):
+        if not self.longpoll.held("show", self.wait_ms, self.epoch):
             self.sleep(POLL_MIN_S)
         return False
 
@@ -344,6 +350,7 @@ def follow_run(ref: str | None, quiet: bool) -> NoReturn:
     raise click.exceptions.Exit(code)
 
 
+SHOW_HELP: Final = "The dashboard, or a ticket, run, project or ticket pattern."
 FOLLOW_HELP: Final = (
     "With --follow, REF is a run, or a ticket whose newest run is followed (waiting for "
     "one to be claimed). When stdout is a terminal, the run's stages with their state and "
@@ -354,33 +361,22 @@ FOLLOW_HELP: Final = (
 )
 
 
-def extend_show(command: click.Command) -> None:
-    """Give the existing ``show`` command --follow and --quiet without touching its body."""
-    original = command.callback
-    assert original is not None
-    at = next(i for i, p in enumerate(command.params) if p.name == "limit") + 1
-    command.params[at:at] = [
-        click.Option(
-            ["-f", "--follow"], is_flag=True, help="Follow the run until it settles (CI gate)."
-        ),
-        click.Option(
-            ["-q", "--quiet"], is_flag=True, help="With --follow: print nothing but errors."
-        ),
-    ]
-
-    @functools.wraps(original)
-    def callback(*, follow: bool, quiet: bool, **params: Any) -> Any:
-        if follow:
-            if params.get("limit") is not None:
-                fail("--limit does not go with --follow")
-            follow_run(params.get("ref"), quiet)
-        if quiet:
-            fail("--quiet only goes with --follow")
-        return original(**params)
-
-    command.callback = callback
-    command.help = f"{command.help or ''}\n\n{FOLLOW_HELP}"
+@click.command(help=f"{SHOW_HELP}\n\n{FOLLOW_HELP}")
+@click.argument("ref", required=False)
+@limit_option
+@click.option("-f", "--follow", is_flag=True, help="Follow the run until it settles (CI gate).")
+@click.option("-q", "--quiet", is_flag=True, help="With --follow: print nothing but errors.")
+@common_options
+def show(ref: str | None, limit: int | None, follow: bool, quiet: bool) -> None:
+    # Its help is SHOW_HELP and FOLLOW_HELP (one text, so the flags' rules are told once).
+    if follow:
+        if limit is not None:
+            fail("--limit does not go with --follow")
+        follow_run(ref, quiet)
+    if quiet:
+        fail("--quiet only goes with --follow")
+    call("show", present_args(ref=ref, limit=limit), "show")
 
 
 # Registered by sloopctl.cli (typed here: the import cycle hides the decorators' types).
-COMMANDS: Final[tuple[click.Command, ...]] = (pause, resume)
+COMMANDS: Final[tuple[click.Command, ...]] = (show, pause, resume)

@@ -24,6 +24,10 @@ from sloopd.wire import api
 OPERATOR_SOCKET_ENV: Final = "SLOOP_OPERATOR_SOCKET"
 WORKER_SOCKET_ENV: Final = "SLOOP_SOCKET"
 WORKER_TOKEN_ENV: Final = "SLOOP_TOKEN"
+# Where the daemon's Prometheus endpoint is, for ``doctor``'s metrics check.  Here
+# with the other endpoints' variables, so the command (``sloopctl.doctor``) and its
+# check (``sloopctl.diagnosis.metrics``) share it without importing each other.
+METRICS_URL_ENV: Final = "SLOOP_METRICS_URL"
 STATE_DIR_NAME: Final = "sloop"
 
 

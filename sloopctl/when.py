@@ -1,7 +1,17 @@
-"""WHEN arguments of ``--at``: a duration from now or an RFC 3339 time.
+"""WHEN arguments of ``--at``, and the one reading of a duration (``20m``) in Sloop.
 
 The daemon only knows epoch milliseconds (``trigger.at_ms``); the client does
 the conversion so the wire stays free of time-zone and calendar questions.
+
+``parse_duration_ms`` is the grammar of every duration an operator writes: a WHEN
+here, and each duration key of ``sloop.toml`` (``stall_after = "20m"``), which the
+daemon reads through ``sloopd.util.durations``.  It lives in the client because the
+two sides can share a module only this way round: ``sloopctl`` may import nothing of
+the daemon but the schema module ``sloopd.wire.api`` (which is about the wire, where
+every duration is already milliseconds, and is at its size limit), while ``sloopd``
+and ``sloopctl`` ship in one distribution, so the daemon can import this module,
+which imports nothing but the standard library.  One grammar, so a duration that
+works in ``sloop.toml`` works after ``--at`` too.
 """
 
 from __future__ import annotations
@@ -11,9 +21,12 @@ import time
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Final
 
-_UNIT_MS: Final = {"d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1_000}
-# Units in descending order, each at most once: 1h30m, 2d, 45s.
-_DURATION_RE: Final = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$", re.IGNORECASE)
+_UNIT_MS: Final = {"d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1_000, "ms": 1}
+# Number-unit parts, largest unit first, each at most once, any case: 1d, 1h30m, 45s,
+# 500ms.  (``m(?!s)``: the minutes of ``1m30s``, not the start of ``500ms``.)
+_DURATION_RE: Final = re.compile(
+    r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+)s)?(?:(\d+)ms)?", re.IGNORECASE
+)
 # RFC 3339 date-time; seconds may be left out, and an offset is required
 # because a naive time would silently mean different things on different hosts.
 _RFC3339_RE: Final = re.compile(
@@ -32,14 +45,18 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def parse_duration_ms(text: str) -> int | None:
-    """Milliseconds of a duration like ``1h30m``; None when it is not one."""
-    match = _DURATION_RE.match(text.strip())
-    if match is None or not any(match.groups()):
-        return None
+def parse_duration_ms(text: str) -> int:
+    """Milliseconds of a duration like ``1h30m``; ValueError naming ``text`` when it is
+    not one.  Spaces between the parts are ignored (``sloop.toml``'s ``"1h 30m"``)."""
+    compact = "".join(text.split())
+    if not compact:
+        raise ValueError("empty duration")
+    match = _DURATION_RE.fullmatch(compact)
+    if match is None:
+        raise ValueError(f"'{text}' is not a duration like 30s, 20m, 2h or 1h30m")
     return sum(
-        int(value) * _UNIT_MS[unit]
-        for value, unit in zip(match.groups(), "dhms", strict=True)
+        int(value) * unit
+        for value, unit in zip(match.groups(), _UNIT_MS.values(), strict=True)
         if value is not None
     )
 
@@ -70,9 +87,14 @@ def parse_rfc3339_ms(text: str) -> int | None:
 
 def parse_when(text: str, now: int | None = None) -> int:
     """Epoch milliseconds for a WHEN argument; ValueError with a readable reason."""
-    duration = parse_duration_ms(text)
-    if duration is not None:
-        return (now_ms() if now is None else now) + duration
+    # A WHEN is one word on the command line: "1h 30m" is a mistake, not a duration.
+    if not any(c.isspace() for c in text.strip()):
+        try:
+            duration = parse_duration_ms(text)
+        except ValueError:
+            pass
+        else:
+            return (now_ms() if now is None else now) + duration
     try:
         at = parse_rfc3339_ms(text)
     except ValueError as exc:

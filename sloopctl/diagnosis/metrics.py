@@ -11,7 +11,7 @@ from typing import Final
 
 from sloopctl.diagnosis.facts import Doctor, mapping, rows
 from sloopctl.diagnosis.report import NOT_REACHABLE, Check
-from sloopctl.doctor import METRICS_URL_ENV
+from sloopctl.locate import METRICS_URL_ENV
 
 METRICS_TIMEOUT_S: Final = 2.0
 METRICS_MAX_BYTES: Final = 8 * 1024 * 1024

@@ -10,8 +10,11 @@ load does not grow with the browsers, and no browser ever polls the socket.
 until something newer exists: ``logs``/``events`` with ``wait_ms``, ``show`` with
 ``since`` (the last reply's ``epoch``) and ``wait_ms``. A daemon from before those
 arguments answers ``invalid_arguments`` naming ``wait_ms`` or ``since`` (and its
-``show`` has no ``epoch``): the gateway learns that once per verb (``LongPoll``)
-and polls that verb every ``POLL_S`` instead. That fallback is the whole of it.
+``show`` has no ``epoch``): the gateway learns that once per verb and polls that
+verb every ``POLL_S`` instead. That fallback is the whole of it, and it is the
+commands' own: the negotiation is ``sloopctl.longpoll``'s and the walk over a log's
+or the events' pages ``sloopctl.feedwalk``'s, both free of I/O, so this module only
+awaits its connection between their steps.
 
 **Back-pressure.** A subscriber's queue is bounded; one that falls behind gets a
 ``resync`` message instead of an unbounded backlog, and its page reconnects (and
@@ -31,6 +34,8 @@ from typing import Any, Final
 import orjson
 
 from sloopctl.client import ClientError, Reply
+from sloopctl.feedwalk import EVENTS, LOGS, FeedWalk, Step
+from sloopctl.longpoll import LongPoll, epoch_of
 from sloopctl.web.link import Connection, Link
 from sloopd.wire import api
 
@@ -47,34 +52,11 @@ LOG_TAIL: Final = 100  # a log feed starts at the last page of its selector
 EVENT_TAIL: Final = 20
 MAX_FEEDS: Final = 64
 _HOLD_SLACK_S: Final = 10.0  # a held request's reply may come this late and still count
-LONG_POLL_FIELDS: Final = frozenset({"wait_ms", "since"})
 
 
 def message(event: str, data: Any) -> bytes:
     """One Server-Sent Event, encoded once for every subscriber (orjson has no newlines)."""
     return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
-
-
-class LongPoll:
-    """Which verbs this daemon holds; learned from the first refusal of the arguments."""
-
-    def __init__(self) -> None:
-        self.refused: set[str] = set()
-
-    def supported(self, verb: str) -> bool:
-        return verb not in self.refused
-
-    def learn(self, verb: str, reply: Reply) -> bool:
-        """True when ``reply`` refuses the long-poll arguments: call again without them."""
-        if reply.ok or reply.error.get("code") != api.ErrorCode.INVALID_ARGUMENTS:
-            return False
-        details = reply.error.get("details")
-        if isinstance(details, dict) and details.get("field") in LONG_POLL_FIELDS:
-            if verb not in self.refused:
-                log.info("the daemon does not hold %s requests: polling every %s s", verb, POLL_S)
-            self.refused.add(verb)
-            return True
-        return False
 
 
 @dataclass(eq=False)
@@ -174,7 +156,7 @@ class Feed:
         if not self.daemon_ok:
             self.daemon_ok = True
             # It may be another build now (an upgrade): learn what it holds afresh.
-            self.polls.refused.clear()
+            self.polls.forget()
             self.publish(message("daemon", {"ok": True}))
 
     async def call(self, connection: Connection, verb: str, args: dict[str, Any]) -> Reply:
@@ -182,9 +164,10 @@ class Feed:
         held = "wait_ms" in args
         timeout = args["wait_ms"] / 1000 + _HOLD_SLACK_S if held else 30.0
         reply = await connection.call(verb, args, timeout)
-        if self.polls.learn(verb, reply):
-            plain = {k: v for k, v in args.items() if k not in LONG_POLL_FIELDS}
-            reply = await connection.call(verb, plain)
+        again = self.polls.retry(verb, args, reply)
+        if again is not None:
+            log.info("the daemon does not hold %s requests: polling every %s s", verb, POLL_S)
+            reply = await connection.call(verb, again)
         self.answered()
         if not reply.ok and reply.error.get("code") == api.ErrorCode.DAEMON_UNAVAILABLE:
             # A daemon refusing its store, or one that cannot write now: wait it out.
@@ -233,17 +216,14 @@ class ShowFeed(Feed):
         base: dict[str, Any] = {} if self.ref is None else {"ref": self.ref}
         epoch: int | None = None
         while True:
-            args = dict(base)
-            if epoch is not None and self.polls.supported("show"):
-                args.update(since=epoch, wait_ms=WAIT_MS)
+            args = {**base, **self.polls.held("show", WAIT_MS, epoch)}
             reply = await self.call(connection, "show", args)
             if not reply.ok:
                 self.problem(reply)
             data = reply.data
-            value = data.get("epoch") if isinstance(data, dict) else None
-            epoch = value if isinstance(value, int) and not isinstance(value, bool) else None
+            epoch = epoch_of(data)
             if epoch is None:
-                self.polls.refused.add("show")  # no epoch: nothing to wait on
+                self.polls.refuse("show")  # no epoch: nothing to wait on
             if isinstance(data, dict) and data.get("kind") == "dashboard":
                 await self._add_current_stages(connection, data)
             self._replace(message("show", data))
@@ -269,7 +249,37 @@ class ShowFeed(Feed):
             run["current"] = running[-1] if running else None
 
 
-class LogFeed(Feed):
+class PagedFeed(Feed):
+    """A feed read page after page (a log, the events): the commands' walk, awaited here."""
+
+    def walk(self) -> FeedWalk:
+        raise NotImplementedError
+
+    def take(self, step: Step, page: dict[str, Any]) -> None:
+        """Keep and publish what a page brought."""
+        raise NotImplementedError
+
+    def end(self) -> None:
+        """The walk is over (a settled run's last page): say so, then stop."""
+        self.mode = "ended"
+        raise Stop
+
+    async def follow(self, connection: Connection) -> None:
+        walk = self.walk()
+        while True:
+            reply = await self.call(connection, walk.kind.verb, walk.request())
+            if not reply.ok:
+                self.problem(reply)
+            page = reply.data if isinstance(reply.data, dict) else {}
+            step = walk.take(page)
+            self.take(step, page)
+            if step.done:
+                self.end()
+            if step.caught_up:
+                await self.wait_between(walk.kind.verb)
+
+
+class LogFeed(PagedFeed):
     """A run's output (one stage selector, or all of it), appended as it comes."""
 
     def __init__(self, key: str, link: Link, polls: LongPoll, run: str, stage: str | None) -> None:
@@ -284,36 +294,26 @@ class LogFeed(Feed):
         first = message("records", {"records": list(self.records), "elided": self.elided})
         return [first] + ([self.ended] if self.ended is not None else [])
 
-    async def follow(self, connection: Connection) -> None:
+    def walk(self) -> FeedWalk:
         base: dict[str, Any] = {"run": self.run}
         if self.stage is not None:
             base["stage"] = self.stage
-        args: dict[str, Any] = {**base, "tail": LOG_TAIL}
-        while True:
-            reply = await self.call(connection, "logs", args)
-            if not reply.ok:
-                self.problem(reply)
-            page = reply.data if isinstance(reply.data, dict) else {}
-            records = [r for r in page.get("records") or [] if isinstance(r, dict)]
-            if isinstance(page.get("elided"), int) and "tail" in args:
-                self.elided = page["elided"]
-            if records:
-                self.records.extend(records)
-                self.publish(message("records", {"records": records, "elided": self.elided}))
-            args = {**base, "after": page.get("next_cursor")}
-            if page.get("complete") is not True:
-                continue  # more pages are there now
-            if page.get("terminal") is True:
-                self.ended = message("end", {"run": self.run})
-                self.publish(self.ended)
-                self.mode = "ended"
-                raise Stop
-            if self.polls.supported("logs"):
-                args["wait_ms"] = WAIT_MS
-            await self.wait_between("logs")
+        return FeedWalk(LOGS, base, self.polls, WAIT_MS, tail=LOG_TAIL)
+
+    def take(self, step: Step, page: dict[str, Any]) -> None:
+        if isinstance(page.get("elided"), int) and step.first:
+            self.elided = page["elided"]
+        if step.items:
+            self.records.extend(step.items)
+            self.publish(message("records", {"records": step.items, "elided": self.elided}))
+
+    def end(self) -> None:
+        self.ended = message("end", {"run": self.run})
+        self.publish(self.ended)
+        super().end()
 
 
-class EventFeed(Feed):
+class EventFeed(PagedFeed):
     """The activity feed (all of it, or one scope's), appended as it comes."""
 
     def __init__(self, key: str, link: Link, polls: LongPoll, scope: str | None) -> None:
@@ -324,25 +324,14 @@ class EventFeed(Feed):
     def backlog(self) -> list[bytes]:
         return [message("events", {"events": list(self.events)})]
 
-    async def follow(self, connection: Connection) -> None:
+    def walk(self) -> FeedWalk:
         base: dict[str, Any] = {} if self.scope is None else {"scope": self.scope}
-        args: dict[str, Any] = {**base, "tail": EVENT_TAIL}
-        while True:
-            reply = await self.call(connection, "events", args)
-            if not reply.ok:
-                self.problem(reply)
-            page = reply.data if isinstance(reply.data, dict) else {}
-            events = [e for e in page.get("events") or [] if isinstance(e, dict)]
-            if events:
-                self.events.extend(events)
-                self.publish(message("events", {"events": events}))
-            caught_up = not events or "tail" in args
-            args = {**base, "after": page.get("next_cursor")}
-            if not caught_up:
-                continue
-            if self.polls.supported("events"):
-                args["wait_ms"] = WAIT_MS
-            await self.wait_between("events")
+        return FeedWalk(EVENTS, base, self.polls, WAIT_MS, tail=EVENT_TAIL)
+
+    def take(self, step: Step, page: dict[str, Any]) -> None:
+        if step.items:
+            self.events.extend(step.items)
+            self.publish(message("events", {"events": step.items}))
 
 
 class FeedLimit(Exception):

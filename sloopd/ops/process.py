@@ -12,7 +12,9 @@ import socket
 import sys
 from pathlib import Path
 
-log = logging.getLogger("sloopd.server")
+# Its own name, not ``sloopd.server``'s: a line in daemon.log says which module wrote it
+# (the task dump of SIGUSR1 comes from here, not from the startup order).
+log = logging.getLogger(__name__)
 
 
 def answers(path: Path) -> bool:

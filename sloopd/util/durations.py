@@ -1,27 +1,21 @@
-"""Durations as operators write them: ``30s``, ``20m``, ``2h``, ``1h30m``, ``1d``."""
+"""Durations as operators write them: ``30s``, ``20m``, ``2h``, ``1h30m``, ``1d``.
+
+``parse_ms`` is ``sloopctl.when.parse_duration_ms``: one grammar for every duration
+an operator writes, ``sloop.toml``'s keys and ``sloopctl``'s ``--at`` alike, kept
+where both packages can import it (``sloopctl`` may import nothing of the daemon but
+the schema module; that module is pure, standard library only).  ``format_ms``
+writes what it reads.
+"""
 
 from __future__ import annotations
 
-import re
+from typing import Final
 
-_PART = re.compile(r"(\d+)(ms|s|m|h|d)")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+from sloopctl.when import parse_duration_ms as parse_ms
 
+__all__ = ["format_ms", "parse_ms"]
 
-def parse_ms(text: str) -> int:
-    """Milliseconds in ``text``; ValueError naming the text when it is not a duration."""
-    compact = text.strip().replace(" ", "")
-    if not compact:
-        raise ValueError("empty duration")
-    total, position = 0, 0
-    for match in _PART.finditer(compact):
-        if match.start() != position:
-            break
-        total += int(match.group(1)) * _UNIT_MS[match.group(2)]
-        position = match.end()
-    if position != len(compact):
-        raise ValueError(f"'{text}' is not a duration like 30s, 20m, 2h or 1h30m")
-    return total
+_UNIT_MS: Final = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 def format_ms(ms: int) -> str:

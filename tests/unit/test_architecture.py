@@ -450,3 +450,50 @@ def test_the_rules_flag_offending_modules(fake_tree: Path) -> None:
     assert daemon_imports_in_client(client_files, fake_tree) == [
         "sloopctl/__init__.py:2 imports sloopd.store.db"
     ]
+
+
+# --- the client's circles --------------------------------------------------------------
+
+
+def test_no_import_circle_joins_two_client_modules() -> None:
+    # A circle in sloopctl works only while its modules are imported in one order (the
+    # old doctor -> diagnosis -> diagnosis.metrics -> doctor did, through a lazy import).
+    assert import_circles(source_files("sloopctl")) == []
+
+
+def test_a_circle_in_a_client_tree_is_flagged_even_through_a_lazy_import(tmp_path: Path) -> None:
+    sources = {
+        "sloopctl/__init__.py": "",
+        "sloopctl/locate.py": "",
+        "sloopctl/doctor.py": "def doctor():\n    from sloopctl.diagnosis import diagnose\n",
+        "sloopctl/diagnosis/__init__.py": "from sloopctl.diagnosis.metrics import check\n",
+        "sloopctl/diagnosis/metrics.py": "from sloopctl.doctor import METRICS_URL_ENV\n",
+    }
+    for module, source in sources.items():
+        (tmp_path / module).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / module).write_text(source)
+    files = sorted((tmp_path / "sloopctl").rglob("*.py"))
+    assert import_circles(files, tmp_path) == [
+        ["sloopctl.diagnosis", "sloopctl.diagnosis.metrics", "sloopctl.doctor"]
+    ]
+    (tmp_path / "sloopctl/diagnosis/metrics.py").write_text(
+        "from sloopctl.locate import METRICS_URL_ENV\n"
+    )
+    assert import_circles(files, tmp_path) == []
+
+
+# The one module of the client the daemon imports: the duration grammar both read
+# (sloopctl/when.py says why it lives there); it must stay free of the rest of sloopctl.
+DAEMON_MAY_IMPORT = frozenset({"sloopctl", "sloopctl.when"})
+
+
+def test_the_daemon_imports_nothing_of_the_client_but_its_duration_grammar() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{imp.line} imports {imp.module}"
+        for path in source_files("sloopd")
+        for imp in file_imports(path)
+        if top(imp.module) == "sloopctl" and imp.module not in DAEMON_MAY_IMPORT
+    ]
+    assert found == []
+    grammar = {imp.module for imp in file_imports(ROOT / "sloopctl" / "when.py")}
+    assert {m for m in grammar if top(m) in {"sloopd", "sloopctl"}} == set()

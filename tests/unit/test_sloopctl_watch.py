@@ -21,7 +21,8 @@ from sloopctl.cli import main
 from sloopctl.client import Client, Reply
 from sloopctl.follow import POLL_MIN_S, Progress, RunFollower
 from sloopctl.layout import painter
-from sloopctl.polling import LIVE_WAIT_MS, SHOW_WAIT_MS, LongPoll
+from sloopctl.longpoll import LongPoll, epoch_of
+from sloopctl.polling import LIVE_WAIT_MS, SHOW_WAIT_MS
 from sloopctl.watch import LiveTable, OutputTail, columns, fit, frame
 from tests.unit.test_sloopctl_cli import CLEAN_ENV, FakeDaemon
 from tests.unit.test_sloopctl_follow import Scripted, run_value, sent, ticket_value
@@ -305,7 +306,6 @@ def test_the_plain_follow_is_unchanged_off_a_terminal(tmp_path: Path) -> None:
 @pytest.mark.parametrize("value", [None, "7", True, 1.5])
 def test_only_an_integer_epoch_is_taken(value: Any) -> None:
     poll = LongPoll()
-    poll.note({"epoch": value})
-    assert poll.show_wait(10) == {}
-    poll.note({"epoch": 3})
-    assert poll.show_wait(10) == {"since": 3, "wait_ms": 10}
+    assert epoch_of({"epoch": value}) is None
+    assert poll.held("show", 10, epoch_of({"epoch": value})) == {}
+    assert poll.held("show", 10, epoch_of({"epoch": 3})) == {"since": 3, "wait_ms": 10}

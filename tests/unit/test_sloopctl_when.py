@@ -74,3 +74,16 @@ def test_rfc3339_times_are_absolute(text: str, ms: int) -> None:
 def test_bad_when_is_rejected_with_a_reason(text: str) -> None:
     with pytest.raises(ValueError, match=r"\S"):
         parse_when(text, now=NOW)
+
+
+def test_one_grammar_reads_the_daemons_durations_and_when() -> None:
+    from sloopd.util import durations
+
+    assert durations.parse_ms is parse_duration_ms
+    assert parse_duration_ms("1h 30m") == 5_400_000  # sloop.toml ignores the spaces...
+    with pytest.raises(ValueError, match="neither a duration"):
+        parse_when("1h 30m", now=NOW)  # ...a WHEN is one word
+    assert parse_duration_ms("1m500ms") == 60_500
+    for wrong in ("", "30m1h", "1h1h", "10", "5x"):
+        with pytest.raises(ValueError, match=r"\S"):
+            parse_duration_ms(wrong)
