@@ -3,15 +3,9 @@
 The daemon only knows epoch milliseconds (``trigger.at_ms``); the client does
 the conversion so the wire stays free of time-zone and calendar questions.
 
-``parse_duration_ms`` is the grammar of every duration an operator writes: a WHEN
-here, and each duration key of ``sloop.toml`` (``stall_after = "20m"``), which the
-daemon reads through ``sloopd.util.durations``.  It lives in the client because the
-two sides can share a module only this way round: ``sloopctl`` may import nothing of
-the daemon but the schema module ``sloopd.wire.api`` (which is about the wire, where
-every duration is already milliseconds, and is at its size limit), while ``sloopd``
-and ``sloopctl`` ship in one distribution, so the daemon can import this module,
-which imports nothing but the standard library.  One grammar, so a duration that
-works in ``sloop.toml`` works after ``--at`` too.
+A duration here is ``sloopd.wire.api.parse_duration_ms``: the one grammar of every
+duration an operator writes, ``sloop.toml``'s keys (``stall_after = "20m"``) too, so a
+duration that works in one works in the other.
 """
 
 from __future__ import annotations
@@ -21,12 +15,8 @@ import time
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Final
 
-_UNIT_MS: Final = {"d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1_000, "ms": 1}
-# Number-unit parts, largest unit first, each at most once, any case: 1d, 1h30m, 45s,
-# 500ms.  (``m(?!s)``: the minutes of ``1m30s``, not the start of ``500ms``.)
-_DURATION_RE: Final = re.compile(
-    r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+)s)?(?:(\d+)ms)?", re.IGNORECASE
-)
+from sloopd.wire.api import parse_duration_ms
+
 # RFC 3339 date-time; seconds may be left out, and an offset is required
 # because a naive time would silently mean different things on different hosts.
 _RFC3339_RE: Final = re.compile(
@@ -43,22 +33,6 @@ HELP: Final = (
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def parse_duration_ms(text: str) -> int:
-    """Milliseconds of a duration like ``1h30m``; ValueError naming ``text`` when it is
-    not one.  Spaces between the parts are ignored (``sloop.toml``'s ``"1h 30m"``)."""
-    compact = "".join(text.split())
-    if not compact:
-        raise ValueError("empty duration")
-    match = _DURATION_RE.fullmatch(compact)
-    if match is None:
-        raise ValueError(f"'{text}' is not a duration like 30s, 20m, 2h or 1h30m")
-    return sum(
-        int(value) * unit
-        for value, unit in zip(match.groups(), _UNIT_MS.values(), strict=True)
-        if value is not None
-    )
 
 
 def parse_rfc3339_ms(text: str) -> int | None:
@@ -90,7 +64,7 @@ def parse_when(text: str, now: int | None = None) -> int:
     # A WHEN is one word on the command line: "1h 30m" is a mistake, not a duration.
     if not any(c.isspace() for c in text.strip()):
         try:
-            duration = parse_duration_ms(text)
+            duration = parse_duration_ms(text, largest_first=True)
         except ValueError:
             pass
         else:

@@ -17,10 +17,10 @@ from typing import Any
 from sloopd.flows.flow import AgentSettings, Flow, FlowError, default_flow
 from sloopd.flows.flow import parse as parse_flows
 from sloopd.ops.webhook_targets import NotifyConfigError, Target, parse_targets
-from sloopd.util.durations import parse_ms
 from sloopd.util.names import ref_problem
 from sloopd.vendor import Pattern, VendorConfigError, patterns_from_config
 from sloopd.vendor import usage as vendor_usage
+from sloopd.wire.api import parse_duration_ms as parse_ms
 
 CONFIG_FILE = "sloop.toml"
 

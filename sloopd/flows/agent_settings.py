@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sloopd.flows.presets import CLAUDE, PRESETS, Preset
-from sloopd.util.durations import parse_ms
 from sloopd.util.sizes import parse_bytes
+from sloopd.wire.api import parse_duration_ms as parse_ms
 
 # Without [agent] command or preset: Claude Code as the "claude" preset runs it
 # (headless, tools allowed, prompt on stdin, JSON events); "claude -p {prompt}"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import quote, urlsplit
 
-from sloopd.util.durations import parse_ms
+from sloopd.wire.api import parse_duration_ms as parse_ms
 
 # What a table may be told about: the four ways a run settles (docs/protocol.md
 # section 6, "Run states") and every change of the gate (a `gate_changed` event).

@@ -9,6 +9,7 @@ client) can depend on it without pulling in the store or the server.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -370,6 +371,36 @@ def error(request_id: RequestId, err: ProtocolError) -> dict[str, Any]:
 
 
 # --- references -------------------------------------------------------------
+
+# -- durations as operators write them ("20m", "1h30m"): one grammar for sloop.toml's
+# keys (read by the daemon) and sloopctl's --at (read by the client).  It is here
+# because this is the one module both sides import; the wire itself carries only ms.
+_DURATION_UNIT_MS: Final = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DURATION_PART: Final = re.compile(r"(\d+)(ms|s|m|h|d)", re.IGNORECASE)
+
+
+def parse_duration_ms(text: str, *, largest_first: bool = False) -> int:
+    """Milliseconds of number-unit parts (``30s``, ``1h30m``, ``500ms``), any case, spaces
+    ignored; ValueError naming ``text`` when it is none.
+
+    ``sloop.toml`` sums parts in any order, as the daemon always did; a WHEN
+    (``largest_first``) takes each unit at most once, largest first, as the client
+    always did, since ``--at 30m1h`` is more likely a slip than a sum."""
+    compact = "".join(text.split())
+    if not compact:
+        raise ValueError("empty duration")
+    total, position, units = 0, 0, []
+    for match in _DURATION_PART.finditer(compact):
+        if match.start() != position:
+            break
+        unit = _DURATION_UNIT_MS[match.group(2).lower()]
+        total, position = total + int(match.group(1)) * unit, match.end()
+        units.append(unit)
+    in_order = all(a > b for a, b in itertools.pairwise(units))
+    if position != len(compact) or (largest_first and not in_order):
+        raise ValueError(f"'{text}' is not a duration like 30s, 20m, 2h or 1h30m")
+    return total
+
 
 TICKET_ID_RE: Final = re.compile(r"^T([1-9][0-9]*)$")
 RUN_ID_RE: Final = re.compile(r"^R([1-9][0-9]*)$")

@@ -7,8 +7,9 @@ import pytest
 from sloopd.core import config
 from sloopd.proc.lines import OutputBudget
 from sloopd.queue.gate import limit_deadline
-from sloopd.util.durations import format_ms, parse_ms
+from sloopd.util.durations import format_ms
 from sloopd.util.sizes import parse_bytes
+from sloopd.wire.api import parse_duration_ms as parse_ms
 
 HOUR = 3_600_000
 NOW = 1_768_478_400_000  # 2026-01-15 12:00 UTC

@@ -6,7 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from sloopctl.when import parse_duration_ms, parse_rfc3339_ms, parse_when
+from sloopctl.when import parse_rfc3339_ms, parse_when
+from sloopd.wire.api import parse_duration_ms
 
 NOW = 1_800_000_000_000
 
@@ -77,13 +78,30 @@ def test_bad_when_is_rejected_with_a_reason(text: str) -> None:
 
 
 def test_one_grammar_reads_the_daemons_durations_and_when() -> None:
-    from sloopd.util import durations
+    """sloop.toml's durations and --at's are read by one function of the schema module."""
+    from sloopd.core import config
+    from sloopd.flows import agent_settings
+    from sloopd.ops import webhook_targets
+    from sloopd.wire import api
 
-    assert durations.parse_ms is parse_duration_ms
+    assert parse_duration_ms is api.parse_duration_ms
+    for module in (config, agent_settings, webhook_targets):
+        assert module.parse_ms is api.parse_duration_ms
     assert parse_duration_ms("1h 30m") == 5_400_000  # sloop.toml ignores the spaces...
     with pytest.raises(ValueError, match="neither a duration"):
         parse_when("1h 30m", now=NOW)  # ...a WHEN is one word
     assert parse_duration_ms("1m500ms") == 60_500
-    for wrong in ("", "30m1h", "1h1h", "10", "5x"):
+    # What either side accepted before 0.8.0 is still accepted, and what the client
+    # refused it still refuses: sloop.toml sums parts in any order (the daemon's
+    # reading), a WHEN takes them largest first, once each (the client's).
+    assert parse_duration_ms("30m1h") == 5_400_000
+    assert parse_duration_ms("1h1h") == 7_200_000
+    assert parse_duration_ms("20M") == 1_200_000
+    assert parse_when("500ms", now=NOW) == NOW + 500
+    assert parse_when("1h30m500ms", now=NOW) == NOW + 5_400_500
+    for slip in ("30m1h", "1h1h", "500ms1s"):
+        with pytest.raises(ValueError, match="neither a duration"):
+            parse_when(slip, now=NOW)
+    for wrong in ("", "10", "5x", "1h-", "ms", " "):
         with pytest.raises(ValueError, match=r"\S"):
             parse_duration_ms(wrong)
