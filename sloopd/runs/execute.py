@@ -135,7 +135,8 @@ class StageExecutor:
         if stage.result_check == "panel":
             return await self._run_panel(active, facts, stage, attempt, pinned)
         command = stage.command or (active.config.agent.command if stage.action == "agent" else ())
-        code, usage = await self.children.run(active, facts, stage, attempt, None, command)
+        start = pinned or await self.branches.tip(facts)  # the commit the child starts from
+        code, usage = await self.children.run(active, facts, stage, attempt, None, command, start)
         if isinstance(code, str):
             return {
                 "passed": False,
@@ -200,7 +201,7 @@ class StageExecutor:
                 {"target": reviewer.target},
             )
             code, usage = await self.children.run(
-                active, facts, stage, attempt, seat, reviewer.command
+                active, facts, stage, attempt, seat, reviewer.command, pinned
             )
             result: dict[str, Any] = {"exit_code": code if isinstance(code, int) else None}
             if isinstance(code, str):
