@@ -118,13 +118,6 @@ class RunBranches:
             raise CheckoutError(f"{facts.run_id} has no recorded base commit")
         return sha
 
-    async def tip(self, facts: RunFacts) -> str:
-        """The run's branch as the daemon last recorded it: where a producing stage starts."""
-        sha = await gitops.rev_parse(self.layout.repo, f"refs/heads/{facts.branch}")
-        if sha is None:
-            raise CheckoutError(f"{facts.run_id} has no branch {facts.branch}")
-        return sha
-
     async def bring_back(self, facts: RunFacts, name: str) -> str:
         isolation = self.isolation(facts)
         upload = (

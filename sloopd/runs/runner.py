@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from sloopd import vendor
@@ -107,7 +108,7 @@ class RunManager:
             facts = records.facts(run_id)
             active.budget = facts.flow.budget(active.config.agent)
             try:
-                await self._prepare(active, facts)
+                facts = replace(facts, base=await self._prepare(active, facts))
             except SandboxUnavailable as exc:
                 await records.settle_durably(run_id, "failed", None, str(exc))
                 return
@@ -149,7 +150,8 @@ class RunManager:
             await asyncio.sleep(1.0)
             return False
 
-    async def _prepare(self, active: ActiveRun, facts: RunFacts) -> None:
+    async def _prepare(self, active: ActiveRun, facts: RunFacts) -> str:
+        """The run's checkout, branch and worker socket; the commit its branch starts at."""
         if active.config.sandbox != "none":
             launcher = self.launchers[active.config.sandbox]
             missing = await asyncio.to_thread(launcher.unavailable)
@@ -164,7 +166,7 @@ class RunManager:
         facts.worktree.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         await self.worker_sockets.open(facts.run_id)
         async with self.worktree_lock:
-            await self.branches.create(facts, active.config.repo.main)
+            base = await self.branches.create(facts, active.config.repo.main)
         with self.store.writer.transaction() as tx:
             tx.run("run_set_worktree", (str(facts.worktree), facts.run_id))
             tx.run("run_started", {"id": facts.run_id, "now": now_ms()})
@@ -174,6 +176,7 @@ class RunManager:
             run=facts.run_id,
             data={"worktree": str(facts.worktree), "branch": facts.branch},
         )
+        return base
 
     async def _step(self, active: ActiveRun, facts: RunFacts) -> bool:
         """Take the walk's next step; True once the run is settled."""

@@ -110,3 +110,5 @@ class RunFacts:
     branch: str
     worktree: Path
     flow: Flow
+    # The commit the run's branch started from; "" until its driver prepared the run.
+    base: str = ""
