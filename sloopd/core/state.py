@@ -61,12 +61,14 @@ class Daemon:
     model: ReadModel | None = None
     changes: ChangeLog = field(init=False)
     # The listeners connect() wires (nothing until then; a refused store never does).
-    _poke: Callable[[], None] = field(default=_nothing, init=False, repr=False)
-    _events_appended: Callable[[], None] = field(default=_nothing, init=False, repr=False)
+    _poke: Callable[[], None] = field(init=False, repr=False)
+    _events_appended: Callable[[], None] = field(init=False, repr=False)
     _connected: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.changes = ChangeLog(self.started_at_ms)
+        # Set here, not as field defaults: a function as a class attribute would bind.
+        self._poke = self._events_appended = _nothing
 
     def connect(self, *, poke: Callable[[], None], events_appended: Callable[[], None]) -> None:
         """The one late step of wiring: the listeners that are built on the daemon.
