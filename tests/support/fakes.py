@@ -110,6 +110,7 @@ class FakeProcessGroups:
     def __init__(self, *scripts: Script) -> None:
         self._scripts: deque[Script] = deque(scripts)
         self.spawns: list[Spawn] = []
+        self._waiters: list[asyncio.Future[None]] = []
 
     def script(self, *scripts: Script) -> None:
         """The next children to start, in the order they start."""
@@ -135,6 +136,20 @@ class FakeProcessGroups:
         child = FakeChild(record, script, on_lines)
         record.child = child
         self.spawns.append(record)
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+        return child
+
+    async def started(self, count: int = 1) -> FakeChild:
+        """The ``count``-th child, once it has started (waits for it, on the loop)."""
+        while len(self.spawns) < count:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
+        child = self.spawns[count - 1].child
+        assert child is not None
         return child
 
     async def reap_leftovers(self, child: FakeChild) -> None:
