@@ -60,8 +60,9 @@ class Machinery:
         *,
         agent: Sequence[str] = ("agent", "--go"),
         extra: str = "",
+        sandbox: str = "none",
     ) -> Machinery:
-        text = sloop_toml(agent, flows=flows, sandbox="none", extra=extra)
+        text = sloop_toml(agent, flows=flows, sandbox=sandbox, extra=extra)
         settings = config.parse(tomllib.loads(text))
         state_dir = root / "state"
         state_dir.mkdir()

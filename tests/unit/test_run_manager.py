@@ -119,3 +119,21 @@ def test_each_child_gets_the_runs_own_home_and_worker_socket(machinery: Machiner
         assert spawn.env["SLOOP_TOKEN"] == launch.token
     tokens = {launch.token for launch in machinery.launcher.launches}
     assert len(tokens) == 2  # one credential per child
+
+
+def test_a_launcher_that_cannot_start_children_fails_the_run_before_anything_is_made(
+    sandbox: Path, repo: Path
+) -> None:
+    # Asked only when runs are sandboxed: that is what the probe is about.
+    bench = Machinery.create(sandbox, repo, {"default": FLOW}, sandbox="bwrap")
+    bench.launcher.problem = "bubblewrap is not installed."
+    try:
+        run_id = asyncio.run(bench.drive("one"))
+        shown = bench.shown(run_id)
+        assert shown["state"] == "failed"
+        assert "bubblewrap is not installed." in shown["reason"]
+        assert bench.daemon.sandbox_problem == "bubblewrap is not installed."
+        assert bench.launcher.launches == []
+        assert not (bench.daemon.layout.state_dir / "checkouts" / run_id).exists()
+    finally:
+        bench.close()
