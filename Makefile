@@ -28,8 +28,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The suite under coverage (reported, not gated): every daemon and CLI the tests start
+# is measured too (pyproject's [tool.coverage.run]).
 unit: $(STAMP)
-	$(BIN)/pytest -q
+	rm -rf .coverage-data && mkdir -p .coverage-data
+	$(BIN)/coverage run -m pytest -q
+	-$(BIN)/coverage combine -q && $(BIN)/coverage report --format=total \
+	  | sed 's/^/coverage of sloopd and sloopctl (percent of lines): /'
+	-$(BIN)/coverage report > .coverage-data/report.txt && tail -n 25 .coverage-data/report.txt
 
 # The real agent CLIs the tests run, at pinned versions (tests/support/agent_clis.py),
 # into a cache outside the repository (~/.cache/sloop/agent-clis), reused when present.
@@ -54,7 +60,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .coverage-data
 
 # docs/protocol.md: its examples captured from a real daemon of this build.
 .PHONY: protocol-doc

@@ -10,13 +10,13 @@ import asyncio
 import contextlib
 import logging
 import os
-import resource
 import signal
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
+from sloopd import compose
 from sloopd.core import config, paths
 from sloopd.core.logsink import LogSink
 from sloopd.core.model import ReadModel
@@ -31,6 +31,7 @@ from sloopd.proc.sandbox import probe as sandbox_probe
 from sloopd.queue import gate
 from sloopd.queue.scheduler import Scheduler
 from sloopd.runs.runner import RunManager
+from sloopd.runs.runstate import ActiveRun
 from sloopd.store import Store, StoreLock, StoreTooNew, StoreUnavailable
 from sloopd.util import subproc
 from sloopd.verbs import operator_dispatcher, operator_handlers, refused_handlers
@@ -55,24 +56,6 @@ class ServeOptions:
     metrics: str | None = None
 
 
-# Descriptors kept for the operator socket's clients, the store, the metrics
-# endpoint and the children's pipes, whatever the worker sockets hold.
-OPERATOR_FD_RESERVE = 512
-
-
-def raise_open_file_limit() -> int:
-    """Raise RLIMIT_NOFILE's soft limit to the hard one; the soft limit now in force."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or hard > soft:
-        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-        except (OSError, ValueError) as exc:
-            log.warning("cannot raise the open file limit above %d: %s", soft, exc)
-    return soft
-
-
 class StartupError(Exception):
     """The daemon cannot start; the message says why and what to do."""
 
@@ -90,6 +73,8 @@ class Server:
         self._connections: set[Connection] = set()
         self._signals = 0
         self.runs: RunManager | None = None
+        # The runs in flight: the RunManager's registry, the daemon's live read side.
+        self._active: dict[str, ActiveRun] = {}
         self._groups: ProcessGroups | None = None
         self._sink: LogSink | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -144,7 +129,12 @@ class Server:
             refused = str(exc)
             log.error("%s; serving only 'show' until that changes", refused)
         self.daemon = Daemon(
-            layout=layout, config=settings, store=store, refused=refused, metrics=self.metrics
+            layout=layout,
+            config=settings,
+            store=store,
+            refused=refused,
+            metrics=self.metrics,
+            active_runs=self._active,
         )
         if store is not None:
             try:
@@ -228,15 +218,19 @@ class Server:
         self._sink = LogSink(
             self.daemon.store, self.metrics.log_records.inc, self.daemon.feed_notices
         )
-        self.runs = RunManager(self.daemon, self._groups, self._sink)
-        # Whatever agents open on their worker sockets, the operator keeps room.
-        self.runs.worker_sockets.budget = max(64, raise_open_file_limit() - OPERATOR_FD_RESERVE)
+        self.runs = compose.run_manager(
+            self.daemon,
+            self._sink,
+            self._active,
+            compose.local_launchers(self.layout, self._groups),
+            worker_connections=compose.worker_connection_budget(),
+        )
         self.runs.worker_sockets.clear_stale()
+        scheduler = Scheduler(self.daemon, self.runs.start)
+        # The one late wiring step (see Daemon.connect): before recovery settles anything.
+        self.daemon.connect(poke=scheduler.poke, events_appended=self.notices.poke)
         for run_id, outcome in await self.runs.recover():
             log.warning("%s was in flight when the last daemon ended: settled %s", run_id, outcome)
-        scheduler = Scheduler(self.daemon, self.runs.start)
-        self.runs.on_settled.append(scheduler.poke)
-        self.daemon.poke = scheduler.poke
         self.daemon.model = ReadModel.install(self.daemon.store, self.daemon.changes)
         return scheduler
 

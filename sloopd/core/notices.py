@@ -83,9 +83,9 @@ class Notices:
 
     @classmethod
     def started(cls, daemon: Daemon) -> Notices:
-        """Reading from the feed's end now, woken by every event the daemon appends."""
+        """Reading from the feed's end now, woken by every event the daemon appends
+        once ``Daemon.connect`` hands it ``poke``."""
         notices = cls(daemon)
-        daemon.events_appended = notices.poke
         notices._task = asyncio.get_running_loop().create_task(notices._follow())
         return notices
 

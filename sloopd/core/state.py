@@ -53,22 +53,43 @@ class Daemon:
     refused: str | None = None
     started_at_ms: int = field(default_factory=now_ms)
     gate: Gate = field(default_factory=Gate)
-    # Runs in flight, kept by the RunManager; read by show for live fields.
+    # Runs in flight: the registry the RunManager adds to and drops from, passed to
+    # both at construction; read by show for live fields.
     active_runs: Mapping[str, LiveRun] = field(default_factory=dict)
-    # Tells the scheduler that work may have become claimable.
-    poke: Callable[[], None] = _nothing
     metrics: Metrics | None = None
     # Why a sandbox cannot start on this host (the last probe), None when it can.
     sandbox_problem: str | None = None
-    # Told after every event insert (sloopd.core.notices reads the committed feed).
-    events_appended: Callable[[], None] = _nothing
     # The read model (None until derived after recovery, and on a refused store) and
     # its epoch, which every ``show`` reply carries.
     model: ReadModel | None = None
     changes: ChangeLog = field(init=False)
+    # The listeners connect() wires (nothing until then; a refused store never does).
+    _poke: Callable[[], None] = field(init=False, repr=False)
+    _events_appended: Callable[[], None] = field(init=False, repr=False)
+    _connected: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.changes = ChangeLog(self.started_at_ms)
+        # Set here, not as field defaults: a function as a class attribute would bind.
+        self._poke = self._events_appended = _nothing
+
+    def connect(self, *, poke: Callable[[], None], events_appended: Callable[[], None]) -> None:
+        """The one late step of wiring: the listeners that are built on the daemon.
+
+        The scheduler and the notices both read the daemon, so they are built after
+        it and cannot be passed to it; the composition root connects them here,
+        once, before recovery settles anything (so those settles are told too).
+        Until then a poke and an event's wake-up reach nobody, which is what a
+        daemon that is not serving yet wants.
+        """
+        if self._connected:
+            raise RuntimeError("the daemon's listeners are connected once")
+        self._poke, self._events_appended = poke, events_appended
+        self._connected = True
+
+    def poke(self) -> None:
+        """Tell the scheduler that work may have become claimable."""
+        self._poke()
 
     # Held logs and events requests (long-poll), and the wake-ups writers send them.
     feed_notices: FeedNotices = field(default_factory=FeedNotices)
@@ -173,4 +194,4 @@ class Daemon:
             self.metrics.events.inc()
         # Only a wake-up: the insert may belong to an enclosing transaction not yet
         # committed, so the reader looks at the committed feed later, on the loop.
-        self.events_appended()
+        self._events_appended()  # sloopd.core.notices reads the committed feed

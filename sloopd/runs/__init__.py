@@ -2,7 +2,8 @@
 
 Owns the run driver (``runner``), a run's stored facts and settling (``records``),
 crash recovery (``recovery``), executing one stage (``execute``, ``spawning``,
-``launch``: where a stage's child runs), a run's branch through its stages
+``stage_io``: the ``Launcher`` seam and its values, ``launch``: where a stage's
+child runs on this host), a run's branch through its stages
 (``branch``), why a run stops (``budget``, ``watchdog``, ``retries``), the state of
 a run in flight (``runstate``) and the worker verbs (``worker_verbs``, which append
 to the stage log).  The machinery it drives lives in lower layers: processes in

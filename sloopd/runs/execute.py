@@ -62,6 +62,14 @@ class StageExecutor:
         state = walk.replay(facts.flow, self.records.read_log(facts.run_id))
         return state.merge_target() or base
 
+    def _recorded_tip(self, facts: RunFacts) -> str:
+        """Where the checkout stands, as the stage log recorded it: the last execution's
+        commit, else the run's base.  Read without git, so no turn of the loop passes
+        between a stage's start and its child's (show never sees one without the other)."""
+        state = walk.replay(facts.flow, self.records.read_log(facts.run_id))
+        recorded = [e.commit for e in state.executions if e.commit]
+        return recorded[-1] if recorded else facts.base
+
     async def _run_git(
         self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
     ) -> dict[str, Any]:
@@ -135,7 +143,8 @@ class StageExecutor:
         if stage.result_check == "panel":
             return await self._run_panel(active, facts, stage, attempt, pinned)
         command = stage.command or (active.config.agent.command if stage.action == "agent" else ())
-        code, usage = await self.children.run(active, facts, stage, attempt, None, command)
+        start = pinned or self._recorded_tip(facts)  # the commit the child starts from
+        code, usage = await self.children.run(active, facts, stage, attempt, None, command, start)
         if isinstance(code, str):
             return {
                 "passed": False,
@@ -200,7 +209,7 @@ class StageExecutor:
                 {"target": reviewer.target},
             )
             code, usage = await self.children.run(
-                active, facts, stage, attempt, seat, reviewer.command
+                active, facts, stage, attempt, seat, reviewer.command, pinned
             )
             result: dict[str, Any] = {"exit_code": code if isinstance(code, int) else None}
             if isinstance(code, str):

@@ -1,11 +1,14 @@
-"""Where a child runs: the one seam between the walk and a process.
+"""Where a child runs on this host: the local implementations of ``stage_io.Launcher``.
 
-The executor asks for "this argv, in this run's checkout, with these variables,
-network on or off"; a ``Launcher`` decides where that is.  ``SandboxLauncher``
-runs it in a bubblewrap sandbox on this host (the default); ``HostLauncher``
-runs it as a plain child (``sandbox = "none"``, unsafe).  Both stream lines,
-stop on request and report the exit through the same ``Child``; a remote
-launcher (Kubernetes) can stand behind the same two methods later.
+``SandboxLauncher`` runs a stage's child in a bubblewrap sandbox on this host
+(the default); ``HostLauncher`` runs it as a plain child (``sandbox = "none"``,
+unsafe).  Both turn a ``StageLaunch`` into an allowlisted environment and a
+process group started through ``ProcessGroups``; the sandbox one also into the
+binds its ``SandboxSpec`` makes.  They read nothing but that value, the
+daemon's layout and the daemon's own environment (where the allowlisted
+variables' values are), so a remote launcher can stand behind the same
+protocol.  The process groups are reached through the narrow ``Groups``
+interface, so a test runs these launchers over a recording fake.
 """
 
 from __future__ import annotations
@@ -15,38 +18,75 @@ import os
 import shutil
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
+from typing import Generic, Protocol, TypeVar
 
 from sloopd.core.paths import Layout, git_common_dir
-from sloopd.flows.flow import AgentSettings
 from sloopd.proc import sandbox
-from sloopd.proc.children import Child, ProcessGroups
+from sloopd.proc.children import ChildSpawnError
 from sloopd.proc.environment import child_environment
 from sloopd.proc.lines import OnLines
+from sloopd.runs.stage_io import LaunchRefused, StageEnd, StageLaunch
+
+# Turns (argv, the child's complete environment) into the command that runs it sandboxed.
+Wrap = Callable[[list[str], dict[str, str]], list[str]]
 
 
-@dataclass(frozen=True, slots=True)
-class LaunchRequest:
-    argv: tuple[str, ...]
-    checkout: Path  # the run's checkout on this host
-    home: Path  # the run's own HOME on this host
-    owner: str  # who the process group belongs to, for the registry
-    variables: Mapping[str, str] = field(default_factory=dict)  # SLOOP_* that name no path
-    worker_socket: Path | None = None
-    token: str | None = None
-    prompt_file: Path | None = None
-    network: bool = True
-    # The run's admitted agent settings (env, mounts); the current ones when None.
-    settings: AgentSettings | None = None
-    # Names the stage's or seat's preset passes through, beside agent.env.
-    passed: tuple[str, ...] = ()
-    # The stage's or seat's preset's login files, beside agent.logins.
-    logins: tuple[str, ...] = ()
+class ChildProcess(Protocol):
+    """What a launcher needs of a started process group (``sloopd.proc.children.Child``)."""
+
+    last_output_monotonic: float
+
+    async def wait(self) -> int: ...
+
+    async def stop(self) -> None: ...
 
 
-class LaunchRefused(Exception):
-    """The child cannot be started as asked; the message says why, for the stage's reason."""
+ChildT = TypeVar("ChildT", bound=ChildProcess)
+
+
+class Groups(Protocol[ChildT]):
+    """``sloopd.proc.children.ProcessGroups`` as the launchers use it: spawn, reap."""
+
+    async def spawn(
+        self,
+        argv: list[str],
+        *,
+        cwd: Path,
+        env: dict[str, str],
+        owner: str,
+        on_lines: OnLines,
+        sandbox: Wrap | None = None,
+    ) -> ChildT: ...
+
+    async def reap_leftovers(self, child: ChildT) -> None: ...
+
+
+class LocalChild(Generic[ChildT]):
+    """A child in a process group on this host, as a ``RunningChild``."""
+
+    def __init__(self, child: ChildT, groups: Groups[ChildT]) -> None:
+        self.child = child
+        self._groups = groups
+
+    @property
+    def last_output_monotonic(self) -> float:
+        return self.child.last_output_monotonic
+
+    @last_output_monotonic.setter
+    def last_output_monotonic(self, value: float) -> None:
+        self.child.last_output_monotonic = value
+
+    async def stop(self) -> None:
+        await self.child.stop()
+
+    async def end(self) -> StageEnd:
+        code = await self.child.wait()
+        # Whatever it left in its group (or marked outside it) is stopped before the
+        # stage goes on, so nothing of one execution outlives it.
+        await self._groups.reap_leftovers(self.child)
+        return StageEnd(exit_code=code)
 
 
 def _expand(path: str) -> tuple[Path, str]:
@@ -92,82 +132,88 @@ def _overlaps(path: Path, protected: Iterable[Path]) -> Path | None:
     return None
 
 
-class HostLauncher:
+def protected_paths(layout: Layout, common_dir: Path | None = None) -> tuple[Path, ...]:
+    """What no child may see: the store, the repository (its .git and untracked files
+    alike: a ``.env`` is readable otherwise), the sockets, and the repository's git
+    directory (objects, refs, config and hooks) wherever it is."""
+    if common_dir is None:
+        common_dir = Path(os.path.realpath(git_common_dir(layout.repo)))
+    places = [layout.state_dir, layout.socket_dir, common_dir, layout.repo]
+    return tuple(Path(os.path.realpath(p)) for p in places)
+
+
+class HostLauncher(Generic[ChildT]):
     """``sandbox = "none"``: the child runs on the host with the allowlisted environment."""
 
-    sandboxed = False
-
-    def __init__(
-        self, layout: Layout, settings: Callable[[], AgentSettings], groups: ProcessGroups
-    ) -> None:
-        self.layout = layout
-        self._settings = settings  # read at each start: a reload applies to the next child
+    def __init__(self, groups: Groups[ChildT]) -> None:
         self.groups = groups
 
-    @property
-    def agent(self) -> AgentSettings:
-        return self._settings()
+    def unavailable(self) -> str | None:
+        return None  # a plain child needs nothing this host may lack
 
-    def environment(self, request: LaunchRequest) -> dict[str, str]:
-        return self._environment(request, checkout=str(request.checkout), home=str(request.home))
+    def environment(self, launch: StageLaunch) -> dict[str, str]:
+        return self._environment(launch, checkout=str(launch.checkout), home=str(launch.home))
 
-    def _environment(self, request: LaunchRequest, *, checkout: str, home: str) -> dict[str, str]:
-        sloop = {**request.variables, "SLOOP_WORKTREE": checkout}
-        if request.worker_socket is not None and request.token is not None:
-            sloop["SLOOP_SOCKET"] = self._inside(request.worker_socket, sandbox.WORKER_SOCKET_PATH)
-            sloop["SLOOP_TOKEN"] = request.token
-        if request.prompt_file is not None:
-            sloop["SLOOP_PROMPT_FILE"] = self._inside(request.prompt_file, sandbox.PROMPT_PATH)
-        agent = request.settings or self.agent
-        names = (*agent.env, *request.passed)
-        return child_environment(os.environ, passed=names, home=home, sloop=sloop)
+    def _environment(self, launch: StageLaunch, *, checkout: str, home: str) -> dict[str, str]:
+        sloop = {**launch.variables, "SLOOP_WORKTREE": checkout}
+        if launch.worker_socket is not None and launch.token is not None:
+            sloop["SLOOP_SOCKET"] = self._inside(launch.worker_socket, sandbox.WORKER_SOCKET_PATH)
+            sloop["SLOOP_TOKEN"] = launch.token
+        if launch.prompt_file is not None:
+            sloop["SLOOP_PROMPT_FILE"] = self._inside(launch.prompt_file, sandbox.PROMPT_PATH)
+        return child_environment(os.environ, passed=launch.passed, home=home, sloop=sloop)
 
     def _inside(self, host: Path, _sandboxed: str) -> str:
         return str(host)
 
-    async def start(self, request: LaunchRequest, on_lines: OnLines) -> Child:
-        return await self.groups.spawn(
-            list(request.argv),
-            cwd=request.checkout,
-            env=self.environment(request),
-            owner=request.owner,
-            on_lines=on_lines,
-        )
+    async def start(self, launch: StageLaunch, on_lines: OnLines) -> LocalChild[ChildT]:
+        return await self._spawn(launch, self.environment(launch), on_lines, None)
+
+    async def _spawn(
+        self, launch: StageLaunch, env: dict[str, str], on_lines: OnLines, wrap: Wrap | None
+    ) -> LocalChild[ChildT]:
+        try:
+            child = await self.groups.spawn(
+                list(launch.argv),
+                cwd=launch.checkout,
+                env=env,
+                owner=launch.owner,
+                on_lines=on_lines,
+                sandbox=wrap,
+            )
+        except ChildSpawnError as exc:
+            raise LaunchRefused(str(exc)) from exc
+        return LocalChild(child, self.groups)
 
 
-class SandboxLauncher(HostLauncher):
+class SandboxLauncher(HostLauncher[ChildT]):
     """Every child in bubblewrap: see ``sloopd.proc.sandbox`` for what it sees."""
 
-    sandboxed = True
+    def __init__(self, layout: Layout, groups: Groups[ChildT]) -> None:
+        super().__init__(groups)
+        self.layout = layout
+        # The repository's git directory: objects, refs, config and hooks alike.
+        self.common_dir = Path(os.path.realpath(git_common_dir(layout.repo)))
 
-    def environment(self, request: LaunchRequest) -> dict[str, str]:
-        return self._environment(request, checkout=sandbox.CHECKOUT_PATH, home=sandbox.HOME_PATH)
+    def unavailable(self) -> str | None:
+        return sandbox.probe()
+
+    def environment(self, launch: StageLaunch) -> dict[str, str]:
+        return self._environment(launch, checkout=sandbox.CHECKOUT_PATH, home=sandbox.HOME_PATH)
 
     def _inside(self, host: Path, sandboxed: str) -> str:
         return sandboxed
 
-    def __init__(
-        self, layout: Layout, settings: Callable[[], AgentSettings], groups: ProcessGroups
-    ) -> None:
-        super().__init__(layout, settings, groups)
-        # The repository's git directory: objects, refs, config and hooks alike.
-        self.common_dir = Path(os.path.realpath(git_common_dir(layout.repo)))
+    def protected(self) -> tuple[Path, ...]:
+        return protected_paths(self.layout, self.common_dir)
 
-    def protected(self) -> list[Path]:
-        """What no child may see: the store, the repository (its .git and untracked
-        files alike: a ``.env`` is readable otherwise), the sockets."""
-        places = [self.layout.state_dir, self.layout.socket_dir, self.common_dir, self.layout.repo]
-        return [Path(os.path.realpath(p)) for p in places]
-
-    def spec(self, request: LaunchRequest, env: Mapping[str, str]) -> sandbox.SandboxSpec:
+    def spec(self, launch: StageLaunch, env: Mapping[str, str]) -> sandbox.SandboxSpec:
         protected = self.protected()
         mounts: list[sandbox.Mount] = []
-        agent = request.settings or self.agent
-        # A preset's login files are read-only mounts like the operator's own, and
-        # checked the same way; a missing one is skipped (no login, no mount).
-        logins = dict.fromkeys((*agent.logins, *request.logins))
-        for raw, writable in [(p, False) for p in (*agent.ro_mounts, *logins)] + [
-            (p, True) for p in agent.rw_mounts
+        # Login files are read-only mounts like the operator's own, and checked the
+        # same way; a missing one is skipped (no login, no mount).
+        for raw, writable in [(p, False) for p in launch.ro_mounts] + [
+            (p, True) for p in launch.rw_mounts
         ]:
             source, target = _expand(raw)
             guarded = _overlaps(source, protected)
@@ -181,7 +227,7 @@ class SandboxLauncher(HostLauncher):
         shared = [m.source for m in mounts if m.writable]
         candidates = [
             path
-            for path in [*_installation(), *_named_paths(request.argv, env["PATH"])]
+            for path in [*_installation(), *_named_paths(launch.argv, env["PATH"])]
             if sandbox.hidden_by_default(path) and _overlaps(path, protected) is None
         ]
         # A path inside another bound folder needs no bind of its own (and bwrap could
@@ -192,38 +238,24 @@ class SandboxLauncher(HostLauncher):
         ]
         visible = [path for path in visible if path not in shared]
         return sandbox.SandboxSpec(
-            checkout=request.checkout,
-            home=request.home,
-            worker_socket=request.worker_socket if request.token else None,
-            prompt_file=request.prompt_file,
+            checkout=launch.checkout,
+            home=launch.home,
+            worker_socket=launch.worker_socket if launch.token else None,
+            prompt_file=launch.prompt_file,
             objects=self.common_dir / "objects",
-            hide=tuple(protected),
+            hide=protected,
             ro_mounts=tuple(m for m in mounts if not m.writable),
             rw_mounts=tuple(m for m in mounts if m.writable),
             visible_paths=tuple(dict.fromkeys(visible)),
-            network=request.network,
+            network=launch.network,
             env=env,
         )
 
-    async def start(self, request: LaunchRequest, on_lines: OnLines) -> Child:
-        env = self.environment(request)
-        spec = self.spec(request, env)
+    async def start(self, launch: StageLaunch, on_lines: OnLines) -> LocalChild[ChildT]:
+        env = self.environment(launch)
+        spec = self.spec(launch, env)
 
         def wrap(argv: list[str], child_env: dict[str, str]) -> list[str]:
-            return sandbox.command(_with_env(spec, child_env), argv)
+            return sandbox.command(replace(spec, env=dict(child_env)), argv)
 
-        return await self.groups.spawn(
-            list(request.argv),
-            cwd=request.checkout,
-            env=env,
-            owner=request.owner,
-            on_lines=on_lines,
-            sandbox=wrap,
-        )
-
-
-def _with_env(spec: sandbox.SandboxSpec, env: Mapping[str, str]) -> sandbox.SandboxSpec:
-    return replace(spec, env=dict(env))
-
-
-Launcher = HostLauncher | SandboxLauncher
+        return await self._spawn(launch, env, on_lines, wrap)

@@ -11,31 +11,27 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from sloopd import vendor
-from sloopd.core.logsink import LogSink
 from sloopd.core.state import Daemon
 from sloopd.flows import walk
 from sloopd.flows.flow import Stage
 from sloopd.git import checkout
 from sloopd.git import ops as gitops
-from sloopd.proc.children import ProcessGroups
-from sloopd.proc.sandbox import probe as sandbox_probe
 from sloopd.queue import gate
 from sloopd.runs import budget, retries, watchdog
 from sloopd.runs.branch import RunBranches
 from sloopd.runs.execute import StageExecutor
-from sloopd.runs.launch import HostLauncher, SandboxLauncher
 from sloopd.runs.records import RunRecords
 from sloopd.runs.recovery import Recovery
 from sloopd.runs.runstate import ActiveRun, RunFacts
-from sloopd.runs.spawning import ChildStarter
-from sloopd.runs.worker_verbs import WorkerVerbs
+from sloopd.runs.stage_io import Launcher
 from sloopd.store import Store, StoreUnavailable
 from sloopd.util.clock import now_ms
 from sloopd.worker.credentials import Credentials
-from sloopd.worker.dispatcher import WorkerDispatcher
 from sloopd.worker.sockets import WorkerSockets
 
 log = logging.getLogger(__name__)
@@ -49,60 +45,55 @@ class SandboxUnavailable(Exception):
     """bubblewrap or user namespaces are missing: stages must not start unsandboxed."""
 
 
+def sandboxed_as_admitted(daemon: Daemon, active: Mapping[str, ActiveRun]) -> Callable[[str], bool]:
+    """Whether a run's git steps are sandboxed: as the run was admitted, so a reload
+    never changes a run in flight (a run not in flight: the current configuration)."""
+
+    def sandboxed(run_id: str) -> bool:
+        run = active.get(run_id)
+        config = run.config if run is not None else daemon.config
+        return config.sandbox != "none"
+
+    return sandboxed
+
+
 class RunManager:
     """Starts, drives, aborts and settles runs; the scheduler hands it claims."""
 
-    def __init__(self, daemon: Daemon, groups: ProcessGroups, sink: LogSink) -> None:
+    def __init__(
+        self,
+        daemon: Daemon,
+        *,
+        records: RunRecords,
+        active: dict[str, ActiveRun],
+        credentials: Credentials,
+        worker_sockets: WorkerSockets,
+        launchers: Mapping[str, Launcher],
+        branches: RunBranches,
+        executor: StageExecutor,
+        on_settled: Callable[[], None],
+    ) -> None:
+        """Collaborators built by the composition root (sloopd.compose), none here.
+
+        ``active`` is the registry of runs in flight the daemon's read side shares
+        (``Daemon.active_runs``); ``on_settled`` is told after every run's end (the
+        scheduler: a slot is free).
+        """
         self.daemon = daemon
-        self.groups = groups
-        self.sink = sink
-        self.records = RunRecords(daemon, sink)
-        self.active: dict[str, ActiveRun] = {}
-        daemon.active_runs = self.active
+        self.records = records
+        self.sink = records.sink
+        self.active = active
         self.worktree_lock = asyncio.Lock()
-        self.on_settled: list[Any] = []
-        self.credentials = Credentials()
-        verbs = WorkerVerbs(daemon, self.records)
-        self.worker_sockets = WorkerSockets(
-            daemon.layout.worker_socket_dir,
-            lambda run: WorkerDispatcher(run, self.credentials, verbs.handlers()),
-        )
-        settings = lambda: daemon.config.agent  # noqa: E731
-        self.launchers = {
-            "bwrap": SandboxLauncher(daemon.layout, settings, groups),
-            "none": HostLauncher(daemon.layout, settings, groups),
-        }
-        sandbox = self.launchers["bwrap"]
-        assert isinstance(sandbox, SandboxLauncher)
-        self.branches = RunBranches(
-            daemon.layout,
-            sandboxed=self._sandboxed,
-            protected=tuple(sandbox.protected()),
-        )
-        children = ChildStarter(
-            daemon.layout,
-            self.records,
-            self.credentials,
-            self.worker_sockets.path,
-            lambda mode: self.launchers[mode],
-        )
-        self.executor = StageExecutor(
-            daemon,
-            self.records,
-            children,
-            self.branches,
-            merge_lock=asyncio.Lock(),  # merges are serialised across runs
-        )
+        self.on_settled = on_settled
+        self.credentials = credentials
+        self.worker_sockets = worker_sockets
+        self.launchers = launchers  # by sandbox mode; asked whether a child can start
+        self.branches = branches
+        self.executor = executor
 
     @property
     def store(self) -> Store:
         return self.daemon.require_store()
-
-    def _sandboxed(self, run_id: str) -> bool:
-        """Whether a run's git steps are sandboxed: as the run was admitted."""
-        active = self.active.get(run_id)
-        config = active.config if active is not None else self.daemon.config
-        return config.sandbox != "none"
 
     def start(self, run_id: str) -> None:
         config = self.daemon.config
@@ -117,7 +108,7 @@ class RunManager:
             facts = records.facts(run_id)
             active.budget = facts.flow.budget(active.config.agent)
             try:
-                await self._prepare(active, facts)
+                facts = replace(facts, base=await self._prepare(active, facts))
             except SandboxUnavailable as exc:
                 await records.settle_durably(run_id, "failed", None, str(exc))
                 return
@@ -142,8 +133,7 @@ class RunManager:
             await self.worker_sockets.close(run_id)
             self.active.pop(run_id, None)
             self.sink.forget(run_id)
-            for callback in self.on_settled:
-                callback()
+            self.on_settled()
 
     async def _step_durably(self, active: ActiveRun, facts: RunFacts) -> bool:
         """One step; a step the store refused is taken again from the replayed log.
@@ -160,9 +150,11 @@ class RunManager:
             await asyncio.sleep(1.0)
             return False
 
-    async def _prepare(self, active: ActiveRun, facts: RunFacts) -> None:
+    async def _prepare(self, active: ActiveRun, facts: RunFacts) -> str:
+        """The run's checkout, branch and worker socket; the commit its branch starts at."""
         if active.config.sandbox != "none":
-            missing = await asyncio.to_thread(sandbox_probe)
+            launcher = self.launchers[active.config.sandbox]
+            missing = await asyncio.to_thread(launcher.unavailable)
             self.daemon.sandbox_problem = missing
             if missing is not None:
                 raise SandboxUnavailable(
@@ -174,7 +166,7 @@ class RunManager:
         facts.worktree.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         await self.worker_sockets.open(facts.run_id)
         async with self.worktree_lock:
-            await self.branches.create(facts, active.config.repo.main)
+            base = await self.branches.create(facts, active.config.repo.main)
         with self.store.writer.transaction() as tx:
             tx.run("run_set_worktree", (str(facts.worktree), facts.run_id))
             tx.run("run_started", {"id": facts.run_id, "now": now_ms()})
@@ -184,6 +176,7 @@ class RunManager:
             run=facts.run_id,
             data={"worktree": str(facts.worktree), "branch": facts.branch},
         )
+        return base
 
     async def _step(self, active: ActiveRun, facts: RunFacts) -> bool:
         """Take the walk's next step; True once the run is settled."""

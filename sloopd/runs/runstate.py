@@ -10,7 +10,7 @@ from typing import Any
 
 from sloopd.core.config import Config
 from sloopd.flows.flow import Budget, Flow
-from sloopd.proc.children import Child
+from sloopd.runs.stage_io import RunningChild
 from sloopd.vendor.tail import OutputTail
 from sloopd.vendor.usage import Usage, total
 
@@ -22,7 +22,7 @@ class ActiveRun:
     # A reload (SIGHUP) applies to runs started after it, never to one in flight.
     config: Config
     task: asyncio.Task[None] | None = None
-    child: Child | None = None
+    child: RunningChild | None = None  # where it runs is its launcher's
     stage: str | None = None
     attempt: int | None = None
     stage_started_ms: int | None = None
@@ -110,3 +110,5 @@ class RunFacts:
     branch: str
     worktree: Path
     flow: Flow
+    # The commit the run's branch started from; "" until its driver prepared the run.
+    base: str = ""

@@ -2,24 +2,25 @@
 
 Every agent, command and panel seat starts here, so every one gets the same
 treatment: a credential minted for it that dies with it, an allowlisted
-environment, its run's own HOME, and the launcher's sandbox.
+environment, its run's own HOME, and the launcher's sandbox.  What the launcher
+is handed is one ``StageLaunch`` value (sloopd.runs.stage_io); what comes back
+is its lines, on the loop, and its ``StageEnd``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from sloopd.core.paths import Layout
 from sloopd.flows.flow import Stage
-from sloopd.proc.children import ChildSpawnError
 from sloopd.proc.lines import OutputBudget
 from sloopd.runs import budget as budgets
 from sloopd.runs.branch import repository_identity
-from sloopd.runs.launch import Launcher, LaunchRefused, LaunchRequest
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
+from sloopd.runs.stage_io import Launcher, LaunchRefused, Limits, StageLaunch
 from sloopd.util import memory
 from sloopd.vendor import stream_claude
 from sloopd.vendor import usage as usages
@@ -34,13 +35,20 @@ TRIM_AFTER_BYTES = 16 << 20
 
 
 class ChildStarter:
+    """Starts each child of a stage: the daemon's side of the ``Launcher`` seam.
+
+    It resolves a ``StageLaunch`` from the run's admitted configuration, mints and
+    revokes the child's credential, and takes its lines (the log sink, the output
+    budget, the usage its stream reports); where the child runs is the launcher's.
+    """
+
     def __init__(
         self,
         layout: Layout,
         records: RunRecords,
         credentials: Credentials,
         socket_path: Callable[[str], Path],
-        launchers: Callable[[str], Launcher],
+        launchers: Mapping[str, Launcher],
     ) -> None:
         self.layout = layout
         self.records = records
@@ -65,6 +73,55 @@ class ChildStarter:
             )
         return home
 
+    def launch(
+        self,
+        active: ActiveRun,
+        facts: RunFacts,
+        stage: Stage,
+        attempt: int,
+        seat: int | None,
+        argv: tuple[str, ...],
+        commit: str,
+        *,
+        token: str,
+        prompt_file: Path,
+    ) -> StageLaunch:
+        """What this child starts from, every value resolved now from the admitted config."""
+        agent = active.config.agent
+        reviewer = stage.reviewers[seat] if seat is not None else None
+        passed = reviewer.env if reviewer is not None else stage.env
+        logins = reviewer.logins if reviewer is not None else stage.logins
+        owner = f"{facts.run_id}/{stage.name}#{attempt}" + (
+            f"/seat{seat}" if seat is not None else ""
+        )
+        return StageLaunch(
+            owner=owner,
+            commit=commit,
+            argv=argv,
+            checkout=facts.worktree,
+            home=self.home(facts.run_id),
+            limits=Limits(
+                timeout_ms=timeout_of(active, stage),
+                max_log_lines=agent.max_log_lines,
+                max_log_bytes=agent.max_log_bytes,
+            ),
+            variables={
+                "SLOOP_RUN": facts.run_id,
+                "SLOOP_TICKET": facts.ticket,
+                "SLOOP_STAGE": stage.name,
+                "SLOOP_ATTEMPT": str(attempt),
+                "SLOOP_RUN_ATTEMPT": str(facts.attempt),
+            },
+            passed=(*agent.env, *passed),
+            # A preset's login files sit beside the operator's, each named once.
+            ro_mounts=(*agent.ro_mounts, *dict.fromkeys((*agent.logins, *logins))),
+            rw_mounts=agent.rw_mounts,
+            worker_socket=self.socket_path(facts.run_id),
+            token=token,
+            prompt_file=prompt_file,
+            network=stage.network,
+        )
+
     async def run(
         self,
         active: ActiveRun,
@@ -73,8 +130,9 @@ class ChildStarter:
         attempt: int,
         seat: int | None,
         base: tuple[str, ...],
+        commit: str,
     ) -> tuple[int | str, Usage | None]:
-        """Run one child under a fresh credential.
+        """Run one child under a fresh credential, from ``commit``.
 
         Its exit code (or why it never ran), and the usage its stream reported
         (None: no stream, or nothing it recognised).
@@ -82,34 +140,21 @@ class ChildStarter:
         prompt_file, prompt = self._write_prompt(facts, stage, attempt)
         argv = tuple(part.replace("{prompt}", prompt) for part in base)
         credential = self.credentials.mint(facts.run_id, stage.name, attempt, seat)
-        owner = f"{facts.run_id}/{stage.name}#{attempt}" + (
-            f"/seat{seat}" if seat is not None else ""
-        )
-        request = LaunchRequest(
-            argv=argv,
-            checkout=facts.worktree,
-            home=self.home(facts.run_id),
-            owner=owner,
-            variables={
-                "SLOOP_RUN": facts.run_id,
-                "SLOOP_TICKET": facts.ticket,
-                "SLOOP_STAGE": stage.name,
-                "SLOOP_ATTEMPT": str(attempt),
-                "SLOOP_RUN_ATTEMPT": str(facts.attempt),
-            },
-            worker_socket=self.socket_path(facts.run_id),
+        launch = self.launch(
+            active,
+            facts,
+            stage,
+            attempt,
+            seat,
+            argv,
+            commit,
             token=credential.token,
             prompt_file=prompt_file,
-            network=stage.network,
-            settings=active.config.agent,
-            passed=stage.reviewers[seat].env if seat is not None else stage.env,
-            logins=stage.reviewers[seat].logins if seat is not None else stage.logins,
         )
         recent = active.recent_output
         recent.clear()
         sink = self.records.sink
-        settings = active.config.agent
-        budget = OutputBudget(settings.max_log_lines, settings.max_log_bytes)
+        budget = OutputBudget(launch.limits.max_log_lines, launch.limits.max_log_bytes)
         unflushed = 0
         stream_name = stream_of(active, stage, seat)
         try:
@@ -142,20 +187,19 @@ class ChildStarter:
                 unflushed = 0
                 sink.flush()
 
-        launcher = self.launchers(active.config.sandbox)
+        launcher = self.launchers[active.config.sandbox]
         try:
-            child = await launcher.start(request, on_lines)
-        except (ChildSpawnError, LaunchRefused) as exc:
+            child = await launcher.start(launch, on_lines)
+        except LaunchRefused as exc:
             self.credentials.revoke(facts.run_id, credential)
             return str(exc), None
         active.child = child
         active.child_started_monotonic = time.monotonic()
-        active.child_timeout_ms = timeout_of(active, stage)
+        active.child_timeout_ms = launch.limits.timeout_ms
         try:
             if active.cancel_reason is not None or active.stop_cause is not None:
                 await child.stop()
-            code = await child.wait()
-            await launcher.groups.reap_leftovers(child)
+            code = (await child.end()).exit_code
         finally:
             self.credentials.revoke(facts.run_id, credential)
             active.child = None

@@ -1,0 +1,126 @@
+"""The run machinery, assembled: which collaborator each part of ``sloopd.runs`` gets.
+
+``RunManager``, ``StageExecutor``, ``ChildStarter`` and the launchers build
+nothing themselves; this module (part of the composition root, with
+``sloopd.server``) is the one place that builds them and says who shares what:
+one ``Credentials`` between the children that are minted one and the worker
+sockets that check it, one ``RunRecords`` for the driver, the stages and the
+worker verbs, one registry of runs in flight for the driver, the git steps and
+the daemon's read side.  Tests build the same graph with fakes in place of the
+launchers (``tests.support.fakes``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+from collections.abc import Mapping
+
+from sloopd.core.logsink import LogSink
+from sloopd.core.paths import Layout
+from sloopd.core.state import Daemon
+from sloopd.proc.children import Child, ProcessGroups
+from sloopd.runs.branch import RunBranches
+from sloopd.runs.execute import StageExecutor
+from sloopd.runs.launch import HostLauncher, SandboxLauncher, protected_paths
+from sloopd.runs.records import RunRecords
+from sloopd.runs.runner import RunManager, sandboxed_as_admitted
+from sloopd.runs.runstate import ActiveRun
+from sloopd.runs.spawning import ChildStarter
+from sloopd.runs.stage_io import Launcher
+from sloopd.runs.worker_verbs import WorkerVerbs
+from sloopd.worker.credentials import Credentials
+from sloopd.worker.dispatcher import WorkerDispatcher, WorkerHandler
+from sloopd.worker.sockets import WorkerSockets
+
+log = logging.getLogger(__name__)
+
+# Descriptors kept for the operator socket's clients, the store, the metrics
+# endpoint and the children's pipes, whatever the worker sockets hold.
+OPERATOR_FD_RESERVE = 512
+
+
+def raise_open_file_limit() -> int:
+    """Raise RLIMIT_NOFILE's soft limit to the hard one; the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (OSError, ValueError) as exc:
+            log.warning("cannot raise the open file limit above %d: %s", soft, exc)
+    return soft
+
+
+def worker_connection_budget() -> int:
+    """How many worker connections all runs together may hold: whatever agents open
+    on their worker sockets, the operator keeps room (the limit raised first)."""
+    return max(64, raise_open_file_limit() - OPERATOR_FD_RESERVE)
+
+
+def local_launchers(layout: Layout, groups: ProcessGroups) -> dict[str, Launcher]:
+    """Where children run on this host, by the ``sandbox`` mode a run was admitted with."""
+    return {
+        "bwrap": SandboxLauncher[Child](layout, groups),
+        "none": HostLauncher[Child](groups),
+    }
+
+
+class _Dispatchers:
+    """A run's worker dispatcher: its own run, the shared credentials and verbs."""
+
+    def __init__(self, credentials: Credentials, handlers: Mapping[str, WorkerHandler]) -> None:
+        self._credentials = credentials
+        self._handlers = handlers
+
+    def __call__(self, run: str) -> WorkerDispatcher:
+        return WorkerDispatcher(run, self._credentials, self._handlers)
+
+
+def run_manager(
+    daemon: Daemon,
+    sink: LogSink,
+    active: dict[str, ActiveRun],
+    launchers: Mapping[str, Launcher],
+    *,
+    worker_connections: int = 512,
+) -> RunManager:
+    """The runs' object graph over ``launchers``; ``active`` is ``daemon.active_runs``.
+
+    ``worker_connections`` bounds the worker connections of every run together.
+    """
+    layout = daemon.layout
+    records = RunRecords(daemon, sink)
+    credentials = Credentials()
+    verbs = WorkerVerbs(daemon, records)
+    worker_sockets = WorkerSockets(
+        layout.worker_socket_dir,
+        _Dispatchers(credentials, verbs.handlers()),
+        budget=worker_connections,
+    )
+    branches = RunBranches(
+        layout,
+        sandboxed=sandboxed_as_admitted(daemon, active),
+        protected=protected_paths(layout),
+    )
+    children = ChildStarter(layout, records, credentials, worker_sockets.path, launchers)
+    executor = StageExecutor(
+        daemon,
+        records,
+        children,
+        branches,
+        merge_lock=asyncio.Lock(),  # merges are serialised across runs
+    )
+    return RunManager(
+        daemon,
+        records=records,
+        active=active,
+        credentials=credentials,
+        worker_sockets=worker_sockets,
+        launchers=launchers,
+        branches=branches,
+        executor=executor,
+        on_settled=daemon.poke,  # a slot is free: the scheduler may claim
+    )

@@ -1,0 +1,139 @@
+"""RunManager over a recording launcher: runs walked to their settle, aborted, stopped.
+
+The graph is ``sloopd.compose``'s, with ``tests.support.fakes.FakeLauncher`` in
+place of the local launchers: git makes and merges the run's branch, no child is
+spawned.  What is asserted is what was recorded: the fakes' records, the run as
+``show`` reports it, the repository's refs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.fakes import Script, Spawn
+from tests.support.gitrepo import commit, git
+from tests.support.machinery import Machinery
+
+FLOW: list[dict[str, Any]] = [
+    {"name": "implement", "action": "agent"},
+    {"name": "test", "action": "command", "command": ["make", "test"]},
+    {"name": "sync", "action": "sync"},
+    {"name": "merge", "action": "ff_only"},
+]
+
+
+@pytest.fixture
+def machinery(sandbox: Path, repo: Path) -> Iterator[Machinery]:
+    bench = Machinery.create(sandbox, repo, {"default": FLOW})
+    try:
+        yield bench
+    finally:
+        bench.close()
+
+
+def work(spawn: Spawn) -> None:
+    commit(spawn.cwd, {"feature.txt": "done\n"}, "the agent's work")
+
+
+def test_the_walk_reaches_settle_and_merges_the_work(machinery: Machinery) -> None:
+    machinery.launcher.script(Script(act=work), Script(lines=(("stdout", "tests pass"),)))
+    run_id = asyncio.run(machinery.drive("one"))
+
+    shown = machinery.shown(run_id)
+    assert (shown["state"], shown["reason"]) == ("merged", None)
+    assert [s["stage"] for s in shown["stages"]] == ["implement", "test", "sync", "merge"]
+    launches = machinery.launcher.launches
+    assert [launch.argv for launch in launches] == [("agent", "--go"), ("make", "test")]
+    produced = machinery.walk(run_id).executions[0].commit
+    assert launches[1].commit == produced  # the command ran on the agent's work
+    assert git(machinery.daemon.layout.repo, "rev-parse", "main") == produced
+    assert machinery.runs.active == {}  # the driver is done and gone from the registry
+    assert machinery.log_texts(run_id, "stdout") == ["tests pass"]
+
+
+def test_a_failing_agent_settles_the_run_failed(machinery: Machinery) -> None:
+    machinery.launcher.script(Script(exit_code=2, lines=(("stderr", "it broke"),)))
+    run_id = asyncio.run(machinery.drive("one"))
+
+    shown = machinery.shown(run_id)
+    assert shown["state"] == "failed"
+    assert [s["stage"] for s in shown["stages"] if s["state"] != "pending"] == ["implement"]
+    assert "exited with code 2" in (shown["stages"][0]["reason"] or "")
+    assert len(machinery.launcher.launches) == 1  # nothing after the failed stage ran
+    assert machinery.log_texts(run_id, "stderr") == ["it broke"]
+
+
+def test_abort_stops_the_running_child_through_the_groups(machinery: Machinery) -> None:
+    machinery.launcher.script(Script(lines=(("stdout", "thinking"),), until_stopped=True))
+
+    async def scenario() -> str:
+        run_id = machinery.claim("one")
+        machinery.runs.start(run_id)
+        child = await machinery.groups.started()
+        # In flight, the run is the daemon's too, and show reads its live child.
+        assert machinery.daemon.active_runs[run_id] is machinery.runs.active[run_id]
+        assert isinstance(machinery.shown(run_id)["stages"][0]["silent_for_ms"], int)
+        await machinery.runs.abort(run_id, "aborted by the test")
+        assert child.stopped and child.reaped
+        return run_id
+
+    run_id = asyncio.run(scenario())
+    assert machinery.groups.stopped() == [f"{run_id}/implement#1"]
+    shown = machinery.shown(run_id)
+    assert (shown["state"], shown["reason"]) == ("aborted", "aborted by the test")
+    assert len(machinery.launcher.launches) == 1
+
+
+def test_a_stopping_daemon_stops_every_run_in_flight(machinery: Machinery) -> None:
+    machinery.launcher.script(Script(until_stopped=True))
+
+    async def scenario() -> str:
+        run_id = machinery.claim("one")
+        machinery.runs.start(run_id)
+        await machinery.groups.started()
+        await machinery.runs.stop_all("the daemon stopped")
+        return run_id
+
+    run_id = asyncio.run(scenario())
+    assert machinery.groups.stopped() == [f"{run_id}/implement#1"]
+    shown = machinery.shown(run_id)
+    assert (shown["state"], shown["reason"]) == ("aborted", "the daemon stopped")
+
+
+def test_each_child_gets_the_runs_own_home_and_worker_socket(machinery: Machinery) -> None:
+    machinery.launcher.script(Script(act=work), Script())
+    run_id = asyncio.run(machinery.drive("one"))
+
+    state_dir = machinery.daemon.layout.state_dir
+    socket = machinery.daemon.layout.worker_socket_dir / f"{run_id}.sock"
+    for launch, spawn in zip(machinery.launcher.launches, machinery.groups.spawns, strict=True):
+        assert launch.home == state_dir / "runs" / run_id / "home"
+        assert launch.worker_socket == socket and launch.token
+        assert spawn.env["HOME"] == str(launch.home)
+        assert spawn.env["SLOOP_SOCKET"] == str(socket)
+        assert spawn.env["SLOOP_TOKEN"] == launch.token
+    tokens = {launch.token for launch in machinery.launcher.launches}
+    assert len(tokens) == 2  # one credential per child
+
+
+def test_a_launcher_that_cannot_start_children_fails_the_run_before_anything_is_made(
+    sandbox: Path, repo: Path
+) -> None:
+    # Asked only when runs are sandboxed: that is what the probe is about.
+    bench = Machinery.create(sandbox, repo, {"default": FLOW}, sandbox="bwrap")
+    bench.launcher.problem = "bubblewrap is not installed."
+    try:
+        run_id = asyncio.run(bench.drive("one"))
+        shown = bench.shown(run_id)
+        assert shown["state"] == "failed"
+        assert "bubblewrap is not installed." in shown["reason"]
+        assert bench.daemon.sandbox_problem == "bubblewrap is not installed."
+        assert bench.launcher.launches == []
+        assert not (bench.daemon.layout.state_dir / "checkouts" / run_id).exists()
+    finally:
+        bench.close()
