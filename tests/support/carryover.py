@@ -77,7 +77,7 @@ def tree_text():
 
 REVIEWER = (
     _COMMON
-    + r'''
+    + r"""
 OUT = sys.argv[1]
 if len(sys.argv) > 2:  # wait for the test's go (main moves meanwhile)
     while not os.path.exists(sys.argv[2]):
@@ -88,16 +88,16 @@ saw = MARKER in "".join(shown) + tree_text()
 verdict = "fail" if saw else "pass"
 answer = call("verdict", {"verdict": verdict, "reason": "saw the backdoor" if saw else "clean"})
 save(OUT, {"verdict": verdict, "answer": answer, "head": git("rev-parse", "HEAD").stdout.strip()})
-'''
+"""
 )
 
 CHECKER = (
     _COMMON
-    + r'''
+    + r"""
 found = MARKER in tree_text()
 save(sys.argv[1], {"found": found})
 sys.exit(1 if found else 0)
-'''
+"""
 )
 
 # Started by git as the seat's child: votes pass with the seat's own token.
@@ -183,6 +183,7 @@ def merge_driver():
         f.write("\n".join(lines) + "\n")
     git("commit", "-q", "-am", "improve the first line")
     git("config", "merge.x.driver", f"git merge-file %A %O %B; printf '{MARKER}' >> %A")
+    os.makedirs(".git/info", exist_ok=True)
     with open(".git/info/attributes", "w") as f:
         f.write("* merge=x\n")
 
