@@ -261,8 +261,16 @@ def checker(bench: Bench) -> list[str]:
 
 
 def report(bench: Bench, name: str) -> dict[str, Any]:
+    """What a program reported (waiting for it: it must have run)."""
     path = bench.path(name)
     data: dict[str, Any] = json.loads(wait_until(lambda: path.exists() and path.read_text()))
+    return data
+
+
+def reported(bench: Bench, name: str) -> dict[str, Any] | None:
+    """What a program reported, or None when it never ran (the run stopped before it)."""
+    path = bench.path(name)
+    data: dict[str, Any] | None = json.loads(path.read_text()) if path.exists() else None
     return data
 
 
