@@ -25,8 +25,10 @@ from typing import Any
 import pytest
 
 from tests.support import carryover as co
+from tests.support.agent_clis import cli
 from tests.support.agents import BENCH_VAR, Bench, sloop_toml, ticket_text, toml_value
 from tests.support.daemon import git
+from tests.support.standins.anthropic import AnthropicStandIn, verdict_script
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 
@@ -45,12 +47,18 @@ def merging(*stages: dict[str, Any]) -> Flows:
     return {"default": [*stages, *tail]}
 
 
-def run_ticket(bench: Bench, flows: Flows, body: str = "") -> dict[str, Any]:
-    """Set the repository up with ``flows``, post one ticket, wait for its run to settle."""
-    bench.setup(sloop_toml(bench.argv(), flows=flows), {"work": ticket_text("Work", body)})
+def run_ticket(bench: Bench, flows: Flows, passed: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Set the repository up with ``flows`` (the daemon's ``passed`` variables named in
+    ``agent.env``), post one ticket, wait for its run to settle."""
+    config = sloop_toml(bench.argv(), flows=flows)
+    if passed:
+        names = toml_value([*passed, BENCH_VAR])
+        mounts = toml_value([bench.flag("")])
+        config = config.replace("[agent]\n", f"[agent]\nenv = {names}\nrw_mounts = {mounts}\n")
+    bench.setup(config, {"work": ticket_text("Work")})
     bench.start()
     bench.post("work")
-    return bench.wait_run("work#1")
+    return bench.wait_run("work#1", timeout=90.0)
 
 
 def panel(bench: Bench, *seats: str) -> dict[str, Any]:
@@ -96,6 +104,32 @@ def test_the_implementer_cannot_cast_a_seats_verdict(bench: Bench, where: str) -
         if seen is not None:
             assert seen["answer"].get("ok") is True, (seat, seen, rigged)
             assert counted[seat] == seen["verdict"] == "fail", (seat, seen, review)
+    assert all(vote.get("ok") is not True for vote in rigged), rigged
+
+
+@pytest.mark.xfail(strict=True, reason="issue 22: a seat's CLI runs the implementer's hook")
+def test_a_committed_claude_hook_cannot_cast_a_seats_verdict(bench: Bench) -> None:
+    """The implementer commits the backdoor and a project ``.claude/settings.json``.
+
+    Its ``SessionStart`` hook is the vote-casting program: the real Claude Code,
+    started as an honest seat in the checkout, runs it before its first turn, and
+    the seat's own ``sloopctl verdict fail`` comes second.
+    """
+    implement = {
+        "name": "implement",
+        "action": "agent",
+        "command": co.attacker(bench, "claude-hook"),
+    }
+    seat = {"target": "claude", "command": ["sh", "-c", co.CLAUDE_SCRIPT, str(cli("claude"))]}
+    review = {"name": "review", "action": "agent", "result_check": "panel", "reviewers": [seat]}
+    with AnthropicStandIn(scripts=[verdict_script("fail", "a backdoor in backdoor.txt")]) as api:
+        bench.env.update(co.claude_env(api.url))
+        run = run_ticket(bench, merging(implement, review), tuple(co.claude_env(api.url)))
+        asked = api.paths()
+
+    rows, rigged = co.stages(run), co.rigged_votes(bench, "claude-hook")
+    assert not co.has_marker(bench.repo, "main"), (rows, rigged, asked)
+    assert run["state"] == "failed", rows
     assert all(vote.get("ok") is not True for vote in rigged), rigged
 
 
