@@ -319,7 +319,6 @@ def test_an_agent_cannot_read_another_instances_state(
 # --- 6. the brief names a path the agent sees ---------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 22: brief answers the checkout's host path")
 def test_the_brief_names_the_checkout_the_agent_sees(bench: Bench) -> None:
     """``brief`` answers the run's worktree: inside the sandbox that is ``/sloop/work``.
 
