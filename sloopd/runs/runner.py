@@ -263,7 +263,6 @@ class RunManager:
                 "it finished, so the run merged",
             )
         result = stops.judged(result, active.stop, stage, lambda: self.executor.diagnose(active))
-        active.child = None
         active.stage_ended()
         # The child ran: its result is a fact that must be kept, so wait for the store.
         await self.records.durably(

@@ -53,9 +53,11 @@ class ActiveRun:
         self.stop = stop_with(self.stop, new)
 
     def seat_ended(self) -> None:
+        """A panel seat's timeout is spent: each seat has its own clock."""
         self.stop = after_seat(self.stop)
 
     def stage_ended(self) -> None:
+        """The child's stops end with its stage; an abort or a halt outlives it."""
         self.stop = after_stage(self.stop)
 
     def used(self) -> Usage | None:
