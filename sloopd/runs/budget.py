@@ -10,14 +10,14 @@ budget is only as good as what the stream reports: an agent stage with
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from sloopd.flows.flow import Budget
+from sloopd.runs import stop as stops
 from sloopd.runs.runstate import ActiveRun
 from sloopd.vendor.usage import Usage
 
-BUDGET_EXCEEDED = "budget_exceeded"
-TIMED_OUT = "timed_out"
+BUDGET_EXCEEDED = stops.BUDGET_EXCEEDED
+TIMED_OUT = stops.TIMED_OUT
 
 
 def over(budget: Budget, used: Usage) -> str | None:
@@ -32,42 +32,20 @@ def over(budget: Budget, used: Usage) -> str | None:
 
 def check(active: ActiveRun) -> None:
     """After the executing child reported usage: stop it once the run is over budget."""
-    if active.stop_cause is not None:
-        return
+    if stops.child_stopped(active.stop) is not None:
+        return  # already stopped by a timeout or the budget: the first cause stands
     used = active.used()
     reason = over(active.budget, used) if used is not None else None
     if reason is not None:
-        stop(active, BUDGET_EXCEEDED, reason)
+        stop_child(active, stops.over_budget(reason))
 
 
-def stop(active: ActiveRun, classification: str, detail: str) -> None:
+def stop_child(active: ActiveRun, why: stops.Stop) -> None:
     """Stop the executing child (as the stall watchdog does); its stage fails with why.
 
     A child not started yet is stopped as soon as it is (sloopd.runs.spawning).
     """
-    active.stop_cause = {"classification": classification, "detail": detail}
+    active.stop_with(why)
     child = active.child
     if child is not None:
         asyncio.get_running_loop().create_task(child.stop())
-
-
-def stopped_result(result: dict[str, Any], cause: dict[str, Any]) -> dict[str, Any]:
-    """A stage the daemon stopped: failed, with its cause as reason and diagnosis.
-
-    A spent budget is final: no return_to mends it, the run ends failed.
-    """
-    stopped = {
-        **result,
-        "passed": False,
-        "reason": cause["detail"],
-        "diagnosis": {
-            "classification": cause["classification"],
-            "evidence": None,
-            "vendor": None,
-            "reset_at_ms": None,
-            "detail": cause["detail"],
-        },
-    }
-    if cause["classification"] == BUDGET_EXCEEDED:
-        stopped["final"] = True
-    return stopped

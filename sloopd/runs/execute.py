@@ -19,10 +19,11 @@ from sloopd.flows.flow import Stage
 from sloopd.git import ops as gitops
 from sloopd.git.checkout import CheckoutError
 from sloopd.runs.branch import RunBranches, produces
-from sloopd.runs.budget import TIMED_OUT
 from sloopd.runs.records import RunRecords
+from sloopd.runs.results import StageResult, daemon_diagnosis
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.runs.spawning import ChildStarter
+from sloopd.runs.stop import TIMED_OUT, cancelled, child_stopped, stops_children
 from sloopd.util.clock import now_ms
 from sloopd.vendor.usage import Usage
 from sloopd.vendor.usage import total as usage_total
@@ -48,14 +49,14 @@ class StageExecutor:
 
     async def execute(
         self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
-    ) -> dict[str, Any]:
+    ) -> StageResult:
         try:
             if stage.action in ("agent", "command"):
                 return await self._run_child(active, facts, stage, attempt)
             return await self._run_git(active, facts, stage, attempt)
         except (gitops.GitError, CheckoutError) as exc:
             # git refused for a reason that is not a verdict; the stage fails with it.
-            return {"passed": False, "exit_code": None, "verdict_source": "git", "reason": str(exc)}
+            return StageResult.checked("git", False, str(exc))
 
     def _pinned(self, facts: RunFacts, base: str) -> str:
         """The commit the work stands at: the last passing gating stage's, else the base."""
@@ -72,15 +73,16 @@ class StageExecutor:
 
     async def _run_git(
         self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
-    ) -> dict[str, Any]:
+    ) -> StageResult:
         main = active.config.repo.main
         name = self.branches.execution_name(facts, stage, attempt, None)
         if stage.action == "sync":
             mode: Literal["merge", "rebase"] = "rebase" if stage.mode == "rebase" else "merge"
             result = _git_result(await self.branches.sync(facts, main, mode))
-            if result["passed"]:
-                result["commit"] = await self.branches.bring_back(facts, name)
-                await self.branches.advance(facts, result["commit"])
+            if result.passed:
+                commit = await self.branches.bring_back(facts, name)
+                await self.branches.advance(facts, commit)
+                result = result.but(commit=commit)
             return result
         tip = self._pinned(facts, await self.branches.base(facts))
 
@@ -88,7 +90,7 @@ class StageExecutor:
             # The last moment an abort can keep main where it is; past it the merge
             # finishes and the run says it merged.  The intent is durable before the
             # ref moves, so a crash from here on is settled from the ref.
-            if active.cancel_reason is not None:
+            if cancelled(active.stop) is not None:
                 return False
             self.records.append_steps(
                 facts.run_id,
@@ -108,19 +110,10 @@ class StageExecutor:
                 timeout=active.config.repo.git_timeout_ms / 1000,
                 before_move=announce,
             )
-        return {**_git_result(outcome), "commit": tip}
+        return _git_result(outcome).but(commit=tip)
 
     def diagnose(self, active: ActiveRun) -> dict[str, Any]:
         """Why an agent failed, in vendor terms, from its own recent output."""
-        if active.stall_killed_after_ms is not None:
-            silence = _duration(active.stall_killed_after_ms)
-            return {
-                "classification": "stalled",
-                "evidence": None,
-                "vendor": None,
-                "reset_at_ms": None,
-                "detail": f"no output for {silence} (stall_kill_after); stopped",
-            }
         settings = active.config
         # Vendors print clock times in the host's zone ("resets 3pm").
         local_zone = datetime.now().astimezone().tzinfo
@@ -134,7 +127,7 @@ class StageExecutor:
 
     async def _run_child(
         self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
-    ) -> dict[str, Any]:
+    ) -> StageResult:
         pinned = ""
         if not produces(stage):
             # A reviewer reviews exactly this commit; what it changes is not merged.
@@ -146,28 +139,23 @@ class StageExecutor:
         start = pinned or self._recorded_tip(facts)  # the commit the child starts from
         code, usage = await self.children.run(active, facts, stage, attempt, None, command, start)
         if isinstance(code, str):
-            return {
-                "passed": False,
-                "exit_code": None,
-                "verdict_source": "exit_code",
-                "reason": code,
-            }
+            return StageResult.checked("exit_code", False, code)
         result = self._judge(facts, stage, attempt, code)
         if usage is not None:
-            result["usage"] = usage.row()
+            result = result.but(usage=usage.row())
         if active.refused_tools:
             # A headless CLI that refuses a tool still exits 0: say what it refused.
             refused = "the agent's CLI refused tools: " + ", ".join(active.refused_tools)
-            result["reason"] = f"{result['reason']}; {refused}" if result.get("reason") else refused
+            result = result.but(reason=f"{result.reason}; {refused}" if result.reason else refused)
         name = self.branches.execution_name(facts, stage, attempt, None)
         if not produces(stage):
             left = await self.branches.review_leftovers(facts, pinned, name)
-            return {**result, "commit": pinned, **_discarded([left.row(None)] if left else [])}
+            return result.but(commit=pinned, discarded=(left.row(None),) if left else ())
         return await self._collect_work(facts, stage, attempt, name, result)
 
     async def _collect_work(
-        self, facts: RunFacts, stage: Stage, attempt: int, name: str, result: dict[str, Any]
-    ) -> dict[str, Any]:
+        self, facts: RunFacts, stage: Stage, attempt: int, name: str, result: StageResult
+    ) -> StageResult:
         """A producing stage's commit, once nothing is left uncommitted."""
         if stage.action == "agent":
             dirty = await self.branches.uncommitted(facts)
@@ -177,28 +165,27 @@ class StageExecutor:
                     f"stage '{stage.name}' execution {attempt}"
                 )
                 await self.branches.commit_all(facts, message)
-            elif dirty and result["passed"]:
-                result = {
-                    **result,
-                    "passed": False,
-                    "reason": "the agent left uncommitted changes in: "
+            elif dirty and result.passed:
+                result = result.but(
+                    passed=False,
+                    reason="the agent left uncommitted changes in: "
                     + ", ".join(dirty)
                     + ' (commit them, or set commit = "auto" on the stage)',
-                    "paths": dirty,
-                }
+                    paths=tuple(dirty),
+                )
         commit = await self.branches.bring_back(facts, name)
         await self.branches.advance(facts, commit)
-        return {**result, "commit": commit}
+        return result.but(commit=commit)
 
     async def _run_panel(
         self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int, pinned: str
-    ) -> dict[str, Any]:
+    ) -> StageResult:
         """Seats one after another, each with its own credential; passes ≥ quorum."""
         discarded: list[dict[str, Any]] = []
         seat_usage: list[Usage | None] = []
         timed_out: list[str] = []
         for seat, reviewer in enumerate(stage.reviewers):
-            if active.cancel_reason is not None or active.stop_cause is not None:
+            if stops_children(active.stop):
                 break  # stopped: a spent budget ends the panel too
             await self.records.append_steps_durably(
                 facts.run_id,
@@ -217,12 +204,12 @@ class StageExecutor:
             if usage is not None:
                 result["usage"] = usage.row()
             seat_usage.append(usage)
-            cause = active.stop_cause
-            if cause is not None and cause["classification"] == TIMED_OUT:
+            cause = child_stopped(active.stop)
+            if cause is not None and cause.kind == TIMED_OUT:
                 # Each seat has its own clock: this one fails, the next one sits.
-                result["error"] = cause["detail"]
-                timed_out.append(f"seat {seat} ({reviewer.target}) {cause['detail']}")
-                active.stop_cause = None
+                result["error"] = cause.reason
+                timed_out.append(f"seat {seat} ({reviewer.target}) {cause.reason}")
+                active.seat_ended()
             name = self.branches.execution_name(facts, stage, attempt, seat)
             left = await self.branches.review_leftovers(facts, pinned, name)
             if left is not None:
@@ -236,73 +223,43 @@ class StageExecutor:
         passes = sum(1 for s in seats.values() if s["verdict"] == "pass")
         total = len(stage.reviewers)
         passed = passes >= stage.quorum and len(seats) == total
-        return {
-            "passed": passed,
-            "exit_code": None,
-            "verdict_source": "panel",
-            "reason": f"{passes} of {total} reviewers passed (quorum {stage.quorum})",
-            "commit": pinned,
-            **_discarded(discarded),
-            **_usage(usage_total(seat_usage)),
-            **({} if passed or not timed_out else _timed_out("; ".join(timed_out))),
-        }
+        spent = usage_total(seat_usage)
+        return StageResult(
+            passed=passed,
+            exit_code=None,
+            verdict_source="panel",
+            reason=f"{passes} of {total} reviewers passed (quorum {stage.quorum})",
+            commit=pinned,
+            discarded=tuple(discarded),
+            usage=spent.row() if spent is not None else None,
+            # A panel that failed with seats stopped by their timeout says so.
+            diagnosis=None
+            if passed or not timed_out
+            else daemon_diagnosis(TIMED_OUT, "; ".join(timed_out)),
+        )
 
-    def _judge(self, facts: RunFacts, stage: Stage, attempt: int, code: int) -> dict[str, Any]:
+    def _judge(self, facts: RunFacts, stage: Stage, attempt: int, code: int) -> StageResult:
         """The stage's result check applied to what the child did."""
-        base: dict[str, Any] = {"exit_code": code}
         if stage.result_check == "exit_code":
             passed = code == 0
-            return {
-                **base,
-                "passed": passed,
-                "verdict_source": "exit_code",
-                "reason": None if passed else _exit_reason(code),
-            }
+            return StageResult.checked(
+                "exit_code", passed, None if passed else _exit_reason(code), code
+            )
         state = walk.replay(facts.flow, self.records.read_log(facts.run_id))
         current = state.current
         verdict = current.verdict if current is not None else None
         if stage.result_check == "reported":
             if verdict is None:
-                return {
-                    **base,
-                    "passed": False,
-                    "verdict_source": "missing",
-                    "reason": "no verdict was reported before the worker exited",
-                }
-            return {
-                **base,
-                "passed": verdict.get("verdict") == "pass",
-                "verdict_source": "reported",
-                "reason": verdict.get("reason"),
-                "confidence": verdict.get("confidence"),
-            }
-        return {
-            **base,
-            "passed": False,
-            "verdict_source": "panel",
-            "reason": "panel stages need reviewer seats",
-        }
-
-
-def _timed_out(detail: str) -> dict[str, Any]:
-    """The diagnosis of a panel that failed with seats stopped by their timeout."""
-    return {
-        "diagnosis": {
-            "classification": TIMED_OUT,
-            "evidence": None,
-            "vendor": None,
-            "reset_at_ms": None,
-            "detail": detail,
-        }
-    }
-
-
-def _usage(usage: Usage | None) -> dict[str, Any]:
-    return {"usage": usage.row()} if usage is not None else {}
-
-
-def _discarded(entries: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"discarded": entries} if entries else {}
+                reason = "no verdict was reported before the worker exited"
+                return StageResult.checked("missing", False, reason, code)
+            return StageResult(
+                passed=verdict.get("verdict") == "pass",
+                exit_code=code,
+                verdict_source="reported",
+                reason=verdict.get("reason"),
+                confidence=verdict.get("confidence"),
+            )
+        return StageResult.checked("panel", False, "panel stages need reviewer seats", code)
 
 
 def _exit_reason(code: int) -> str:
@@ -311,24 +268,12 @@ def _exit_reason(code: int) -> str:
     return f"exited with code {code}"
 
 
-def _git_result(outcome: gitops.GitResult) -> dict[str, Any]:
-    result: dict[str, Any] = {
-        "passed": outcome.ok,
-        "exit_code": None,
-        "verdict_source": "git",
-        "reason": outcome.reason,
-    }
-    if outcome.paths:
-        result["paths"] = list(outcome.paths)
-    if outcome.final:
-        result["final"] = True
-    return result
-
-
-def _duration(ms: int) -> str:
-    seconds = ms // 1000
-    if seconds < 120:
-        return f"{seconds} s"
-    if seconds < 7200:
-        return f"{seconds // 60} min"
-    return f"{seconds / 3600:.1f} h"
+def _git_result(outcome: gitops.GitResult) -> StageResult:
+    return StageResult(
+        passed=outcome.ok,
+        exit_code=None,
+        verdict_source="git",
+        reason=outcome.reason,
+        paths=tuple(outcome.paths or ()),
+        final=bool(outcome.final),
+    )

@@ -22,6 +22,7 @@ from sloopd.flows import walk
 from sloopd.flows.explain import agent_exit_code, run_diagnosis, run_reason
 from sloopd.flows.flow import Flow, Stage
 from sloopd.flows.stagelog import append_step, read_log
+from sloopd.runs.results import StageResult
 from sloopd.runs.runstate import RunFacts
 from sloopd.store import Store, StoreUnavailable
 from sloopd.util.clock import now_ms
@@ -142,21 +143,21 @@ class RunRecords:
         run_id: str,
         stage: Stage,
         attempt: int,
-        result: dict[str, Any],
+        result: StageResult,
         started_ms: int | None = None,
     ) -> None:
         """The stage_finished row, the stage's duration metric and its system record."""
-        self.append_steps(run_id, walk.STAGE_FINISHED, stage.name, attempt, data=result)
+        self.append_steps(run_id, walk.STAGE_FINISHED, stage.name, attempt, data=result.to_row())
+        verdict = "passed" if result.passed else "failed"
         metrics = self.daemon.metrics
-        if metrics is not None and "started_at_ms" not in result:
+        if metrics is not None:
             facts_flow = self.store.one("run_by_id", (run_id,))
             flow_name = str(facts_flow[6]) if facts_flow else "?"
             started = started_ms or now_ms()
-            metrics.stage_duration.labels(
-                flow_name, stage.name, "passed" if result["passed"] else "failed"
-            ).observe(max(0, now_ms() - started) / 1000)
-        verdict = "passed" if result["passed"] else "failed"
-        detail = f": {result['reason']}" if result.get("reason") else ""
+            metrics.stage_duration.labels(flow_name, stage.name, verdict).observe(
+                max(0, now_ms() - started) / 1000
+            )
+        detail = f": {result.reason}" if result.reason else ""
         self.sink.append(
             run_id,
             stage.name,

@@ -18,6 +18,7 @@ from typing import Any
 from sloopd.flows import walk
 from sloopd.git import ops as gitops
 from sloopd.runs.records import RunRecords
+from sloopd.runs.results import StageResult
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +51,11 @@ class Recovery:
         hold = False
         if current is not None:
             reason += f" (stage '{current.stage.name}' execution {current.attempt})"
-            result: dict[str, Any] = {
-                "passed": False,
-                "reason": "interrupted: the daemon restarted",
-            }
+            result = StageResult.interrupted("interrupted: the daemon restarted")
             if current.merge_intent is not None:
                 result = await self._merge_outcome(current.merge_intent)
                 # Git could not say whether main moved: a person decides, nothing re-runs.
-                hold = result.get("undetermined") is True
+                hold = result.undetermined
             records.finish(run_id, current.stage, current.attempt, result)
             state = walk.replay(facts.flow, records.read_log(run_id))
         if state.main_moved():
@@ -75,10 +73,10 @@ class Recovery:
         records.settle(run_id, "aborted", None, reason, requeue=not hold)
         return "aborted"
 
-    async def _merge_outcome(self, intent: dict[str, Any]) -> dict[str, Any]:
+    async def _merge_outcome(self, intent: dict[str, Any]) -> StageResult:
         """The interrupted merge's stage result, as main's ref tells it."""
         ref, tip = str(intent.get("ref")), str(intent.get("to"))
-        base: dict[str, Any] = {"exit_code": None, "verdict_source": "git", "commit": tip}
+        base = StageResult(passed=False, exit_code=None, verdict_source="git", commit=tip)
         try:
             checkout = await gitops.checkout_of(self.repo, ref)
             stale = await gitops.release_stale_locks(
@@ -88,21 +86,14 @@ class Recovery:
                 log.warning("removed %s, left by the merge a killed daemon was making", lock)
             moved = await gitops.contains(self.repo, ref, tip)
         except gitops.GitError as exc:
-            return {
-                **base,
-                "passed": False,
-                "reason": f"interrupted: the daemon restarted mid-merge and git cannot tell "
+            return base.but(
+                reason=f"interrupted: the daemon restarted mid-merge and git cannot tell "
                 f"whether {ref} moved: {exc}",
-                "undetermined": True,
-            }
+                undetermined=True,
+            )
         if moved:
-            return {
-                **base,
-                "passed": True,
-                "reason": f"{ref} holds {tip[:12]}: the merge finished before the daemon restarted",
-            }
-        return {
-            **base,
-            "passed": False,
-            "reason": f"interrupted: the daemon restarted before {ref} moved",
-        }
+            return base.but(
+                passed=True,
+                reason=f"{ref} holds {tip[:12]}: the merge finished before the daemon restarted",
+            )
+        return base.but(reason=f"interrupted: the daemon restarted before {ref} moved")

@@ -17,7 +17,8 @@ from typing import Any, Final
 import orjson
 
 from sloopd.flows.agent_settings import AgentSettings
-from sloopd.runs.runstate import ActiveRun, RunFacts
+from sloopd.runs.runstate import RunFacts
+from sloopd.runs.stop import Stop, halt
 from sloopd.store import Store
 from sloopd.util.clock import now_ms
 from sloopd.util.durations import format_ms
@@ -47,14 +48,13 @@ def backoff_ms(settings: AgentSettings, used: int) -> int:
 
 def after_transient(
     store: Store,
-    active: ActiveRun,
+    settings: AgentSettings,
     facts: RunFacts,
     stage: str,
     attempt: int,
     diagnosis: dict[str, Any],
-) -> None:
-    """Decide the run's end after a transient failure: queued again, or retries spent."""
-    settings = active.config.agent
+) -> Stop:
+    """The run's end after a transient failure: queued again, or retries spent."""
     used = retries_used(store, facts.ticket, facts.run_id)
     evidence = diagnosis.get("evidence") or diagnosis.get("detail")
     cause = f"stage '{stage}' failed on execution {attempt}: {diagnosis['classification']}" + (
@@ -62,13 +62,12 @@ def after_transient(
     )
     allowed = settings.transient_retries
     if used >= allowed:
-        active.halt_reason = (
+        return halt(
             f"{cause}; not queued again: the ticket's transient retries are spent "
             f"({used} of agent.transient_retries = {allowed})"
         )
-        return
     delay = backoff_ms(settings, used)
-    active.requeue_at_ms = now_ms() + delay
-    active.halt_reason = (
-        f"{cause}; queued again in {format_ms(delay)} (transient retry {used + 1} of {allowed})"
+    return halt(
+        f"{cause}; queued again in {format_ms(delay)} (transient retry {used + 1} of {allowed})",
+        requeue_at_ms=now_ms() + delay,
     )

@@ -22,11 +22,13 @@ from sloopd.flows.flow import Stage
 from sloopd.git import checkout
 from sloopd.git import ops as gitops
 from sloopd.queue import gate
-from sloopd.runs import budget, retries, watchdog
+from sloopd.runs import retries, watchdog
+from sloopd.runs import stop as stops
 from sloopd.runs.branch import RunBranches
 from sloopd.runs.execute import StageExecutor
 from sloopd.runs.records import RunRecords
 from sloopd.runs.recovery import Recovery
+from sloopd.runs.results import StageResult
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.runs.stage_io import Launcher
 from sloopd.store import Store, StoreUnavailable
@@ -179,77 +181,45 @@ class RunManager:
         return base
 
     async def _step(self, active: ActiveRun, facts: RunFacts) -> bool:
-        """Take the walk's next step; True once the run is settled."""
+        """Take the walk's next step (sloopd.runs.stop.next_move); True once settled."""
         state = walk.replay(facts.flow, self.records.read_log(facts.run_id))
-        # A merge that moved main wins over any stop: the record follows the ref.
-        merged = state.main_moved() and state.next != "running"
-        halting = active.requeue_at_ms is not None or active.halt_reason is not None
-        stopping = active.cancel_reason is not None or halting
-        if merged and stopping and state.next in ("start", "return"):
-            # Stopped after the merge: what follows it does not run, the run merged.
-            await self._remove_merged_worktree(facts.run_id)
-            self.records.settle(facts.run_id, "merged", None, None, state=state)
-            return True
-        if halting and state.next != "running" and not merged:
-            self.records.settle(
-                facts.run_id,
-                "failed",
-                # The stage failed and the walk stops as if its fail_action were
-                # "fail": a vendor limit, a transient failure or a spent budget
-                # never spends a return_to budget.
-                "fail_action",
-                active.halt_reason,
-                state=state,
-                requeue_at_ms=active.requeue_at_ms,
-            )
-            return True
-        if active.cancel_reason is not None and state.next != "running" and not merged:
-            self.records.settle(
-                facts.run_id,
-                "aborted",
-                None,
-                active.cancel_reason,
-                requeue=active.requeue,
-                state=state,
-            )
-            return True
-        if state.next == "start":
-            assert state.next_stage is not None
-            stage = state.next_stage
-            await self._execute(active, facts, stage, state.attempts_of(stage.name) + 1)
-        elif state.next == "return":
-            assert state.next_stage is not None
-            last = state.executions[-1]
+        move = stops.next_move(state, active.stop)
+        if move.kind == "execute":
+            assert move.stage is not None and move.attempt is not None
+            await self._execute(active, facts, move.stage, move.attempt)
+        elif move.kind == "return":
+            assert move.stage is not None and move.to is not None
             self.records.append_steps(
                 facts.run_id,
                 walk.RETURNED,
-                last.stage.name,
-                last.attempt,
-                data={"to": state.next_stage.name},
+                move.stage.name,
+                move.attempt,
+                data={"to": move.to.name},
             )
             self.sink.append(
                 facts.run_id,
-                last.stage.name,
-                last.attempt,
+                move.stage.name,
+                move.attempt,
                 "system",
-                f"returning to '{state.next_stage.name}'",
+                f"returning to '{move.to.name}'",
             )
-        elif state.next == "running":
-            current = state.current
-            assert current is not None
-            self.records.finish(
-                facts.run_id,
-                current.stage,
-                current.attempt,
-                {"passed": False, "reason": "interrupted before it finished"},
-            )
+        elif move.kind == "interrupted":
+            assert move.stage is not None and move.attempt is not None
+            result = StageResult.interrupted("interrupted before it finished")
+            self.records.finish(facts.run_id, move.stage, move.attempt, result)
         else:
-            outcome = "merged" if merged else state.outcome
-            assert outcome is not None
-            if outcome == "merged":
+            assert move.outcome is not None
+            if move.outcome == "merged":
                 await self._remove_merged_worktree(facts.run_id)
-            halt = None if merged else state.halt
-            self.records.settle(facts.run_id, outcome, halt, None, state=state)
+            self.records.settle(
+                facts.run_id,
+                move.outcome,
+                move.halt,
+                move.reason,
+                requeue=move.requeue,
+                state=state,
+                requeue_at_ms=move.requeue_at_ms,
+            )
             return True
         return False
 
@@ -274,24 +244,19 @@ class RunManager:
             f"stage '{stage.name}' execution {attempt} started",
         )
         result = await self.executor.execute(active, facts, stage, attempt)
-        if active.cancel_reason is not None and stage.action == "ff_only" and result["passed"]:
+        too_late = stops.merged_despite(active.stop, stage, result)
+        if too_late is not None:
             # Too late to stop: main moved before the stop arrived, so the run merged.
             self.sink.append(
                 facts.run_id,
                 stage.name,
                 attempt,
                 "system",
-                f"the merge had started when the run was stopped ({active.cancel_reason}); "
+                f"the merge had started when the run was stopped ({too_late}); "
                 "it finished, so the run merged",
             )
-        elif active.cancel_reason is not None:
-            result = {**result, "passed": False, "reason": active.cancel_reason}
-        elif active.stop_cause is not None:  # a timeout or a spent budget stopped it
-            result = budget.stopped_result(result, active.stop_cause)
-        elif not result["passed"] and stage.action == "agent" and "diagnosis" not in result:
-            result["diagnosis"] = self.executor.diagnose(active)
-        active.child = None
-        active.stall_killed_after_ms = active.stop_cause = None
+        result = stops.judged(result, active.stop, stage, lambda: self.executor.diagnose(active))
+        active.stage_ended()
         # The child ran: its result is a fact that must be kept, so wait for the store.
         await self.records.durably(
             lambda: self.records.finish(
@@ -299,18 +264,30 @@ class RunManager:
             ),
             f"{facts.run_id}: the result of '{stage.name}' execution {attempt}",
         )
-        diagnosis = result.get("diagnosis") or {}
+        halted = self._halt_after(active, facts, stage, attempt, result)
+        if halted is not None:
+            active.stop_with(halted)
+
+    def _halt_after(
+        self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int, result: StageResult
+    ) -> stops.Stop | None:
+        """The run's end a stage's classified failure decides, beyond the flow's rules."""
+        diagnosis = result.diagnosis or {}
         kind = diagnosis.get("classification")
         if kind in vendor.LIMIT_CLASSES:
-            self._vendor_limit(facts, diagnosis)
-        elif kind in retries.TRANSIENT_CLASSES and not stage.advisory:
-            retries.after_transient(self.store, active, facts, stage.name, attempt, diagnosis)
-        elif kind == budget.BUDGET_EXCEEDED:
-            active.halt_reason = (
-                f"stage '{stage.name}' failed on execution {attempt}: {kind} ({result['reason']})"
+            return self._vendor_limit(facts, diagnosis)
+        if kind in retries.TRANSIENT_CLASSES and not stage.advisory:
+            settings = active.config.agent
+            return retries.after_transient(
+                self.store, settings, facts, stage.name, attempt, diagnosis
             )
+        if kind == stops.BUDGET_EXCEEDED:
+            return stops.halt(
+                f"stage '{stage.name}' failed on execution {attempt}: {kind} ({result.reason})"
+            )
+        return None
 
-    def _vendor_limit(self, facts: RunFacts, diagnosis: dict[str, Any]) -> None:
+    def _vendor_limit(self, facts: RunFacts, diagnosis: dict[str, Any]) -> stops.Stop:
         """A rate or usage limit: close the gate, settle failed, queue the ticket again.
 
         No return_to budget is spent and no agent is respawned before the
@@ -320,9 +297,7 @@ class RunManager:
         reason = f"{kind} reported by the agent of {facts.run_id}"
         # Capped at agent.max_cooldown (the reason then says so).
         until = gate.cool_down_for_limit(self.daemon, diagnosis.get("reset_at_ms"), reason)
-        active = self.active.get(facts.run_id)
-        if active is not None:
-            active.requeue_at_ms = until
+        return stops.halt(None, requeue_at_ms=until)
 
     async def remove_worktree(self, run_id: str) -> None:
         facts = self.records.facts(run_id)
@@ -370,8 +345,7 @@ class RunManager:
         active = self.active.get(run_id)
         if active is None:
             return
-        if active.cancel_reason is None:
-            active.cancel_reason, active.requeue = reason, requeue
+        active.stop_with(stops.cancel(reason, requeue=requeue))
         if active.child is not None:
             await active.child.stop()
         if active.task is not None:

@@ -11,6 +11,7 @@ from typing import Any
 from sloopd.core.config import Config
 from sloopd.flows.flow import Budget, Flow
 from sloopd.runs.stage_io import RunningChild
+from sloopd.runs.stop import Stop, after_seat, after_stage, stop_with
 from sloopd.vendor.tail import OutputTail
 from sloopd.vendor.usage import Usage, total
 
@@ -26,14 +27,10 @@ class ActiveRun:
     stage: str | None = None
     attempt: int | None = None
     stage_started_ms: int | None = None
-    # Set when the run must stop early: why, and whether its ticket is queued again.
-    cancel_reason: str | None = None
-    requeue: bool = False
     stall_after_ms: int = 0
-    # A vendor limit settles the run failed and queues its ticket again then.
-    requeue_at_ms: int | None = None
-    # Set when the stall watchdog stopped the stage's group.
-    stall_killed_after_ms: int | None = None
+    # Why the run (or its executing child) must stop, strongest first; set only
+    # through ``stop_with``, which keeps today's precedence (sloopd.runs.stop).
+    stop: Stop | None = None
     # The stage's recent output, for classifying a failure: bounded as it is
     # collected (the last 500 lines, 256 Ki characters), whatever the child prints.
     recent_output: OutputTail = field(default_factory=OutputTail)
@@ -41,12 +38,6 @@ class ActiveRun:
     # the daemon's own pauses) and its limit (stage timeout, else the agent's).
     child_started_monotonic: float | None = None
     child_timeout_ms: int | None = None
-    # Why the daemon stopped the executing child early: {"classification":
-    # "timed_out" | "budget_exceeded", "detail": ...}; the stage fails with it.
-    stop_cause: dict[str, Any] | None = None
-    # Set when the run must settle failed (halt fail_action) with this reason at its
-    # next step: a spent budget, spent transient retries, a transient retry queued.
-    halt_reason: str | None = None
     # What the run's agents reported spending: finished children, and the one
     # executing (None until its stream reports).  Runs never resume after a restart,
     # so memory holds the whole run.
@@ -56,6 +47,18 @@ class ActiveRun:
     # Tools the child's CLI said it refused for want of permission (Claude Code's
     # permission_denials): named in the stage's reason.
     refused_tools: tuple[str, ...] = ()
+
+    def stop_with(self, new: Stop) -> None:
+        """The one way a run is told to stop: the stronger stop stays (sloopd.runs.stop)."""
+        self.stop = stop_with(self.stop, new)
+
+    def seat_ended(self) -> None:
+        """A panel seat's timeout is spent: each seat has its own clock."""
+        self.stop = after_seat(self.stop)
+
+    def stage_ended(self) -> None:
+        """The child's stops end with its stage; an abort or a halt outlives it."""
+        self.stop = after_stage(self.stop)
 
     def used(self) -> Usage | None:
         """The run's usage so far, the executing child's included."""

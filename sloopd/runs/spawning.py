@@ -21,6 +21,7 @@ from sloopd.runs.branch import repository_identity
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.runs.stage_io import Launcher, LaunchRefused, Limits, StageLaunch
+from sloopd.runs.stop import stops_children
 from sloopd.util import memory
 from sloopd.vendor import stream_claude
 from sloopd.vendor import usage as usages
@@ -197,7 +198,7 @@ class ChildStarter:
         active.child_started_monotonic = time.monotonic()
         active.child_timeout_ms = launch.limits.timeout_ms
         try:
-            if active.cancel_reason is not None or active.stop_cause is not None:
+            if stops_children(active.stop):  # stopped before the child was there to stop
                 await child.stop()
             code = (await child.end()).exit_code
         finally:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from sloopd.runs.budget import TIMED_OUT, stop
+from sloopd.runs import stop as stops
+from sloopd.runs.budget import stop_child
 from sloopd.runs.runstate import ActiveRun
 from sloopd.util.durations import format_ms
 
@@ -20,13 +21,13 @@ log = logging.getLogger(__name__)
 
 def check(active: ActiveRun) -> None:
     child = active.child
-    if child is None or active.stop_cause is not None:
+    if child is None or stops.child_stopped(active.stop) is not None:
         return
-    if active.stall_killed_after_ms is None:
+    if active.stop is None or active.stop.find(stops.STALLED) is None:
         kill_after = active.config.agent.stall_kill_after_ms
         silent = active.silent_for_ms()
         if silent is not None and silent >= kill_after:
-            active.stall_killed_after_ms = kill_after
+            active.stop_with(stops.stalled(kill_after))
             log.warning(
                 "%s: stage %s silent for %d ms; stopping it", active.run_id, active.stage, silent
             )
@@ -41,4 +42,4 @@ def check(active: ActiveRun) -> None:
             active.stage,
             running,
         )
-        stop(active, TIMED_OUT, f"ran longer than timeout {format_ms(limit)}; stopped")
+        stop_child(active, stops.timed_out(f"ran longer than timeout {format_ms(limit)}; stopped"))

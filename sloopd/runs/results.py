@@ -1,0 +1,94 @@
+"""A stage's outcome: the one value its stage_finished row is written from.
+
+The executor, the run driver, crash recovery and the budget all shape a stage's
+outcome (a check's verdict, then an abort, a timeout or a spent budget over it);
+one frozen value keeps them to the same keys, and ``to_row`` is the only place
+that decides which keys the stored row carries.  ``walk.replay`` reads the row
+back by key, so an absent key and a null one replay alike, but the row keeps
+today's keys exactly: a key written only when it says something stays so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+
+def daemon_diagnosis(classification: str, detail: str) -> dict[str, Any]:
+    """A diagnosis the daemon made itself (it stopped the child, or saw it silent).
+
+    The vendor's own (``vendor.classify``) has the first four keys; the daemon has
+    no output line to show, so ``evidence`` is null and ``detail`` says why.  Key
+    order is the stored and wire order of every such diagnosis.
+    """
+    return {
+        "classification": classification,
+        "evidence": None,
+        "vendor": None,
+        "reset_at_ms": None,
+        "detail": detail,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class StageResult:
+    passed: bool
+    reason: str | None = None
+    exit_code: int | None = None
+    # None when no check ran (an interrupted stage): then neither it nor exit_code
+    # is written, as the interrupted rows always were.
+    verdict_source: str | None = None
+    # Written with a reported verdict only (null when the worker gave none).
+    confidence: str | None = None
+    paths: tuple[str, ...] = ()
+    # Failed for a reason no return can mend: the run ends failed.
+    final: bool = False
+    # Recovery only: git could not tell whether main moved.
+    undetermined: bool = False
+    commit: str | None = None
+    discarded: tuple[dict[str, Any], ...] = ()
+    usage: dict[str, Any] | None = None
+    diagnosis: dict[str, Any] | None = None
+
+    @classmethod
+    def interrupted(cls, reason: str) -> StageResult:
+        """A stage that never finished its check: failed, with only why."""
+        return cls(passed=False, reason=reason)
+
+    @classmethod
+    def checked(
+        cls, verdict_source: str, passed: bool, reason: str | None, exit_code: int | None = None
+    ) -> StageResult:
+        return cls(passed=passed, reason=reason, exit_code=exit_code, verdict_source=verdict_source)
+
+    def failed(self, reason: str | None) -> StageResult:
+        """The same facts, failed with ``reason`` (an abort, a timeout over the check)."""
+        return replace(self, passed=False, reason=reason)
+
+    def but(self, **changes: Any) -> StageResult:
+        return replace(self, **changes)
+
+    def to_row(self) -> dict[str, Any]:
+        """The stage_finished row's data: optional keys only when they carry a fact."""
+        row: dict[str, Any] = {"passed": self.passed}
+        if self.verdict_source is not None:
+            row["exit_code"] = self.exit_code
+            row["verdict_source"] = self.verdict_source
+        row["reason"] = self.reason
+        if self.verdict_source == "reported":
+            row["confidence"] = self.confidence
+        if self.paths:
+            row["paths"] = list(self.paths)
+        if self.final:
+            row["final"] = True
+        if self.undetermined:
+            row["undetermined"] = True
+        if self.commit is not None:
+            row["commit"] = self.commit
+        if self.discarded:
+            row["discarded"] = list(self.discarded)
+        if self.usage is not None:
+            row["usage"] = self.usage
+        if self.diagnosis is not None:
+            row["diagnosis"] = self.diagnosis
+        return row
