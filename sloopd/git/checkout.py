@@ -37,7 +37,6 @@ import asyncio
 import os
 import shlex
 import shutil
-import stat
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ from pathlib import Path
 
 from sloopd.git import runner
 from sloopd.proc.sandbox import CHECKOUT_PATH, HOME_PATH, SandboxSpec, command
+from sloopd.util import trees
 
 # Settings that make git in a checkout run nothing the checkout's own config asks for.
 HARDENING = (
@@ -209,7 +209,7 @@ def _sandbox_env(extra: Mapping[str, str] | None) -> dict[str, str]:
     path = "/usr/local/bin:/usr/bin:/bin"
     if git is not None and os.path.dirname(git) not in path.split(":"):
         path = f"{os.path.dirname(git)}:{path}"
-    env = {"PATH": path, "HOME": HOME_PATH, "LANG": "C.UTF-8", "GIT_TERMINAL_PROMPT": "0"}
+    env = {"PATH": path, "HOME": HOME_PATH, "LANG": "C.UTF-8", **runner.DAEMON_GIT_ENV}
     # The same settings through the environment reach every git a script or alias starts.
     env["GIT_CONFIG_COUNT"] = str(len(HARDENING))
     for i, (key, value) in enumerate(HARDENING):
@@ -342,24 +342,9 @@ async def bring_back(
             )
 
 
-def _rmtree(path: Path) -> None:
-    """Delete a tree an agent wrote, never following its symlinks, undoing its chmods.
-
-    The agent is gone by now (its namespace died with it), so nothing races the walk.
-    """
-    if os.geteuid() != 0:
-        os.chmod(path, stat.S_IRWXU)
-        for parent, dirs, _ in os.walk(path):
-            for name in dirs:
-                if not os.path.islink(os.path.join(parent, name)):
-                    os.chmod(os.path.join(parent, name), stat.S_IRWXU)
-    shutil.rmtree(path)
-
-
 async def remove(checkout: Path) -> None:
     """Delete the checkout off the event loop; one already gone is fine."""
-    if not checkout.exists() and not checkout.is_symlink():
-        return
-    if checkout.is_symlink() or not checkout.is_dir():
-        raise CheckoutError(f"refusing to delete {checkout}: it is not a directory.")
-    await asyncio.to_thread(_rmtree, checkout)
+    try:
+        await trees.remove(checkout)
+    except trees.NotAFolder as exc:
+        raise CheckoutError(str(exc)) from None

@@ -10,6 +10,8 @@ and the call that moves ``main`` honoured an inherited ``GIT_OBJECT_DIRECTORY``)
   them; none reaches a git the daemon runs.  This module is the only one that names
   them (``tests/unit/test_git_runner.py`` checks it).
 - **No prompt.**  ``GIT_TERMINAL_PROMPT=0``: a credential prompt would hang the walk.
+- **No replace refs.**  ``GIT_NO_REPLACE_OBJECTS=1``: an agent's ``git replace X Y``
+  must not show the daemon (nor a reviewer) a twin of the commit that merges.
 - **A deadline and cancellation** (``sloopd.util.subproc``): a timeout or a cancelled
   caller kills git *and* the hooks it started; ``TimedOut`` says so.
 - **An output bound** for callers whose output is unbounded (a diff).
@@ -45,6 +47,12 @@ REPO_LOCATING_VARS: Final = (
     "GIT_GRAFT_FILE",
 )
 
+# Set for every git the daemon runs, on the host and in a checkout's sandbox alike.
+DAEMON_GIT_ENV: Final = {
+    "GIT_TERMINAL_PROMPT": "0",  # a credential prompt would hang the walk forever
+    "GIT_NO_REPLACE_OBJECTS": "1",  # an object is what it is, never its replacement
+}
+
 TimedOut = subproc.TimedOut
 Finished = subproc.Finished
 
@@ -52,7 +60,7 @@ Finished = subproc.Finished
 def environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The daemon's environment for a git on the host: scrubbed, no prompt, ``extra`` on top."""
     env = {k: v for k, v in os.environ.items() if k not in REPO_LOCATING_VARS}
-    env["GIT_TERMINAL_PROMPT"] = "0"  # a credential prompt would hang the walk forever
+    env.update(DAEMON_GIT_ENV)
     env.update(extra or {})
     return env
 

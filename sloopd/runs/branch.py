@@ -74,6 +74,9 @@ class RunBranches:
         # The daemon's own commits (sync merges, commit = "auto") carry the repository's
         # identity, as a person's merge would, or Sloop's fallback on a bare CI host.
         self.identity = repository_identity(layout.repo)
+        # Runs whose checkout ``create`` made and no child has entered yet: the first
+        # execution may start in it as it is (it is exactly what ``fresh`` would make).
+        self._untouched: dict[str, str] = {}
 
     def isolation(self, facts: RunFacts) -> Isolation:
         home = self.layout.state_dir / "runs" / facts.run_id / "git-home"
@@ -110,7 +113,22 @@ class RunBranches:
             raise gitops.GitError(str(exc)) from exc
         await gitops.update_ref(repo, self.ref(facts, "base"), base)
         await gitops.update_ref(repo, branch, base, expect="")
+        self._untouched[facts.run_id] = base
         return base
+
+    async def fresh(self, facts: RunFacts, commit: str) -> None:
+        """The checkout the next execution starts in: made anew by the daemon from ``commit``.
+
+        Nothing of the previous execution's ``.git`` survives (config, hooks, info,
+        ``refs/replace``, grafts, index bits such as skip-worktree) nor its files: the
+        only thing one stage hands the next is the commit brought back and checked.
+        """
+        if self._untouched.pop(facts.run_id, None) == commit:
+            return
+        await checkout.remove(facts.worktree)
+        await checkout.create(
+            self.layout.repo, facts.worktree, facts.branch, commit, timeout=GIT_TIMEOUT_S
+        )
 
     async def base(self, facts: RunFacts) -> str:
         sha = await gitops.rev_parse(self.layout.repo, self.ref(facts, "base"))
@@ -151,29 +169,13 @@ class RunBranches:
         """The run's branch in the main repository shows the work so far."""
         await gitops.update_ref(self.layout.repo, f"refs/heads/{facts.branch}", sha)
 
-    async def reset_to(self, facts: RunFacts, sha: str) -> None:
-        """Put the checkout back on ``sha``: the branch, the index, the files (ignored kept)."""
-        isolation = self.isolation(facts)
-        for args in (
-            ["reset", "-q", "--hard", sha],
-            ["clean", "-q", "-f", "-d"],
-            ["update-ref", f"refs/heads/{facts.branch}", sha],
-        ):
-            done = await checkout.run_in_checkout(
-                facts.worktree, args, isolation, timeout=GIT_TIMEOUT_S
-            )
-            if done.returncode != 0:
-                raise CheckoutError(
-                    f"cannot put {facts.worktree} back on {sha[:12]}: {done.stderr.strip()}"
-                )
-
     async def review_leftovers(self, facts: RunFacts, pinned: str, name: str) -> Discarded | None:
-        """What a reviewing execution changed on its pinned commit; reset away afterwards."""
+        """What a reviewing execution changed on its pinned commit (recorded, never merged;
+        the next execution starts from a fresh checkout anyway)."""
         tip = await self.bring_back(facts, name)
         paths = tuple(await self.uncommitted(facts))
         if tip == pinned and not paths:
             return None
-        await self.reset_to(facts, pinned)
         return Discarded(tip if tip != pinned else None, paths)
 
     async def sync(

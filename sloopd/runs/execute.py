@@ -78,6 +78,9 @@ class StageExecutor:
         name = self.branches.execution_name(facts, stage, attempt, None)
         if stage.action == "sync":
             mode: Literal["merge", "rebase"] = "rebase" if stage.mode == "rebase" else "merge"
+            # Merged in a checkout the daemon just made from the work's commit: no
+            # driver, filter or attribute an agent named in a .git of its own applies.
+            await self.branches.fresh(facts, self._pinned(facts, await self.branches.base(facts)))
             result = _git_result(await self.branches.sync(facts, main, mode))
             if result.passed:
                 commit = await self.branches.bring_back(facts, name)
@@ -132,11 +135,12 @@ class StageExecutor:
         if not produces(stage):
             # A reviewer reviews exactly this commit; what it changes is not merged.
             pinned = self._pinned(facts, await self.branches.base(facts))
-            await self.branches.reset_to(facts, pinned)
         if stage.result_check == "panel":
             return await self._run_panel(active, facts, stage, attempt, pinned)
         command = stage.command or (active.config.agent.command if stage.action == "agent" else ())
         start = pinned or self._recorded_tip(facts)  # the commit the child starts from
+        # A commit in: the checkout is made anew from it, whatever the last one left.
+        await self.branches.fresh(facts, start)
         code, usage = await self.children.run(active, facts, stage, attempt, None, command, start)
         if isinstance(code, str):
             return StageResult.checked("exit_code", False, code)
@@ -195,6 +199,8 @@ class StageExecutor:
                 seat,
                 {"target": reviewer.target},
             )
+            # Each seat in a checkout of its own: nothing a seat before it left applies.
+            await self.branches.fresh(facts, pinned)
             code, usage = await self.children.run(
                 active, facts, stage, attempt, seat, reviewer.command, pinned
             )

@@ -223,6 +223,7 @@ class SandboxLauncher(HostLauncher[ChildT]):
                     "mount something that does not contain or sit inside it"
                 )
             if source.exists():
+                _make_mount_point(launch.home, target, source)
                 mounts.append(sandbox.Mount(source, target, writable))
         shared = [m.source for m in mounts if m.writable]
         candidates = [
@@ -259,3 +260,35 @@ class SandboxLauncher(HostLauncher[ChildT]):
             return sandbox.command(replace(spec, env=dict(child_env)), argv)
 
         return await self._spawn(launch, env, on_lines, wrap)
+
+
+def _make_mount_point(home: Path, target: str, source: Path) -> None:
+    """Create a mount target inside the run's HOME as the daemon, checking every step.
+
+    bubblewrap creates a missing mount point itself, following whatever symlinks it
+    meets: an agent that left ``~/.claude`` as a link to the operator's repository
+    had an empty ``.credentials.json`` created there.  HOME is made anew for each
+    child, so nothing of an agent should be there; every component is still checked
+    with ``lstat`` and a symlink or a non-directory is refused.
+    """
+    prefix = sandbox.HOME_PATH + "/"
+    if not target.startswith(prefix):
+        return  # outside HOME: a path of the host's own, not one an agent wrote
+    parts = Path(target[len(prefix) :]).parts
+    where = home
+    for name in parts[:-1]:
+        where = where / name
+        if where.is_symlink() or (where.exists() and not where.is_dir()):
+            raise LaunchRefused(
+                f"the mount point {target} lies under {where}, which is not a folder the "
+                "daemon made (a symlink or a file); the child was not started"
+            )
+        where.mkdir(mode=0o700, exist_ok=True)
+    point = where / parts[-1]
+    if point.is_symlink():
+        raise LaunchRefused(f"the mount point {target} is a symlink; the child was not started")
+    if not point.exists():
+        if source.is_dir():
+            point.mkdir(mode=0o700)
+        else:
+            point.touch(mode=0o600)

@@ -22,7 +22,7 @@ from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.runs.stage_io import Launcher, LaunchRefused, Limits, StageLaunch
 from sloopd.runs.stop import stops_children
-from sloopd.util import memory
+from sloopd.util import memory, trees
 from sloopd.vendor import stream_claude
 from sloopd.vendor import usage as usages
 from sloopd.vendor.usage import Usage
@@ -56,6 +56,14 @@ class ChildStarter:
         self.credentials = credentials
         self.socket_path = socket_path
         self.launchers = launchers  # by the sandbox mode the run was admitted with
+        self._identity: tuple[str, str] | None = None
+
+    @property
+    def identity(self) -> tuple[str, str]:
+        """The repository's git identity, read once (two blocking git calls, not per child)."""
+        if self._identity is None:
+            self._identity = repository_identity(self.layout.repo)
+        return self._identity
 
     def run_dir(self, run_id: str) -> Path:
         directory = self.layout.state_dir / "runs" / run_id
@@ -63,15 +71,20 @@ class ChildStarter:
         return directory
 
     def home(self, run_id: str) -> Path:
-        """The run's own HOME: nothing of the operator's, a git identity to commit with."""
+        """A HOME made anew for each child: a git identity to commit with, nothing else.
+
+        Nothing an earlier stage or seat left there (a ``.gitconfig`` naming a program,
+        a CLI's settings and hooks, shell start-up files, a symlink where a login is
+        mounted) reaches the next: only the commit flows between stages.
+        """
         home = self.run_dir(run_id) / "home"
-        if not home.is_dir():
-            home.mkdir(mode=0o700)
-            name, email = repository_identity(self.layout.repo)
-            (home / ".gitconfig").write_text(
-                f'[user]\n\tname = "{_quoted(name)}"\n\temail = "{_quoted(email)}"\n',
-                encoding="utf-8",
-            )
+        trees.remove_blocking(home)
+        home.mkdir(mode=0o700)
+        name, email = self.identity
+        (home / ".gitconfig").write_text(
+            f'[user]\n\tname = "{_quoted(name)}"\n\temail = "{_quoted(email)}"\n',
+            encoding="utf-8",
+        )
         return home
 
     def launch(

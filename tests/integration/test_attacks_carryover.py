@@ -1,15 +1,16 @@
 """Issue 22: what one stage leaves behind acts on the next, through the real daemon.
 
-Every stage of a run works in the same checkout and the same HOME, and git,
-CLIs and bubblewrap all act on what they find there.  Each test is one attack
+On 0.7.0 every stage of a run worked in the same checkout and the same HOME, and
+git, CLIs and bubblewrap all acted on what they found there; since 0.8.0 each
+execution starts in a checkout and a HOME the daemon made from a commit.  Each test is one attack
 as an implementer would try it (``tests/support/carryover.py``'s ``ATTACKER``),
 with honest reviewers and honest test stages after it, and asserts what an
 operator cares about afterwards: main holds no backdoor, only the seat itself
 decided its verdict, nothing appeared in the operator's repository, another
 instance's files never reached an agent, the brief names a path the agent sees.
 
-The tests that fail on 0.7.0's design are marked ``xfail(strict=True)``: they
-pass once the fix lands, and then the mark must go.
+Each failed on 0.7.0 (reproduced before the fix).  One still marked
+``xfail(strict=True)`` is a route the fix has not closed yet: its mark goes when it does.
 """
 
 from __future__ import annotations
@@ -70,7 +71,6 @@ def panel(bench: Bench, *seats: str) -> dict[str, Any]:
 # --- 1. the implementer decides its own review --------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 22: git in a seat runs what the implementer named")
 @pytest.mark.parametrize(
     "where",
     [
@@ -136,7 +136,6 @@ def test_a_committed_claude_hook_cannot_cast_a_seats_verdict(bench: Bench) -> No
 # --- 2. what is reviewed and tested is not what merges ------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 22: replace refs show a twin to every git inside")
 def test_a_replaced_commit_is_not_what_reviewers_and_tests_see(bench: Bench) -> None:
     """The implementer commits X (the backdoor) and a twin Y with a harmless tree.
 
@@ -158,7 +157,6 @@ def test_a_replaced_commit_is_not_what_reviewers_and_tests_see(bench: Bench) -> 
     assert run["state"] == "failed", detail
 
 
-@pytest.mark.xfail(strict=True, reason="issue 22: a test stage runs on the files left on disk")
 def test_a_skip_worktree_file_is_not_what_the_test_stage_sees(bench: Bench) -> None:
     """The implementer commits the backdoor, then puts a harmless file on disk.
 
@@ -181,7 +179,6 @@ def test_a_skip_worktree_file_is_not_what_the_test_stage_sees(bench: Bench) -> N
 # --- 3. sync runs the implementer's merge driver ------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 22: sync runs the checkout's merge driver")
 def test_sync_does_not_run_the_implementers_merge_driver(bench: Bench) -> None:
     """The implementer commits a clean change and names a merge driver in the checkout.
 
@@ -227,7 +224,6 @@ def files_of(repo: Path) -> set[str]:
     }
 
 
-@pytest.mark.xfail(strict=True, reason="issue 22: bwrap creates a login's mount point via a link")
 def test_a_login_mount_point_does_not_follow_the_agents_symlink(bench: Bench) -> None:
     """The login file is mounted inside the HOME the agent writes.
 
