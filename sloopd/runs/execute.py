@@ -59,7 +59,7 @@ class StageExecutor:
 
     def _pinned(self, facts: RunFacts, base: str) -> str:
         """The commit the work stands at: the last passing gating stage's, else the base."""
-        state = walk.replay(facts.flow, self.records.read_log(facts.run_id))
+        state = self.records.replay(facts)
         return state.merge_target() or base
 
     async def _run_git(
@@ -221,7 +221,7 @@ class StageExecutor:
             await self.records.append_steps_durably(
                 facts.run_id, walk.SEAT_FINISHED, stage.name, attempt, seat, result
             )
-        state = walk.replay(facts.flow, self.records.read_log(facts.run_id))
+        state = self.records.replay(facts)
         current = state.current
         seats = current.seats if current is not None else {}
         passes = sum(1 for s in seats.values() if s["verdict"] == "pass")
@@ -249,7 +249,7 @@ class StageExecutor:
                 "verdict_source": "exit_code",
                 "reason": None if passed else _exit_reason(code),
             }
-        state = walk.replay(facts.flow, self.records.read_log(facts.run_id))
+        state = self.records.replay(facts)
         current = state.current
         verdict = current.verdict if current is not None else None
         if stage.result_check == "reported":

@@ -187,7 +187,7 @@ class RunManager:
 
     async def _step(self, active: ActiveRun, facts: RunFacts) -> bool:
         """Take the walk's next step; True once the run is settled."""
-        state = walk.replay(facts.flow, self.records.read_log(facts.run_id))
+        state = self.records.replay(facts)
         # A merge that moved main wins over any stop: the record follows the ref.
         merged = state.main_moved() and state.next != "running"
         halting = active.requeue_at_ms is not None or active.halt_reason is not None

@@ -25,15 +25,12 @@ import apsw
 from sloopd.store import migrations
 from sloopd.store.changes import NOTES, STORE_FAULT, Change
 from sloopd.store.queries import QUERIES
+from sloopd.store.rowtypes import NamedReads, Params, Row
 
 log = logging.getLogger(__name__)
 
 STORE_FILE = "store.sqlite3"
 BACKUP_DIR = "backups"
-
-Row = tuple[Any, ...]
-Params = tuple[Any, ...] | dict[str, Any]
-
 
 # A busy or full store answers within this; the caller retries later, off the hot path.
 # (Only another process holding the write lock makes SQLite wait: a backup, a restore,
@@ -187,7 +184,7 @@ class Writer:
 ROWS_PER_INSERT = 250
 
 
-class Transaction:
+class Transaction(NamedReads):
     """Named-query access inside one write transaction; notes what each write changed."""
 
     def __init__(self, conn: apsw.Connection, notes: list[Change]) -> None:
@@ -239,8 +236,8 @@ def _multi_row(query: str) -> str:
     return head + values + " " + ",".join([group.strip()] * ROWS_PER_INSERT)
 
 
-class Store:
-    """An open store: ``writer`` for changes, ``all``/``one`` for reads."""
+class Store(NamedReads):
+    """An open store: ``writer`` for changes, ``all``/``one`` and the named reads for reads."""
 
     def __init__(self, path: Path, writer_conn: apsw.Connection, reader: apsw.Connection) -> None:
         self.path = path
