@@ -377,10 +377,10 @@ def check(state_dir: Path) -> list[str]:
         return [f"no store at {path}"]
     conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        problems = [str(r[0]) for r in conn.execute("PRAGMA integrity_check") if r[0] != "ok"]
+        problems = [str(p) for (p,) in conn.execute("PRAGMA integrity_check") if p != "ok"]
         problems += [
-            f"foreign key violation in {r[0]} row {r[1]}"
-            for r in conn.execute("PRAGMA foreign_key_check")
+            f"foreign key violation in {table} row {rowid}"
+            for table, rowid, _parent, _key in conn.execute("PRAGMA foreign_key_check")
         ]
         version = migrations.stored_version(conn)
         if version > migrations.SCHEMA_VERSION:
@@ -404,7 +404,7 @@ def restore(state_dir: Path, source: Path) -> None:
     try:
         probe = apsw.Connection(str(source), flags=apsw.SQLITE_OPEN_READONLY)
         try:
-            problems = [str(r[0]) for r in probe.execute("PRAGMA integrity_check") if r[0] != "ok"]
+            problems = [str(p) for (p,) in probe.execute("PRAGMA integrity_check") if p != "ok"]
         finally:
             probe.close()
     except apsw.Error as exc:

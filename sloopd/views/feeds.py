@@ -133,7 +133,7 @@ class Events:
         try:
             while True:
                 news = await waiter.news()
-                if scope.query is None:
+                if scope.source is None:
                     # A pattern: tickets posted during the wait may match it too.
                     scope = scope_of(store, self.daemon.layout.repo, self.patterns, scope_ref)
                 rows, full = scope.page(store, after, tail)
