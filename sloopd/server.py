@@ -265,10 +265,10 @@ class Server:
         daemon = self.daemon
         if daemon is None or daemon.store is None:
             return f"store refused: {daemon.refused if daemon else 'starting'}"
-        queued = daemon.store.one("triggers_queued_count")
+        queued = daemon.store.scalar("triggers_queued_count")
         gate_state = daemon.gate.state
         return (
-            f"{len(daemon.active_runs)} runs in flight, {queued[0] if queued else 0} "
+            f"{len(daemon.active_runs)} runs in flight, {queued or 0} "
             f"triggers queued, gate {gate_state}"
         )
 

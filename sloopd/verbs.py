@@ -13,6 +13,7 @@ from sloopd.core.state import Daemon
 from sloopd.queue import actions as queue
 from sloopd.queue import gate, refs
 from sloopd.runs.runner import RunManager
+from sloopd.store import TicketRow
 from sloopd.util.clock import now_ms
 from sloopd.views import diff, feeds, show
 from sloopd.views.audit import Audit
@@ -92,7 +93,7 @@ class OperatorVerbs:
             return {"tickets": show.matches(self.daemon, args["ref"], limit)["tickets"]}
         store = self.daemon.require_store()
         facts = self.daemon.queue_facts()
-        listed = [rows.ticket_row(t, facts) for t in store.all("tickets_nonterminal")]
+        listed = [rows.ticket_row(t, facts) for t in store.rows(TicketRow, "tickets_nonterminal")]
         return {"tickets": listed[:limit] if limit else listed}
 
     async def wait(self, args: dict[str, Any]) -> dict[str, Any]:

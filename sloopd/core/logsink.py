@@ -316,8 +316,7 @@ class LogSink:
         return counters
 
     def _last(self, query: str, params: tuple[Any, ...]) -> int:
-        row = self._store.one(query, params)
-        return int(row[0]) if row and row[0] is not None else 0
+        return int(self._store.scalar(query, params) or 0)
 
     def stored_through(self, run: str) -> int | None:
         """The last position of ``run`` committed by this sink; None if it wrote none."""

@@ -28,10 +28,9 @@ import orjson
 from sloopd.core import rows
 from sloopd.core.changelog import ChangeLog
 from sloopd.core.rows import Gate
-from sloopd.store import Store
+from sloopd.store import GateRow, RecentRunRow, RunRow, RunUsageRow, Store, TicketRow, TriggerRow
 from sloopd.store import changes as notes
 from sloopd.store.changes import Change
-from sloopd.store.db import Row
 from sloopd.wire.api import ACTIVE_RUN_STATES, DEFAULT_RECENT_LIMIT, TERMINAL_TICKET_STATES
 
 log = logging.getLogger(__name__)
@@ -39,26 +38,19 @@ log = logging.getLogger(__name__)
 # The most settled runs the model holds for ``show {limit}``; a larger limit is read
 # from the store (views/board.py), so no request makes the daemon hold every run.
 RECENT_HELD_MAX: Final = 5000
-_SNAPSHOT_COLUMN: Final = 7  # runs.flow_snapshot: the driver's, never shown
-_RUN_COLUMNS: Final = 17  # run_by_id's columns; runs_recent adds usage_for_run's after them
-
-
-def _lean(record: Row) -> Row:
-    """A run row without its flow snapshot (kilobytes the dashboard never shows)."""
-    return (*record[:_SNAPSHOT_COLUMN], None, *record[_SNAPSHOT_COLUMN + 1 :])
 
 
 @dataclass(frozen=True, slots=True)
 class InFlight:
-    record: Row
+    record: RunRow  # without its flow snapshot (kilobytes the dashboard never shows)
     # What its stage log stored; shown while no driver holds the run's live usage.
     usage: dict[str, Any] | None
     # The dashboard row without its live fields, built once per revision.
     row: dict[str, Any] = field(compare=False, hash=False)
 
     @classmethod
-    def of(cls, record: Row, usage: dict[str, Any] | None) -> InFlight:
-        lean = _lean(record)
+    def of(cls, record: RunRow, usage: dict[str, Any] | None) -> InFlight:
+        lean = record._replace(flow_snapshot=None)
         row = rows.run_row_of(lean)
         row["usage"] = usage
         return cls(lean, usage, row)
@@ -74,10 +66,10 @@ class Settled:
     encoded: bytes  # the dashboard's run row, its usage included
 
     @classmethod
-    def of(cls, record: Row, usage: dict[str, Any] | None) -> Settled:
-        row = rows.run_row_of(_lean(record))
+    def of(cls, record: RunRow, usage: dict[str, Any] | None) -> Settled:
+        row = rows.run_row_of(record)  # the row leaves the flow snapshot out
         row["usage"] = usage
-        return cls(str(record[0]), record[12], usage, orjson.dumps(row))
+        return cls(record.id, record.finished_at_ms, usage, orjson.dumps(row))
 
     @property
     def order(self) -> tuple[int, int]:
@@ -129,8 +121,8 @@ class UsageSum:
 
 @dataclass(slots=True)
 class Snapshot:
-    tickets: dict[str, Row]  # non-terminal, by id (tickets_nonterminal's columns)
-    triggers: dict[str, Row]  # queued, by id (triggers_queued's columns)
+    tickets: dict[str, TicketRow]  # non-terminal, by id
+    triggers: dict[str, TriggerRow]  # queued, by id
     in_flight: dict[str, InFlight]
     recent: list[Settled]  # newest first, min(held, recent_total) of them
     recent_total: int
@@ -139,37 +131,34 @@ class Snapshot:
 
 
 def read_gate(store: Store) -> Gate:
-    row = store.one("gate_read")
-    return Gate(state=row[0], until_ms=row[1], reason=row[2]) if row is not None else Gate()
-
-
-def run_usage(store: Store, run_id: str) -> dict[str, Any] | None:
-    return rows.usage_of(store, "usage_for_run", (run_id,))
+    row = store.row(GateRow, "gate_read")
+    return Gate.of(row) if row is not None else Gate()
 
 
 def recent_runs(store: Store, limit: int) -> list[Settled]:
     """The ``limit`` most recently settled runs, with their usage, in one statement."""
-    found = store.all("runs_recent", (limit,))
-    return [Settled.of(r[:_RUN_COLUMNS], rows.usage_of_sums(r[_RUN_COLUMNS:])) for r in found]
+    found = store.rows(RecentRunRow, "runs_recent", (limit,))
+    return [Settled.of(r.run(), rows.usage_of_sums(r.usage())) for r in found]
 
 
 def settled_usage(store: Store) -> UsageSum:
-    return UsageSum.of(rows.usage_of_sums(r[1:]) for r in store.all("usage_by_settled_run"))
+    found = store.rows(RunUsageRow, "usage_by_settled_run")
+    return UsageSum.of(rows.usage_of_sums(r.usage()) for r in found)
 
 
 def derive(store: Store, held: int) -> Snapshot:
     """The model from scratch: every list query, read in one store snapshot."""
     with store.snapshot():
-        total = store.one("runs_recent_count")
+        total = store.scalar("runs_recent_count")
         return Snapshot(
-            tickets={str(r[0]): r for r in store.all("tickets_nonterminal")},
-            triggers={str(r[0]): r for r in store.all("triggers_queued")},
+            tickets={r.id: r for r in store.rows(TicketRow, "tickets_nonterminal")},
+            triggers={r.id: r for r in store.rows(TriggerRow, "triggers_queued")},
             in_flight={
-                str(r[0]): InFlight.of(r, run_usage(store, r[0]))
-                for r in store.all("runs_in_flight")
+                r.id: InFlight.of(r, rows.run_usage(store, r.id))
+                for r in store.rows(RunRow, "runs_in_flight")
             },
             recent=recent_runs(store, held),
-            recent_total=int(total[0]) if total else 0,
+            recent_total=int(total or 0),
             usage=settled_usage(store),
             gate=read_gate(store),
         )
@@ -193,7 +182,9 @@ class Touched:
             elif kind == notes.TRIGGER:
                 touched.triggers.add(key)
             elif kind == notes.TRIGGERS_DUE:
-                touched.triggers.update(i for i, t in snapshot.triggers.items() if t[2] == key)
+                touched.triggers.update(
+                    i for i, t in snapshot.triggers.items() if t.due_at_ms == key
+                )
             elif kind == notes.RUN:
                 touched.runs.setdefault(key, False)
             elif kind == notes.STAGE:
@@ -257,15 +248,15 @@ class ReadModel:
         snapshot, store = self.snapshot, self.store
         touched = Touched.of(changed, snapshot)
         for ticket_id in touched.tickets:
-            record = store.one("ticket_by_id", (ticket_id,))
-            if record is not None and record[7] not in TERMINAL_TICKET_STATES:
+            record = store.ticket_by_id(ticket_id)
+            if record is not None and record.state not in TERMINAL_TICKET_STATES:
                 snapshot.tickets[ticket_id] = record
             else:
                 snapshot.tickets.pop(ticket_id, None)
         for trigger_id in touched.triggers:
-            found = store.one("trigger_by_id", (trigger_id,))
-            if found is not None and found[4] == "queued":
-                snapshot.triggers[trigger_id] = found[:4]
+            found = store.row(TriggerRow, "trigger_queued_by_id", (trigger_id,))
+            if found is not None:
+                snapshot.triggers[trigger_id] = found
             else:
                 snapshot.triggers.pop(trigger_id, None)
         for run_id, staged in touched.runs.items():
@@ -275,12 +266,12 @@ class ReadModel:
 
     def _revise_run(self, snapshot: Snapshot, run_id: str, staged: bool) -> None:
         store = self.store
-        record = store.one("run_by_id", (run_id,))
+        record = store.run_by_id(run_id)
         if record is None:
             return
-        usage = run_usage(store, run_id)
+        usage = rows.run_usage(store, run_id)
         was_in_flight = snapshot.in_flight.pop(run_id, None) is not None
-        if record[4] in ACTIVE_RUN_STATES:
+        if record.state in ACTIVE_RUN_STATES:
             snapshot.in_flight[run_id] = InFlight.of(record, usage)
             return
         settled = Settled.of(record, usage)

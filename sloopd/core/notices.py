@@ -78,8 +78,7 @@ class Notices:
         self.cursor = self._feed_end()
 
     def _feed_end(self) -> int:
-        row = self.daemon.require_store().one("events_max_position")
-        return int(row[0]) if row is not None and row[0] is not None else 0
+        return int(self.daemon.require_store().scalar("events_max_position") or 0)
 
     @classmethod
     def started(cls, daemon: Daemon) -> Notices:
@@ -182,8 +181,8 @@ class Notices:
         store = self.daemon.require_store()
         row = run_row(store, run_id) or {"id": run_id, **data}
         facts = {key: row.get(key) for key in _RUN_FIELDS}
-        ticket = store.one("ticket_by_id", (facts["ticket"],)) if facts["ticket"] else None
-        facts["ticket_name"] = ticket[1] if ticket is not None else None
+        ticket = store.ticket_by_id(facts["ticket"]) if facts["ticket"] else None
+        facts["ticket_name"] = ticket.name if ticket is not None else None
         return facts
 
     def _report(self, outcome: Outcome) -> None:

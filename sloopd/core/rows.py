@@ -8,13 +8,9 @@ from typing import Any
 
 import orjson
 
-from sloopd.store import Store
-from sloopd.store.db import Row
+from sloopd.store import GateRow, RunRow, Store, TicketRow, TriggerRow, UsageRow
 from sloopd.vendor import usage
 from sloopd.wire.api import TERMINAL_RUN_STATES, TERMINAL_TICKET_STATES
-
-# Column order of the ticket_* queries.
-TicketRecord = Row
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +18,10 @@ class Gate:
     state: str = "open"
     until_ms: int | None = None
     reason: str | None = None
+
+    @classmethod
+    def of(cls, stored: GateRow) -> Gate:
+        return cls(stored.state, stored.until_ms, stored.reason)
 
     def row(self) -> dict[str, Any]:
         return {"state": self.state, "until_ms": self.until_ms, "reason": self.reason}
@@ -35,12 +35,12 @@ class QueueFacts:
     gate: Gate
     parallel: int
     in_flight: int
-    triggers_by_ticket: Mapping[str, tuple[Any, ...]]
+    triggers_by_ticket: Mapping[str, TriggerRow]
     # The flows sloop.toml defines now: a ticket whose flow is gone cannot be claimed.
     flows: frozenset[str] = frozenset({"default"})
 
 
-def trigger_row(record: Row) -> dict[str, Any]:
+def trigger_row(record: TriggerRow) -> dict[str, Any]:
     trigger_id, ticket, due_at_ms, created_at_ms = record
     return {
         "id": trigger_id,
@@ -50,7 +50,7 @@ def trigger_row(record: Row) -> dict[str, Any]:
     }
 
 
-def ticket_row(record: TicketRecord, facts: QueueFacts) -> dict[str, Any]:
+def ticket_row(record: TicketRow, facts: QueueFacts) -> dict[str, Any]:
     ticket_id, name, title, path, project, flow, priority, state, created, updated = record
     return {
         "id": ticket_id,
@@ -86,11 +86,11 @@ def waiting(ticket_id: str, state: str, flow: str, facts: QueueFacts) -> dict[st
     trigger = facts.triggers_by_ticket.get(ticket_id)
     if trigger is None:
         return {"reason": "no_trigger", "message": "no trigger queued; 'run' queues one"}
-    due_at_ms = int(trigger[2])
+    due_at_ms = int(trigger.due_at_ms)
     if due_at_ms > facts.now_ms:
         return {
             "reason": "scheduled",
-            "message": f"trigger {trigger[0]} is due later",
+            "message": f"trigger {trigger.id} is due later",
             "until_ms": due_at_ms,
         }
     if facts.gate.state != "open":
@@ -107,16 +107,16 @@ def waiting(ticket_id: str, state: str, flow: str, facts: QueueFacts) -> dict[st
 
 
 def run_row(store: Store, run_id: str) -> dict[str, Any] | None:
-    record = store.one("run_by_id", (run_id,))
+    record = store.run_by_id(run_id)
     if record is None:
         return None
     row = run_row_of(record)
-    row["usage"] = usage_of(store, "usage_for_run", (run_id,))
+    row["usage"] = run_usage(store, run_id)
     return row
 
 
-def run_row_of(record: Row) -> dict[str, Any]:
-    """A run row from a ``run_by_id``-shaped store row."""
+def run_row_of(record: RunRow) -> dict[str, Any]:
+    """A run's wire row (its usage and stall left for the caller) from its store row."""
     (
         rid,
         alias,
@@ -166,14 +166,14 @@ def usage_sum(found: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
     return summed.row() if summed is not None else None
 
 
-def usage_of(store: Store, query: str, args: tuple[Any, ...] = ()) -> dict[str, Any] | None:
-    """The summed usage of the stage_finished rows a ``usage_*`` query selects."""
-    return usage_of_sums(store.one(query, args))
+def run_usage(store: Store, run_id: str) -> dict[str, Any] | None:
+    """The summed usage of the run's stage_finished rows, as its stage log stored it."""
+    return usage_of_sums(store.row(UsageRow, "usage_for_run", (run_id,)))
 
 
-def usage_of_sums(record: Row | None) -> dict[str, Any] | None:
-    """A usage object from a ``usage_*`` row: (reported, input, output, cached, cost)."""
-    if record is None or not record[0]:
+def usage_of_sums(record: UsageRow | None) -> dict[str, Any] | None:
+    """A usage object from a ``usage_*`` row; None when no stage reported any."""
+    if record is None or not record.reported:
         return None
     _reported, input_tokens, output_tokens, cached_tokens, cost = record
     priced = None if cost is None else float(cost)

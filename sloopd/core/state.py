@@ -20,7 +20,7 @@ from sloopd.core.model import ReadModel
 from sloopd.core.paths import Layout
 from sloopd.core.rows import Gate, QueueFacts
 from sloopd.ops.metrics import Metrics
-from sloopd.store import Store, StoreFault
+from sloopd.store import Store, StoreFault, TriggerRow
 from sloopd.util.clock import now_ms
 from sloopd.wire import api
 
@@ -149,20 +149,20 @@ class Daemon:
             warning = None
         return {"mode": mode, "available": self.sandbox_problem is None, "warning": warning}
 
-    def queue_facts(self, queued: list[tuple[Any, ...]] | None = None) -> QueueFacts:
+    def queue_facts(self, queued: list[TriggerRow] | None = None) -> QueueFacts:
         """``queued``: the triggers_queued rows, when the caller already read them."""
         store = self.require_store()
         if queued is None:
-            queued = store.all("triggers_queued")
-        first_by_ticket: dict[str, tuple[Any, ...]] = {}
+            queued = store.rows(TriggerRow, "triggers_queued")
+        first_by_ticket: dict[str, TriggerRow] = {}
         for trigger in queued:
-            first_by_ticket.setdefault(trigger[1], trigger)
-        count = store.one("runs_in_flight_count")
+            first_by_ticket.setdefault(trigger.ticket, trigger)
+        count = store.scalar("runs_in_flight_count")
         return QueueFacts(
             now_ms=now_ms(),
             gate=self.gate,
             parallel=self.config.repo.parallel,
-            in_flight=int(count[0]) if count else 0,
+            in_flight=int(count or 0),
             triggers_by_ticket=first_by_ticket,
             flows=frozenset(self.config.flows),
         )

@@ -1,4 +1,9 @@
-"""Reading and appending a run's stage log (the rows ``walk.replay`` consumes)."""
+"""Reading and appending a run's stage log (the rows ``walk.replay`` consumes).
+
+``replay_run`` is where every reader of a run's walk gets it (the run driver,
+the stage executor, recovery, the worker verbs, ``show`` and ``diff``): the
+run's flow snapshot and its stage log, replayed, in one place.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,8 @@ from typing import Any
 import orjson
 
 from sloopd.flows import walk
-from sloopd.store import Store, Transaction
+from sloopd.flows.flow import Flow
+from sloopd.store import RunRow, Store, Transaction
 from sloopd.util.clock import now_ms
 
 
@@ -16,6 +22,26 @@ def read_log(store: Store, run_id: str) -> list[walk.LogRow]:
         walk.LogRow(seq, kind, stage, attempt, seat, at, orjson.loads(data))
         for seq, kind, stage, attempt, seat, at, data in store.all("stage_log_for_run", (run_id,))
     ]
+
+
+def flow_of(run: RunRow) -> Flow:
+    """The flow ``run`` was claimed with: its snapshot, never sloop.toml's flow now."""
+    assert run.flow_snapshot is not None, f"{run.id} was read without its flow snapshot"
+    return Flow.from_json(orjson.loads(run.flow_snapshot))
+
+
+def replay_run(store: Store, run_id: str, flow: Flow | None = None) -> walk.Walk:
+    """Where ``run_id``'s walk stands: its stage log replayed over its flow snapshot.
+
+    ``flow`` is that snapshot when the caller holds it parsed already (a run's
+    facts); otherwise it is read from the run's row.
+    """
+    if flow is None:
+        run = store.run_by_id(run_id)
+        if run is None:
+            raise LookupError(f"no run '{run_id}'")
+        flow = flow_of(run)
+    return walk.replay(flow, read_log(store, run_id))
 
 
 def append_step(

@@ -36,7 +36,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from sloopd.store import Store
+from sloopd.store import Store, TriggerRow
 from sloopd.util.clock import now_ms
 from sloopd.wire import api
 
@@ -191,23 +191,23 @@ class _StoreCollector(Collector):
         if store is None:
             return
         tickets = GaugeMetricFamily("sloop_tickets", "Tickets by state.", labels=["state"])
-        counts: dict[str, int] = {str(r[0]): int(r[1]) for r in store.all("ticket_state_counts")}
+        counts = {str(state): int(n) for state, n in store.all("ticket_state_counts")}
         for state in api.TICKET_STATES:
             tickets.add_metric([state], counts.get(state, 0))
         yield tickets
         now = now_ms()
-        queued = store.all("triggers_queued")
+        queued = store.rows(TriggerRow, "triggers_queued")
         yield GaugeMetricFamily("sloop_triggers_queued", "Queued triggers.", value=len(queued))
         yield GaugeMetricFamily(
             "sloop_triggers_due",
             "Queued triggers already due.",
-            value=sum(1 for t in queued if t[2] <= now),
+            value=sum(1 for t in queued if t.due_at_ms <= now),
         )
-        in_flight = store.one("runs_in_flight_count")
+        in_flight = store.scalar("runs_in_flight_count")
         yield GaugeMetricFamily(
             "sloop_runs_in_flight",
             "Runs claimed or running.",
-            value=int(in_flight[0]) if in_flight else 0,
+            value=int(in_flight or 0),
         )
         gate = GaugeMetricFamily(
             "sloop_gate_state", "1 for the gate's current state.", labels=["state"]

@@ -12,7 +12,7 @@ from typing import Any
 from sloopd.core import rows
 from sloopd.core.state import Daemon
 from sloopd.queue import refs, tickets
-from sloopd.store import Transaction
+from sloopd.store import TicketRow, Transaction, TriggerRow
 from sloopd.util.clock import now_ms
 from sloopd.wire import api
 from sloopd.wire.api import ErrorCode, ProtocolError
@@ -65,17 +65,17 @@ def post(daemon: Daemon, args: dict[str, Any]) -> dict[str, Any]:
         "now": now,
     }
     with store.writer.transaction() as tx:
-        existing = tx.one("ticket_by_path", (ticket.path,))
+        existing = tx.row(TicketRow, "ticket_by_path", (ticket.path,))
         if existing is None:
-            clash = tx.one("ticket_by_name", (ticket.name,))
+            clash = tx.row(TicketRow, "ticket_by_name", (ticket.name,))
             if clash is not None:
                 raise ProtocolError(
                     ErrorCode.CONFLICT,
                     f"{ticket.path}: a ticket named '{ticket.name}' is already registered "
-                    f"from {clash[3]} ({clash[0]}); ticket names must be unique",
-                    {"ticket": clash[0], "path": clash[3]},
+                    f"from {clash.path} ({clash.id}); ticket names must be unique",
+                    {"ticket": clash.id, "path": clash.path},
                 )
-            row = tx.one(
+            inserted = tx.scalar(
                 "ticket_insert",
                 {
                     **fields,
@@ -84,12 +84,12 @@ def post(daemon: Daemon, args: dict[str, Any]) -> dict[str, Any]:
                     "state": "held" if hold else "ready",
                 },
             )
-            assert row is not None
-            ticket_id, created = str(row[0]), True
+            assert inserted is not None
+            ticket_id, created = str(inserted), True
         else:
-            ticket_id, created = str(existing[0]), False
+            ticket_id, created = existing.id, False
             tx.run("ticket_refresh", {**fields, "id": ticket_id})
-            if hold and existing[7] == "ready":
+            if hold and existing.state == "ready":
                 tx.run("ticket_set_state", {"id": ticket_id, "state": "held", "now": now})
         state = _state(tx, ticket_id)
         trigger: dict[str, Any] | None = None
@@ -99,7 +99,7 @@ def post(daemon: Daemon, args: dict[str, Any]) -> dict[str, Any]:
                 trigger = _queue_trigger(tx, ticket_id, due, now)
             else:
                 suppressed = _suppression(state)
-        record = tx.one("ticket_by_id", (ticket_id,))
+        record = tx.ticket_by_id(ticket_id)
     assert record is not None
     return {
         "ticket": rows.ticket_row(record, daemon.queue_facts()),
@@ -119,14 +119,15 @@ def _suppression(state: str) -> dict[str, Any]:
 def _state(tx: Transaction, ticket_id: str) -> str:
     row = tx.one("ticket_state_manual", (ticket_id,))
     assert row is not None
-    return str(row[0])
+    state, _manual = row
+    return str(state)
 
 
 def _queue_trigger(tx: Transaction, ticket_id: str, due: int, now: int) -> dict[str, Any]:
     """The ticket's queued trigger; a new one only when it has none."""
-    queued = tx.one("trigger_queued_for_ticket", (ticket_id,))
+    queued = tx.row(TriggerRow, "trigger_queued_for_ticket", (ticket_id,))
     if queued is None:
-        queued = tx.one("trigger_insert", {"ticket": ticket_id, "due": due, "now": now})
+        queued = tx.row(TriggerRow, "trigger_insert", {"ticket": ticket_id, "due": due, "now": now})
         assert queued is not None
     return rows.trigger_row(queued)
 
@@ -146,7 +147,7 @@ def _set_state(daemon: Daemon, ref: str, target: str, allowed: set[str]) -> dict
     with store.writer.transaction() as tx:
         row = tx.one("ticket_state_manual", (ticket_id,))
         assert row is not None
-        state, manual = str(row[0]), bool(row[1])
+        state, manual = row
         if state not in allowed:
             raise ProtocolError(
                 ErrorCode.CONFLICT,
@@ -159,7 +160,7 @@ def _set_state(daemon: Daemon, ref: str, target: str, allowed: set[str]) -> dict
             # posted --manual: then only 'run' queues it.
             if target == "ready" and not manual:
                 _queue_trigger(tx, ticket_id, now, now)
-        record = tx.one("ticket_by_id", (ticket_id,))
+        record = tx.ticket_by_id(ticket_id)
     assert record is not None
     return {"ticket": rows.ticket_row(record, daemon.queue_facts())}
 
@@ -197,6 +198,6 @@ def run(daemon: Daemon, args: dict[str, Any]) -> dict[str, Any]:
         if state in ("failed", "needs_review"):
             tx.run("ticket_set_state", {"id": ticket_id, "state": "ready", "now": now})
         trigger = _queue_trigger(tx, ticket_id, due, now)
-        record = tx.one("ticket_by_id", (ticket_id,))
+        record = tx.ticket_by_id(ticket_id)
     assert record is not None
     return {"ticket": rows.ticket_row(record, daemon.queue_facts()), "trigger": trigger}

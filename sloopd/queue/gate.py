@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 from sloopd.core.rows import Gate
 from sloopd.core.state import Daemon
+from sloopd.store import GateRow
 from sloopd.util.clock import now_ms
 from sloopd.util.durations import format_ms
 
@@ -20,9 +21,9 @@ log = logging.getLogger(__name__)
 
 
 def load(daemon: Daemon) -> None:
-    row = daemon.require_store().one("gate_read")
+    row = daemon.require_store().row(GateRow, "gate_read")
     if row is not None:
-        daemon.gate = Gate(state=row[0], until_ms=row[1], reason=row[2])
+        daemon.gate = Gate.of(row)
 
 
 def change(daemon: Daemon, state: str, until_ms: int | None, reason: str | None) -> Gate:

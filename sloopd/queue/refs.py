@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from sloopd.store import Store
+from sloopd.store import Store, TicketRow
 from sloopd.util.regex import Pattern, PatternError, compile_pattern
 from sloopd.wire import api
 from sloopd.wire.api import ErrorCode, ProtocolError
@@ -27,14 +27,14 @@ class Exact:
 
 
 def resolve_exact(store: Store, repo: Path, ref: str) -> Exact | None:
-    if api.TICKET_ID_RE.match(ref) and store.one("ticket_by_id", (ref,)):
+    if api.TICKET_ID_RE.match(ref) and store.ticket_by_id(ref) is not None:
         return Exact("ticket", ref)
     if api.RUN_ID_RE.match(ref) and store.one("run_id_by_id", (ref,)):
         return Exact("run", ref)
     if "#" in ref:
-        row = store.one("run_id_by_alias", (ref,))
-        if row is not None:
-            return Exact("run", str(row[0]))
+        run = store.scalar("run_id_by_alias", (ref,))
+        if run is not None:
+            return Exact("run", str(run))
     ticket = ticket_by_name_or_path(store, repo, ref)
     if ticket is not None:
         return Exact("ticket", ticket)
@@ -46,12 +46,12 @@ def resolve_exact(store: Store, repo: Path, ref: str) -> Exact | None:
 
 
 def ticket_by_name_or_path(store: Store, repo: Path, ref: str) -> str | None:
-    row = store.one("ticket_by_name", (ref,))
+    row = store.row(TicketRow, "ticket_by_name", (ref,))
     if row is None:
         relative = repo_relative(repo, ref)
         if relative is not None:
-            row = store.one("ticket_by_path", (relative,))
-    return str(row[0]) if row else None
+            row = store.row(TicketRow, "ticket_by_path", (relative,))
+    return row.id if row else None
 
 
 def repo_relative(repo: Path, ref: str) -> str | None:
@@ -68,7 +68,7 @@ def repo_relative(repo: Path, ref: str) -> str | None:
 
 def ticket_id(store: Store, repo: Path, ref: str) -> str:
     """A ticket reference (id, name or path) for the queue verbs; else not_found."""
-    if api.TICKET_ID_RE.match(ref) and store.one("ticket_by_id", (ref,)):
+    if api.TICKET_ID_RE.match(ref) and store.ticket_by_id(ref) is not None:
         return ref
     found = ticket_by_name_or_path(store, repo, ref)
     if found is None:

@@ -17,7 +17,7 @@ import orjson
 from sloopd.core.state import Daemon
 from sloopd.flows.flow import Flow
 from sloopd.queue import gate
-from sloopd.store import StoreUnavailable, Transaction
+from sloopd.store import ClaimableTrigger, ClaimFacts, StoreUnavailable, Transaction
 from sloopd.util.clock import now_ms
 
 log = logging.getLogger(__name__)
@@ -82,20 +82,20 @@ class Scheduler:
         settings = daemon.config
         claimed: list[tuple[str, str]] = []
         with store.writer.transaction() as tx:
-            in_flight = tx.one("runs_in_flight_count")
-            slots = settings.repo.parallel - (int(in_flight[0]) if in_flight else 0)
+            in_flight = tx.scalar("runs_in_flight_count")
+            slots = settings.repo.parallel - int(in_flight or 0)
             # Triggers of tickets whose flow vanished from sloop.toml since the post
             # stay queued (a reload that restores the flow runs them; until then the
             # ticket shows waiting 'invalid_flow') and are stepped over, so they
             # never hold the head of the queue for the tickets behind them.
             skipped: set[str] = set()
             while slots > 0:
-                due = tx.all("claimable_triggers", (now, slots + len(skipped)))
-                fresh = [row for row in due if str(row[0]) not in skipped]
+                due = tx.rows(ClaimableTrigger, "claimable_triggers", (now, slots + len(skipped)))
+                fresh = [row for row in due if row.id not in skipped]
                 if not fresh:
                     break
                 for trigger_id, ticket_id, due_at_ms in fresh:
-                    facts = tx.one("ticket_claim_facts", (ticket_id,))
+                    facts = tx.row(ClaimFacts, "ticket_claim_facts", (ticket_id,))
                     assert facts is not None
                     name, flow_name, last_attempt = facts
                     flow = settings.flows.get(flow_name)
@@ -128,7 +128,7 @@ class Scheduler:
         settings = self.daemon.config
         name, flow = named
         attempt = int(last) + 1
-        row = tx.one(
+        run_id = tx.scalar(
             "run_insert",
             {
                 "alias": f"{name}#{attempt}",
@@ -141,8 +141,7 @@ class Scheduler:
                 "now": now,
             },
         )
-        assert row is not None
-        run_id = str(row[0])
+        assert isinstance(run_id, str)
         tx.run(
             "run_set_worktree",
             (str(self.daemon.layout.state_dir / "checkouts" / run_id), run_id),
@@ -161,9 +160,9 @@ def next_wake(daemon: Daemon, after: int | None = None) -> int | None:
     store = daemon.require_store()
     now = now_ms() if after is None else after
     candidates: list[int] = []
-    row = store.one("trigger_next_wake", (now,))
-    if row is not None and row[0] is not None:
-        candidates.append(int(row[0]))
+    due = store.scalar("trigger_next_wake", (now,))
+    if due is not None:
+        candidates.append(int(due))
     if daemon.gate.until_ms is not None and daemon.gate.until_ms > now:
         candidates.append(daemon.gate.until_ms)
     return min(candidates) if candidates else None

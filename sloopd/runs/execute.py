@@ -60,14 +60,14 @@ class StageExecutor:
 
     def _pinned(self, facts: RunFacts, base: str) -> str:
         """The commit the work stands at: the last passing gating stage's, else the base."""
-        state = walk.replay(facts.flow, self.records.read_log(facts.run_id))
+        state = self.records.replay(facts)
         return state.merge_target() or base
 
     def _recorded_tip(self, facts: RunFacts) -> str:
         """Where the checkout stands, as the stage log recorded it: the last execution's
         commit, else the run's base.  Read without git, so no turn of the loop passes
         between a stage's start and its child's (show never sees one without the other)."""
-        state = walk.replay(facts.flow, self.records.read_log(facts.run_id))
+        state = self.records.replay(facts)
         recorded = [e.commit for e in state.executions if e.commit]
         return recorded[-1] if recorded else facts.base
 
@@ -223,7 +223,7 @@ class StageExecutor:
             await self.records.append_steps_durably(
                 facts.run_id, walk.SEAT_FINISHED, stage.name, attempt, seat, result
             )
-        state = walk.replay(facts.flow, self.records.read_log(facts.run_id))
+        state = self.records.replay(facts)
         current = state.current
         seats = current.seats if current is not None else {}
         passes = sum(1 for s in seats.values() if s["verdict"] == "pass")
@@ -251,7 +251,7 @@ class StageExecutor:
             return StageResult.checked(
                 "exit_code", passed, None if passed else _exit_reason(code), code
             )
-        state = walk.replay(facts.flow, self.records.read_log(facts.run_id))
+        state = self.records.replay(facts)
         current = state.current
         verdict = current.verdict if current is not None else None
         if stage.result_check == "reported":

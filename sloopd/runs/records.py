@@ -20,8 +20,8 @@ from sloopd.core.logsink import LogSink
 from sloopd.core.state import Daemon
 from sloopd.flows import walk
 from sloopd.flows.explain import agent_exit_code, run_diagnosis, run_reason
-from sloopd.flows.flow import Flow, Stage
-from sloopd.flows.stagelog import append_step, read_log
+from sloopd.flows.flow import Stage
+from sloopd.flows.stagelog import append_step, flow_of, read_log, replay_run
 from sloopd.runs.results import StageResult
 from sloopd.runs.runstate import RunFacts
 from sloopd.store import Store, StoreUnavailable
@@ -90,6 +90,10 @@ class RunRecords:
     def read_log(self, run_id: str) -> list[walk.LogRow]:
         return read_log(self.store, run_id)
 
+    def replay(self, facts: RunFacts) -> walk.Walk:
+        """Where the run's walk stands (``stagelog.replay_run`` over its facts' flow)."""
+        return replay_run(self.store, facts.run_id, facts.flow)
+
     def append_steps(
         self,
         run_id: str,
@@ -123,19 +127,19 @@ class RunRecords:
         return self.daemon.require_store()
 
     def facts(self, run_id: str) -> RunFacts:
-        row = self.store.one("run_by_id", (run_id,))
-        assert row is not None
-        ticket_row = self.store.one("ticket_by_id", (row[2],))
-        assert ticket_row is not None
-        worktree = row[9] or str(self.daemon.layout.state_dir / "checkouts" / run_id)
+        run = self.store.run_by_id(run_id)
+        assert run is not None
+        ticket = self.store.ticket_by_id(run.ticket)
+        assert ticket is not None
+        worktree = run.worktree or str(self.daemon.layout.state_dir / "checkouts" / run_id)
         return RunFacts(
             run_id=run_id,
-            ticket=row[2],
-            ticket_name=ticket_row[1],
-            attempt=row[3],
-            branch=row[8],
+            ticket=run.ticket,
+            ticket_name=ticket.name,
+            attempt=run.attempt,
+            branch=run.branch,
             worktree=Path(worktree),
-            flow=Flow.from_json(orjson.loads(row[7])),
+            flow=flow_of(run),
         )
 
     def finish(
@@ -151,8 +155,8 @@ class RunRecords:
         verdict = "passed" if result.passed else "failed"
         metrics = self.daemon.metrics
         if metrics is not None:
-            facts_flow = self.store.one("run_by_id", (run_id,))
-            flow_name = str(facts_flow[6]) if facts_flow else "?"
+            run = self.store.run_by_id(run_id)
+            flow_name = run.flow if run else "?"
             started = started_ms or now_ms()
             metrics.stage_duration.labels(flow_name, stage.name, verdict).observe(
                 max(0, now_ms() - started) / 1000
@@ -188,7 +192,7 @@ class RunRecords:
         """End the run: its halted row, its row, its ticket and its event, atomically."""
         facts = self.facts(run_id)
         if state is None:
-            state = walk.replay(facts.flow, self.read_log(run_id))
+            state = self.replay(facts)
         if outcome != "merged" and reason is None:
             reason = run_reason(state, outcome, halt, facts.branch)
         diagnosis = run_diagnosis(state) if outcome != "merged" else None

@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from sloopd.flows import walk
 from sloopd.git import ops as gitops
 from sloopd.runs.records import RunRecords
 from sloopd.runs.results import StageResult
@@ -43,7 +42,7 @@ class Recovery:
     async def _recover(self, run_id: str) -> str:
         records = self.records
         facts = records.facts(run_id)
-        state = walk.replay(facts.flow, records.read_log(run_id))
+        state = records.replay(facts)
         # The walk had reached its end before the crash: only the settle is missing.
         ended = state.current is None and state.next in ("done", "halt")
         current = state.current
@@ -57,7 +56,7 @@ class Recovery:
                 # Git could not say whether main moved: a person decides, nothing re-runs.
                 hold = result.undetermined
             records.finish(run_id, current.stage, current.attempt, result)
-            state = walk.replay(facts.flow, records.read_log(run_id))
+            state = records.replay(facts)
         if state.main_moved():
             try:
                 await self.remove_worktree(run_id)

@@ -182,7 +182,7 @@ class RunManager:
 
     async def _step(self, active: ActiveRun, facts: RunFacts) -> bool:
         """Take the walk's next step (sloopd.runs.stop.next_move); True once settled."""
-        state = walk.replay(facts.flow, self.records.read_log(facts.run_id))
+        state = self.records.replay(facts)
         move = stops.next_move(state, active.stop)
         if move.kind == "execute":
             assert move.stage is not None and move.attempt is not None

@@ -22,6 +22,7 @@ from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.runs.stage_io import Launcher, LaunchRefused, Limits, StageLaunch
 from sloopd.runs.stop import stops_children
+from sloopd.store import TicketExtra
 from sloopd.util import memory, trees
 from sloopd.vendor import stream_claude
 from sloopd.vendor import usage as usages
@@ -254,15 +255,15 @@ class ChildStarter:
 
     def _write_prompt(self, facts: RunFacts, stage: Stage, attempt: int) -> tuple[Path, str]:
         """The rendered prompt, written where SLOOP_PROMPT_FILE points."""
-        record = self.records.store.one("ticket_by_id", (facts.ticket,))
-        extra = self.records.store.one("ticket_extra", (facts.ticket,))
+        record = self.records.store.ticket_by_id(facts.ticket)
+        extra = self.records.store.row(TicketExtra, "ticket_extra", (facts.ticket,))
         assert record is not None and extra is not None
         path = self.run_dir(facts.run_id) / f"prompt-{stage.name}-{attempt}.md"
         instructions = stage.prompt or ""
         prompt = (
-            f"{instructions}\n\n# {record[2]}\n\nTicket {facts.ticket} "
+            f"{instructions}\n\n# {record.title}\n\nTicket {facts.ticket} "
             f"({facts.ticket_name}), run {facts.run_id}, stage '{stage.name}' "
-            f"execution {attempt}.\n\n{extra[0]}\n".lstrip("\n")
+            f"execution {attempt}.\n\n{extra.body}\n".lstrip("\n")
         )
         path.write_text(prompt, encoding="utf-8")
         return path, prompt

@@ -16,6 +16,7 @@ from sloopd.flows.flow import Stage
 from sloopd.proc.sandbox import CHECKOUT_PATH
 from sloopd.queue import refs
 from sloopd.runs.records import RunRecords
+from sloopd.store import TicketExtra
 from sloopd.util.clock import now_ms
 from sloopd.views import show
 from sloopd.wire import api
@@ -62,7 +63,7 @@ class WorkerVerbs:
     def _executing(self, credential: Credential) -> tuple[walk.Walk, walk.Execution]:
         """The execution the credential names, which must still be running."""
         facts = self.records.facts(credential.run)
-        state = walk.replay(facts.flow, self.records.read_log(credential.run))
+        state = self.records.replay(facts)
         current = state.current
         if (
             current is None
@@ -80,13 +81,13 @@ class WorkerVerbs:
         facts = self.records.facts(credential.run)
         stage = facts.flow.stage(credential.stage)
         store = self.records.store
-        record = store.one("ticket_by_id", (facts.ticket,))
-        extra = store.one("ticket_extra", (facts.ticket,))
+        record = store.ticket_by_id(facts.ticket)
+        extra = store.row(TicketExtra, "ticket_extra", (facts.ticket,))
         if stage is None or record is None or extra is None:
             raise UNAUTHORIZED
         keys = ("id", "name", "title", "path", "project", "flow", "priority", "state")
-        ticket = dict(zip(keys, record[:8], strict=True))
-        ticket["body"] = extra[0]
+        ticket: dict[str, Any] = {key: getattr(record, key) for key in keys}
+        ticket["body"] = extra.body
         return {
             "run": credential.run,
             "ticket": ticket,

@@ -1,7 +1,8 @@
 """The store: the only code that opens database connections.
 
 Owns the SQLite file through apsw (``db``: one writer, read-only readers,
-named queries from ``queries.sql``), the exclusive lock (``lock``) and the
+named queries from ``queries.sql``, answered as the named rows of
+``rowtypes`` where a query makes a row kind), the exclusive lock (``lock``) and the
 schema with its migrations (``migrations``).  Imports nothing else of
 ``sloopd``: every layer above imports it to read and write.
 """
@@ -9,15 +10,37 @@ schema with its migrations (``migrations``).  Imports nothing else of
 from sloopd.store.db import NeedsMigration, Store, StoreFault, StoreUnavailable, Transaction
 from sloopd.store.lock import LockHeld, StoreLock
 from sloopd.store.migrations import SCHEMA_VERSION, StoreTooNew
+from sloopd.store.rowtypes import (
+    ClaimableTrigger,
+    ClaimFacts,
+    GateRow,
+    RecentRunRow,
+    RunRow,
+    RunUsageRow,
+    TicketExtra,
+    TicketRow,
+    TriggerRow,
+    UsageRow,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
+    "ClaimFacts",
+    "ClaimableTrigger",
+    "GateRow",
     "LockHeld",
     "NeedsMigration",
+    "RecentRunRow",
+    "RunRow",
+    "RunUsageRow",
     "Store",
     "StoreFault",
     "StoreLock",
     "StoreTooNew",
     "StoreUnavailable",
+    "TicketExtra",
+    "TicketRow",
     "Transaction",
+    "TriggerRow",
+    "UsageRow",
 ]

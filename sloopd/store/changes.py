@@ -55,6 +55,8 @@ def _positional(kind: str, index: int) -> Noter:
 def _returned(kind: str) -> Noter:
     def note(_params: Params, row: tuple[Any, ...] | None) -> Change:
         assert row is not None, f"a {kind} insert returns its id"
+        # Positional on purpose: any insert's RETURNING row, its id first by convention
+        # (ticket_insert and run_insert return only the id, trigger_insert its row).
         return Change(kind, row[0])
 
     return note

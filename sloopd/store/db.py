@@ -25,15 +25,12 @@ import apsw
 from sloopd.store import migrations
 from sloopd.store.changes import NOTES, STORE_FAULT, Change
 from sloopd.store.queries import QUERIES
+from sloopd.store.rowtypes import NamedReads, Params, Row
 
 log = logging.getLogger(__name__)
 
 STORE_FILE = "store.sqlite3"
 BACKUP_DIR = "backups"
-
-Row = tuple[Any, ...]
-Params = tuple[Any, ...] | dict[str, Any]
-
 
 # A busy or full store answers within this; the caller retries later, off the hot path.
 # (Only another process holding the write lock makes SQLite wait: a backup, a restore,
@@ -187,7 +184,7 @@ class Writer:
 ROWS_PER_INSERT = 250
 
 
-class Transaction:
+class Transaction(NamedReads):
     """Named-query access inside one write transaction; notes what each write changed."""
 
     def __init__(self, conn: apsw.Connection, notes: list[Change]) -> None:
@@ -239,8 +236,8 @@ def _multi_row(query: str) -> str:
     return head + values + " " + ",".join([group.strip()] * ROWS_PER_INSERT)
 
 
-class Store:
-    """An open store: ``writer`` for changes, ``all``/``one`` for reads."""
+class Store(NamedReads):
+    """An open store: ``writer`` for changes, ``all``/``one`` and the named reads for reads."""
 
     def __init__(self, path: Path, writer_conn: apsw.Connection, reader: apsw.Connection) -> None:
         self.path = path
@@ -380,10 +377,10 @@ def check(state_dir: Path) -> list[str]:
         return [f"no store at {path}"]
     conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        problems = [str(r[0]) for r in conn.execute("PRAGMA integrity_check") if r[0] != "ok"]
+        problems = [str(p) for (p,) in conn.execute("PRAGMA integrity_check") if p != "ok"]
         problems += [
-            f"foreign key violation in {r[0]} row {r[1]}"
-            for r in conn.execute("PRAGMA foreign_key_check")
+            f"foreign key violation in {table} row {rowid}"
+            for table, rowid, _parent, _key in conn.execute("PRAGMA foreign_key_check")
         ]
         version = migrations.stored_version(conn)
         if version > migrations.SCHEMA_VERSION:
@@ -407,7 +404,7 @@ def restore(state_dir: Path, source: Path) -> None:
     try:
         probe = apsw.Connection(str(source), flags=apsw.SQLITE_OPEN_READONLY)
         try:
-            problems = [str(r[0]) for r in probe.execute("PRAGMA integrity_check") if r[0] != "ok"]
+            problems = [str(p) for (p,) in probe.execute("PRAGMA integrity_check") if p != "ok"]
         finally:
             probe.close()
     except apsw.Error as exc:

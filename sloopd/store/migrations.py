@@ -56,13 +56,11 @@ def schema_script() -> str:
 
 
 def stored_version(conn: apsw.Connection) -> int:
-    row = conn.execute("PRAGMA user_version").fetchone()
-    return int(row[0]) if row else 0
+    return int(conn.execute("PRAGMA user_version").get or 0)
 
 
 def is_empty(conn: apsw.Connection) -> bool:
-    row = conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()
-    return row is None or int(row[0]) == 0
+    return not conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").get
 
 
 def create_fresh(conn: apsw.Connection) -> None:

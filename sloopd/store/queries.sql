@@ -1,5 +1,6 @@
 -- Named queries.  Python calls them by name (sloopd/store/queries.py).
--- Column lists are fixed per row kind so that sloopd/core/rows.py can map them.
+-- Column lists are fixed per row kind: each names the fields of its row type
+-- (ROW_TYPES in sloopd/store/rowtypes.py; tests/unit/test_row_types.py checks them).
 
 -- name: ticket_insert
 INSERT INTO tickets (id, name, path, title, body, project, flow, priority, state, manual,
@@ -164,7 +165,8 @@ ORDER BY t.priority DESC, tr.due_at_ms, tr.ordinal
 LIMIT ?
 
 -- name: ticket_claim_facts
-SELECT name, flow, (SELECT coalesce(max(attempt), 0) FROM runs WHERE ticket = tickets.id)
+SELECT name, flow,
+       (SELECT coalesce(max(attempt), 0) FROM runs WHERE ticket = tickets.id) AS last_attempt
 FROM tickets WHERE id = ?
 
 -- name: run_insert
@@ -370,26 +372,27 @@ SELECT ordinal, id, name FROM tickets WHERE ordinal > ? ORDER BY ordinal
 SELECT id, state, classification FROM runs WHERE ticket = ? ORDER BY attempt DESC
 
 -- name: usage_for_run
-SELECT count(json_extract(data, '$.usage')),
-       coalesce(sum(json_extract(data, '$.usage.input_tokens')), 0),
-       coalesce(sum(json_extract(data, '$.usage.output_tokens')), 0),
-       coalesce(sum(json_extract(data, '$.usage.cached_tokens')), 0),
-       sum(json_extract(data, '$.usage.cost_usd'))
+SELECT count(json_extract(data, '$.usage')) AS reported,
+       coalesce(sum(json_extract(data, '$.usage.input_tokens')), 0) AS input_tokens,
+       coalesce(sum(json_extract(data, '$.usage.output_tokens')), 0) AS output_tokens,
+       coalesce(sum(json_extract(data, '$.usage.cached_tokens')), 0) AS cached_tokens,
+       sum(json_extract(data, '$.usage.cost_usd')) AS cost
 FROM stage_log WHERE run = ? AND kind = 'stage_finished'
 
--- The read model (sloopd/core/model.py) re-reads one row by id after a commit.
+-- The read model (sloopd/core/model.py) re-reads one row by id after a commit;
+-- a trigger no longer queued answers no row (the model holds queued ones only).
 
--- name: trigger_by_id
-SELECT id, ticket, due_at_ms, created_at_ms, state FROM triggers WHERE id = ?
+-- name: trigger_queued_by_id
+SELECT id, ticket, due_at_ms, created_at_ms FROM triggers WHERE id = ? AND state = 'queued'
 
 -- name: usage_by_settled_run
 -- Each settled run's summed usage, as usage_for_run gives it; the read model sums
 -- them once at startup and then adds each run as it settles.
-SELECT run, count(json_extract(data, '$.usage')),
-       coalesce(sum(json_extract(data, '$.usage.input_tokens')), 0),
-       coalesce(sum(json_extract(data, '$.usage.output_tokens')), 0),
-       coalesce(sum(json_extract(data, '$.usage.cached_tokens')), 0),
-       sum(json_extract(data, '$.usage.cost_usd'))
+SELECT run, count(json_extract(data, '$.usage')) AS reported,
+       coalesce(sum(json_extract(data, '$.usage.input_tokens')), 0) AS input_tokens,
+       coalesce(sum(json_extract(data, '$.usage.output_tokens')), 0) AS output_tokens,
+       coalesce(sum(json_extract(data, '$.usage.cached_tokens')), 0) AS cached_tokens,
+       sum(json_extract(data, '$.usage.cost_usd')) AS cost
 FROM stage_log
 WHERE kind = 'stage_finished'
   AND run NOT IN (SELECT id FROM runs WHERE state IN ('claimed', 'running'))

@@ -21,6 +21,7 @@ from sloopd.core import rows
 from sloopd.core.model import RECENT_HELD_MAX, Settled, Snapshot, recent_runs
 from sloopd.core.rows import QueueFacts
 from sloopd.core.state import Daemon
+from sloopd.store import TriggerRow
 from sloopd.util import memory
 from sloopd.util.clock import now_ms
 
@@ -35,10 +36,10 @@ def ordinal(entity_id: str) -> int:
 
 def queue_fields(daemon: Daemon, snapshot: Snapshot, now: int) -> tuple[dict[str, Any], int]:
     """``queued_triggers``, ``tickets`` and ``next_wake``, and until when they hold."""
-    triggers = sorted(snapshot.triggers.values(), key=lambda t: (t[2], ordinal(t[0])))
-    first_by_ticket: dict[str, tuple[Any, ...]] = {}
+    triggers = sorted(snapshot.triggers.values(), key=lambda t: (t.due_at_ms, ordinal(t.id)))
+    first_by_ticket: dict[str, TriggerRow] = {}
     for trigger in triggers:
-        first_by_ticket.setdefault(trigger[1], trigger)
+        first_by_ticket.setdefault(trigger.ticket, trigger)
     facts = QueueFacts(
         now_ms=now,
         gate=snapshot.gate,
@@ -47,14 +48,14 @@ def queue_fields(daemon: Daemon, snapshot: Snapshot, now: int) -> tuple[dict[str
         triggers_by_ticket=first_by_ticket,
         flows=frozenset(daemon.config.flows),
     )
-    tickets = sorted(snapshot.tickets.values(), key=lambda t: ordinal(t[0]), reverse=True)
+    tickets = sorted(snapshot.tickets.values(), key=lambda t: ordinal(t.id), reverse=True)
     fields: dict[str, Any] = {
         "queued_triggers": [rows.trigger_row(t) for t in triggers],
         "tickets": [rows.ticket_row(t, facts) for t in tickets],
     }
     # The next instant that changes any of it: a trigger falls due (its ticket stops
     # being 'scheduled'), or the cooldown's end (next_wake).
-    ahead = [int(t[2]) for t in triggers if int(t[2]) > now][:1]
+    ahead = [int(t.due_at_ms) for t in triggers if int(t.due_at_ms) > now][:1]
     until = snapshot.gate.until_ms
     if until is not None and until > now:
         ahead.append(until)
@@ -66,7 +67,7 @@ def queue_fields(daemon: Daemon, snapshot: Snapshot, now: int) -> tuple[dict[str
 def in_flight_rows(daemon: Daemon, snapshot: Snapshot) -> list[dict[str, Any]]:
     """Run rows of the runs in flight, oldest first, with their live fields."""
     found = []
-    for run in sorted(snapshot.in_flight.values(), key=lambda r: ordinal(r.record[0])):
+    for run in sorted(snapshot.in_flight.values(), key=lambda r: ordinal(r.record.id)):
         row = dict(run.row)
         active = daemon.active_runs.get(row["id"])
         if active is not None:

@@ -18,12 +18,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final
 
-import orjson
-
 from sloopd.core.state import Daemon
 from sloopd.flows import walk
-from sloopd.flows.flow import Flow
-from sloopd.flows.stagelog import read_log
+from sloopd.flows.stagelog import flow_of, replay_run
 from sloopd.git import runner
 from sloopd.queue import refs
 
@@ -51,17 +48,17 @@ async def run_diff(daemon: Daemon, ref: str, max_bytes: int | None) -> dict[str,
     store = daemon.require_store()
     repo = daemon.layout.repo
     run_id = refs.run_id(store, repo, ref)
-    record = store.one("run_by_id", (run_id,))
+    record = store.run_by_id(run_id)
     assert record is not None  # run_id resolved it
     limit = max_bytes or DEFAULT_BYTES
-    state = walk.replay(Flow.from_json(orjson.loads(record[7])), read_log(store, run_id))
+    state = replay_run(store, run_id, flow_of(record))
     pinned = await _rev(repo, f"refs/sloop/runs/{run_id}/base")
     base, base_source = _base_of(state, pinned)
     head = next((e.commit for e in reversed(state.executions) if e.commit), None) or base
     answer: dict[str, Any] = {
         "run": run_id,
-        "alias": record[1],
-        "branch": record[8],
+        "alias": record.alias,
+        "branch": record.branch,
         "base": base,
         "base_source": base_source,
         "head": head,

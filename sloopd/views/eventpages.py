@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import orjson
 
@@ -30,28 +31,47 @@ CACHED_PATTERNS: Final = 256
 
 EventRow = tuple[int, str]  # (position, the event's wire JSON)
 
+Source = Literal["all", "run", "ticket", "project"]
+
+# Each one-range scope's two queries, written out whole so that grepping a query's
+# name finds this line: a page forward from the cursor, and the feed's tail.
+EVENT_QUERIES: Final[Mapping[tuple[Source, Literal["page", "tail"]], str]] = {
+    ("all", "page"): "events_page",
+    ("all", "tail"): "events_tail",
+    ("run", "page"): "events_run_page",
+    ("run", "tail"): "events_run_tail",
+    ("ticket", "page"): "events_ticket_page",
+    ("ticket", "tail"): "events_ticket_tail",
+    ("project", "page"): "events_project_page",
+    ("project", "tail"): "events_project_tail",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class Scope:
     """Where a page's events come from: one index range, or a merge of tickets' ranges."""
 
-    query: str | None  # "events", "events_run", ...; None: the tickets' merge
+    source: Source | None  # one index range (EVENT_QUERIES); None: the tickets' merge
     key: tuple[Any, ...] = ()
     tickets: tuple[str, ...] = ()
     follows: tuple[EventKey, ...] = (longpoll.EVERYTHING,)  # what wakes a waiter
 
     def page(self, store: Store, after: int, tail: int | None) -> tuple[list[EventRow], bool]:
         """The page's rows, and whether more match after them."""
-        if self.query is None:
+        if self.source is None:
             return _merged_page(store, self.tickets, after, tail)
         if tail is not None:
-            found = store.all(f"{self.query}_tail", (*self.key, tail))
+            found = store.all(EVENT_QUERIES[self.source, "tail"], (*self.key, tail))
+            # Positional on purpose: the feed's hot path keeps the store's tuples, so
+            # a page builds no object per event (EventRow: position, then JSON).
             return [r for r in reversed(found) if r[0] > after], False
-        rows = store.all(f"{self.query}_page", (*self.key, after, EVENTS_PAGE_EVENTS + 1))
+        rows = store.all(
+            EVENT_QUERIES[self.source, "page"], (*self.key, after, EVENTS_PAGE_EVENTS + 1)
+        )
         return rows[:EVENTS_PAGE_EVENTS], len(rows) > EVENTS_PAGE_EVENTS
 
 
-UNSCOPED: Final = Scope("events")
+UNSCOPED: Final = Scope("all")
 
 
 class PatternTickets:
@@ -87,11 +107,11 @@ def scope_of(store: Store, repo: Path, patterns: PatternTickets, scope: str | No
         return UNSCOPED
     exact = refs.resolve_exact(store, repo, scope)
     if exact is not None and exact.kind == "run":
-        return Scope("events_run", (exact.key,), follows=(("run", exact.key),))
+        return Scope("run", (exact.key,), follows=(("run", exact.key),))
     if exact is not None and exact.kind == "ticket":
-        return Scope("events_ticket", (exact.key,), follows=(("ticket", exact.key),))
+        return Scope("ticket", (exact.key,), follows=(("ticket", exact.key),))
     if exact is not None:
-        return Scope("events_project", (exact.key,), follows=(longpoll.ANY_TICKET,))
+        return Scope("project", (exact.key,), follows=(longpoll.ANY_TICKET,))
     return Scope(None, tickets=patterns.matching(store, scope), follows=(longpoll.ANY_TICKET,))
 
 
@@ -111,7 +131,7 @@ def _merged_page(
     if not chosen:
         return [], False
     rows = store.all("events_at_positions", (orjson.dumps(chosen).decode(),))
-    return [(int(r[0]), str(r[1])) for r in rows], full
+    return [(int(position), str(event)) for position, event in rows], full
 
 
 def _merge(
@@ -151,7 +171,7 @@ def _merge(
                 rows = store.all("events_ticket_positions_before", (ticket, after, position, size))
             else:
                 rows = store.all("events_ticket_positions", (ticket, position, size))
-            queue.extend(int(r[0]) for r in rows)
+            queue.extend(int(position) for (position,) in rows)
             if len(rows) == size:
                 more[ticket] = size * 4
         if queue:

@@ -133,7 +133,7 @@ class Events:
         try:
             while True:
                 news = await waiter.news()
-                if scope.query is None:
+                if scope.source is None:
                     # A pattern: tickets posted during the wait may match it too.
                     scope = scope_of(store, self.daemon.layout.repo, self.patterns, scope_ref)
                 rows, full = scope.page(store, after, tail)
@@ -147,13 +147,13 @@ def _events_reply(
     store: Store, rows: list[tuple[int, str]], full: bool, after: int
 ) -> dict[str, Any]:
     if full:
-        next_position = rows[-1][0]
+        next_position, _ = rows[-1]
     else:
         # The scope matched everything up to the feed's end: advance past
         # the rows it filtered out, so a poller never rescans them.
-        last = store.one("events_max_position")
-        next_position = max(after, int(last[0]) if last and last[0] is not None else 0)
+        last = store.scalar("events_max_position")
+        next_position = max(after, int(last or 0))
     return {
-        "events": [orjson.Fragment(r[1]) for r in rows],
+        "events": [orjson.Fragment(event) for _, event in rows],
         "next_cursor": str(next_position),
     }

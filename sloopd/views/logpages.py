@@ -73,6 +73,31 @@ def _claims_unstaged(flow: Flow, selector: Selector) -> bool:
     return selector.stage == first_agent and selector.attempt in (None, 1)
 
 
+@dataclass(frozen=True, slots=True)
+class SelectorQueries:
+    """One selector form's queries (its own index each), each name written out whole
+    so that grepping a query's name finds where it is read."""
+
+    page: str
+    more: str
+    tail_start: str
+    ordinal_at: str | None  # None: positions count every record, so they are the ordinal
+
+
+LOG_QUERIES: Final = {
+    "run": SelectorQueries("logs_page", "logs_more", "logs_tail_start", None),
+    "stage": SelectorQueries(
+        "logs_stage_page", "logs_stage_more", "logs_stage_tail_start", "logs_stage_ordinal_at"
+    ),
+    "execution": SelectorQueries(
+        "logs_execution_page",
+        "logs_execution_more",
+        "logs_execution_tail_start",
+        "logs_execution_ordinal_at",
+    ),
+}
+
+
 class LogPage(NamedTuple):
     data: orjson.Fragment  # the reply's data, whole
     records: int
@@ -119,8 +144,7 @@ class LogPages:
         if stored is not None:
             return stored
         if facts.end_at != self.sink.generation:
-            row = store.one("logs_max_position", (run,))
-            facts.end = int(row[0]) if row and row[0] is not None else 0
+            facts.end = int(store.scalar("logs_max_position", (run,)) or 0)
             facts.end_at = self.sink.generation
         return facts.end
 
@@ -141,9 +165,12 @@ class LogPages:
             return LogPage(_data(None, max(after, end), True, elided, terminal), 0)
         rest = _rest(upto, upto >= end, elided, terminal)
         row = store.one("logs_range", (run, start, upto, rest))
-        if row is None or row[1] != upto - start:
+        if row is None:
+            return None
+        data, count = row
+        if count != upto - start:
             return None  # a position is missing: read by the index instead
-        return LogPage(orjson.Fragment(row[0]), int(row[1]))
+        return LogPage(orjson.Fragment(data), int(count))
 
     def _indexed(
         self,
@@ -157,16 +184,16 @@ class LogPages:
         run = facts.run_id
         if selector.stage is None:
             key: tuple[Any, ...] = (run,)
-            kind, ordinal_query = "logs", None
+            queries = LOG_QUERIES["run"]
         elif selector.attempt is None:
-            key, kind, ordinal_query = (run, selector.stage), "logs_stage", "logs_stage_ordinal_at"
+            key, queries = (run, selector.stage), LOG_QUERIES["stage"]
         else:
-            key = (run, selector.stage, selector.attempt)
-            kind, ordinal_query = "logs_execution", "logs_execution_ordinal_at"
+            key, queries = (run, selector.stage, selector.attempt), LOG_QUERIES["execution"]
+        ordinal_query = queries.ordinal_at
         elided = 0
         after_tail = after
         if tail is not None:
-            start = store.one(f"{kind}_tail_start", (*key, after, tail - 1))
+            start = store.one(queries.tail_start, (*key, after, tail - 1))
             if start is not None:
                 # The tail begins at the N-th matching record from the end.
                 first_position, first_ordinal = start
@@ -174,17 +201,17 @@ class LogPages:
                     # Positions count every record of the run, so they are the ordinal.
                     elided = first_ordinal - after - 1
                 else:
-                    before = store.one(ordinal_query, (*key, after)) if after else None
-                    elided = first_ordinal - (before[0] if before else 0) - 1
+                    before = store.scalar(ordinal_query, (*key, after)) if after else None
+                    elided = first_ordinal - (before or 0) - 1
                 after_tail = first_position - 1
         # A tail is one page at most: a longer one answers its first page, with
         # complete false and next_cursor where the client reads on (with after).
         size = LOGS_PAGE_RECORDS if tail is None else min(tail, LOGS_PAGE_RECORDS)
-        row = store.one(f"{kind}_page", (*key, after_tail, size))
+        row = store.one(queries.page, (*key, after_tail, size))
         joined, count, last = row if row else (None, 0, None)
         complete = count < size or (tail is not None and tail <= LOGS_PAGE_RECORDS)
         if not complete:
-            complete = store.one(f"{kind}_more", (*key, last)) is None
+            complete = store.one(queries.more, (*key, last)) is None
         return self._reply(store, facts, joined, count, last, after, complete, elided, terminal)
 
     def _reply(

@@ -63,9 +63,9 @@ class RunLookup:
         run_id = refs.run_id(store, self.daemon.layout.repo, ref)
         facts = self._by_id.get(run_id)
         if facts is None:
-            record = store.one("run_by_id", (run_id,))
-            assert record is not None
-            facts = RunFacts(run_id, str(record[7]), record[4] in TERMINAL_RUN_STATES)
+            record = store.run_by_id(run_id)
+            assert record is not None and record.flow_snapshot is not None
+            facts = RunFacts(run_id, record.flow_snapshot, record.state in TERMINAL_RUN_STATES)
         if len(self._by_ref) >= CACHED_REFS:
             # Runs in flight stay: a held request's facts must still hear the settle.
             self._by_ref.clear()

@@ -4,25 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from sloopd.core import rows
 from sloopd.core.state import Daemon, LiveRun
 from sloopd.flows import walk
 from sloopd.flows.explain import agent_exit_code
-from sloopd.flows.flow import Flow
-from sloopd.flows.stagelog import read_log
+from sloopd.flows.stagelog import flow_of, replay_run
 from sloopd.wire.api import ErrorCode, ProtocolError
 
 
 def run_detail(daemon: Daemon, run_id: str, active: LiveRun | None) -> dict[str, Any]:
     store = daemon.require_store()
-    row = rows.run_row(store, run_id)
-    snapshot = store.one("run_by_id", (run_id,))
-    if row is None or snapshot is None:
+    record = store.run_by_id(run_id)
+    if record is None:
         raise ProtocolError(ErrorCode.NOT_FOUND, f"no run '{run_id}'", {"ref": run_id})
-    flow = Flow.from_json(orjson.loads(snapshot[7]))
-    state = walk.replay(flow, read_log(store, run_id))
+    row = rows.run_row_of(record)
+    row["usage"] = rows.run_usage(store, run_id)
+    state = replay_run(store, run_id, flow_of(record))
     silent_for_ms = _silent_for_ms(active)
     live = active.live_usage() if active is not None else None
     row["stages"] = stage_rows(state, silent_for_ms, live)

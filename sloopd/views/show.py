@@ -9,6 +9,7 @@ import orjson
 from sloopd.core import rows
 from sloopd.core.state import Daemon
 from sloopd.queue import refs
+from sloopd.store import TicketExtra, TicketRow, TriggerRow
 from sloopd.util.clock import now_ms
 from sloopd.views import runview
 from sloopd.views.board import Board, in_flight_rows, queue_fields
@@ -58,7 +59,9 @@ def matches(daemon: Daemon, ref: str, limit: int | None) -> dict[str, Any]:
     store = daemon.require_store()
     expression = refs.pattern(ref)
     facts = daemon.queue_facts()
-    found = [t for t in store.all("tickets_all") if refs.matches(expression, t[0], t[1])]
+    found = [
+        t for t in store.rows(TicketRow, "tickets_all") if refs.matches(expression, t.id, t.name)
+    ]
     shown = found[:limit] if limit else found
     return {
         "kind": "matches",
@@ -70,15 +73,15 @@ def matches(daemon: Daemon, ref: str, limit: int | None) -> dict[str, Any]:
 
 def ticket_detail(daemon: Daemon, ticket_id: str) -> dict[str, Any]:
     store = daemon.require_store()
-    record = store.one("ticket_by_id", (ticket_id,))
-    extra = store.one("ticket_extra", (ticket_id,))
+    record = store.ticket_by_id(ticket_id)
+    extra = store.row(TicketExtra, "ticket_extra", (ticket_id,))
     assert record is not None and extra is not None
     value = rows.ticket_row(record, daemon.queue_facts())
-    queued = store.one("trigger_queued_for_ticket", (ticket_id,))
-    runs = [_run_summary(daemon, r[0]) for r in store.all("run_ids_for_ticket", (ticket_id,))]
+    queued = store.row(TriggerRow, "trigger_queued_for_ticket", (ticket_id,))
+    runs = [_run_summary(daemon, run) for (run,) in store.all("run_ids_for_ticket", (ticket_id,))]
     value.update(
-        body=extra[0],
-        manual=bool(extra[1]),
+        body=extra.body,
+        manual=bool(extra.manual),
         trigger=rows.trigger_row(queued) if queued else None,
         runs=runs,
         # Additive in 0.6.0: every run of the ticket, summed.
@@ -117,7 +120,8 @@ def run_detail(daemon: Daemon, run_id: str) -> dict[str, Any]:
 def project_detail(daemon: Daemon, name: str) -> dict[str, Any]:
     store = daemon.require_store()
     facts = daemon.queue_facts()
-    members = [rows.ticket_row(t, facts) for t in store.all("tickets_in_project", (name,))]
+    found = store.rows(TicketRow, "tickets_in_project", (name,))
+    members = [rows.ticket_row(t, facts) for t in found]
     counts = {state: 0 for state in api.TICKET_STATES}
     for ticket in members:
         counts[ticket["state"]] += 1
