@@ -285,8 +285,8 @@ def daemon(socket_dir: str | None) -> None:
     click.echo(started.socket)
 
 
-# logs and events (sloopctl/feeds_cli.py); show (with --follow), pause and resume
-# (sloopctl/follow.py); doctor (sloopctl/doctor.py); diff (sloopctl/diff_cli.py);
-# web (sloopctl/web/command.py, which imports the gateway only when it runs).
+# Where the other commands live: logs and events in feeds_cli.py; show (with
+# --follow), pause and resume in follow.py; doctor in doctor.py; diff in diff_cli.py;
+# web in web/command.py, which imports the gateway only when it runs.
 for _command in (*feeds_cli.COMMANDS, *follow.COMMANDS, doctor, *diff_cli.COMMANDS, web):
     main.add_command(_command)

@@ -13,6 +13,7 @@ page reads and actions take a fresh one each, at most ``ONE_SHOT_LIMIT`` at once
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from pathlib import Path
@@ -110,10 +111,8 @@ class Connection:
         writer, self._reader, self._writer = self._writer, None, None
         if writer is not None:
             writer.close()
-            try:
+            with contextlib.suppress(ConnectionError, OSError):
                 await writer.wait_closed()
-            except (ConnectionError, OSError):
-                pass
 
 
 class Link:

@@ -109,9 +109,9 @@ class Gateway:
             return self._enter(request)
         if not self.guard.token_ok(request.cookies.get(self.guard.cookie_name)):
             return refusal(401, "unauthorized")
-        if request.method not in ("GET", "HEAD"):
-            if self.guard.write_refusal(request.headers) is not None:
-                return refusal(403, "forbidden")
+        writes = request.method not in ("GET", "HEAD")
+        if writes and self.guard.write_refusal(request.headers) is not None:
+            return refusal(403, "forbidden")
         return await handler(request)
 
     def _enter(self, request: web.Request) -> web.Response:

@@ -18,6 +18,7 @@ wait at once and refuses new ones.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Iterable
 from typing import Final
@@ -164,7 +165,5 @@ class FeedNotices:
         if self._held == 0:
             return
         self._idle = asyncio.Event()
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), timeout_s)
-        except TimeoutError:
-            pass

@@ -66,6 +66,7 @@ pids, CPU) are set here: that is a cgroup's job.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -183,10 +184,8 @@ def _fresh_mounts() -> list[str]:
 def _homes() -> list[Path]:
     """The daemon user's home, as its environment and its passwd entry name it."""
     found = [Path(home) for home in (os.environ.get("HOME"),) if home]
-    try:
+    with contextlib.suppress(KeyError):  # a uid with no passwd entry (some containers)
         found.append(Path(pwd.getpwuid(os.getuid()).pw_dir))
-    except KeyError:  # a uid with no passwd entry (some containers)
-        pass
     return found
 
 

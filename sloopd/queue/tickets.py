@@ -147,10 +147,8 @@ def _split_front_matter(
         meta = tomllib.loads(source)
     except tomllib.TOMLDecodeError as exc:
         found = _TOML_POSITION.search(str(exc))
-        if found is not None and found.group(1):
-            line = int(found.group(1)) + 1
-        else:
-            line = end  # "at end of document": the front matter's last line
+        # No line number is "at end of document": the front matter's last line.
+        line = int(found.group(1)) + 1 if found is not None and found.group(1) else end
         reason = _TOML_POSITION.sub("", str(exc)).strip()
         raise invalid_arguments(
             f"{relative}:{line}: front matter is not valid TOML: {reason}", path=relative, line=line

@@ -48,8 +48,10 @@ _ISO: Final = re.compile(
     r"(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2})?)(?![\d:])",
     re.IGNORECASE,
 )
-_MONTHS: Final = tuple("jan feb mar apr may jun jul aug sep oct nov dec".split())
-_WEEKDAYS: Final = tuple("mon tue wed thu fri sat sun".split())
+_MONTHS: Final = tuple(
+    ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+)
+_WEEKDAYS: Final = tuple(["mon", "tue", "wed", "thu", "fri", "sat", "sun"])
 _CLOCK: Final = re.compile(
     r"""
     \b(?:resets?|at|until)\s+

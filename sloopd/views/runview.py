@@ -97,10 +97,7 @@ def _execution_row(
     spent = execution.usage
     if running:  # the seats that sat, and the child executing now
         spent = rows.usage_sum([*(seat["usage"] for _, seat in seats), live])
-    if running:
-        state = "running"
-    else:
-        state = "passed" if execution.passed else "failed"
+    state = "running" if running else "passed" if execution.passed else "failed"
     finished = execution.finished_at_ms
     return {
         "stage": execution.stage.name,

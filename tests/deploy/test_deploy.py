@@ -252,7 +252,8 @@ def test_every_alert_is_tested_firing_and_not_firing() -> None:
     # A firing case names every label and annotation the alert carries.
     for block in re.split(r"- exp_labels:", text)[1:]:
         assert "severity:" in block.split("exp_annotations:")[0]
-        assert "summary:" in block and "description:" in block
+        assert "summary:" in block
+        assert "description:" in block
 
 
 # --- systemd -------------------------------------------------------------------
@@ -337,7 +338,7 @@ class VerifyCopy:
 
 
 @pytest.fixture
-def unit_copy(tmp_path: Path) -> Iterator[VerifyCopy]:
+def unit_copy(tmp_path: Path) -> VerifyCopy:
     """The unit as instance sloopd@test, its binary and environment file in tmp_path.
 
     verify checks that ExecStart's binary is executable, so the copy points at a
@@ -349,12 +350,13 @@ def unit_copy(tmp_path: Path) -> Iterator[VerifyCopy]:
     binary.chmod(0o755)
     (tmp_path / "test.env").write_text("SLOOP_REPO=/srv/sloop/test\n")
     text = UNIT.read_text()
-    assert "/usr/local/bin/sloopd " in text and "/etc/sloopd/%i.env" in text
+    assert "/usr/local/bin/sloopd " in text
+    assert "/etc/sloopd/%i.env" in text
     text = text.replace("/usr/local/bin/sloopd ", f"{binary} ")
     text = text.replace("/etc/sloopd/%i.env", f"{tmp_path}/%i.env")
     unit = tmp_path / "sloopd@test.service"
     unit.write_text(text)
-    yield VerifyCopy(unit, tmp_path)
+    return VerifyCopy(unit, tmp_path)
 
 
 def verify(tool: str, copy: VerifyCopy) -> tuple[int, str]:
@@ -460,7 +462,8 @@ def test_compose_shares_the_socket_volume_with_a_client() -> None:
     assert "SLOOP_OPERATOR_SOCKET: /run/sloop/operator.sock" in text
     assert "dockerfile: deploy/container/Containerfile" in text
     context = re.search(r"^\s+context: (\S+)$", text, flags=re.M)
-    assert context and (COMPOSE.parent / context.group(1)).resolve() == ROOT
+    assert context
+    assert (COMPOSE.parent / context.group(1)).resolve() == ROOT
     assert "stop_grace_period: 20s" in text
 
 
@@ -518,7 +521,8 @@ def test_dashboard_uses_only_served_metrics() -> None:
     for query in variable_queries():
         match = re.fullmatch(r"label_values\((\w+)\{[^}]*\}, (\w+)\)", query)
         assert match, query
-        assert match.group(1) in METRICS and match.group(2) in LABELS
+        assert match.group(1) in METRICS
+        assert match.group(2) in LABELS
 
 
 def test_dashboard_has_the_designed_panels() -> None:

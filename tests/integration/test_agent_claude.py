@@ -113,10 +113,13 @@ def test_claude_walks_a_ticket_to_merged(bench: Bench, api: AnthropicStandIn) ->
     # Only the conversation reached the stand-in: two turns, nothing else.
     assert api.paths() == ["POST /v1/messages?beta=true"] * 2, api.paths()
     prompt = json.dumps(api.message_requests()[0].body["messages"])
-    assert "Add hello.txt" in prompt and "Create hello.txt." in prompt
+    assert "Add hello.txt" in prompt
+    assert "Create hello.txt." in prompt
     result = result_event(lines)
-    assert result["subtype"] == "success" and result["permission_denials"] == [], result
-    assert result["usage"]["input_tokens"] == 2400 and result["usage"]["output_tokens"] == 600
+    assert result["subtype"] == "success", result
+    assert result["permission_denials"] == [], result
+    assert result["usage"]["input_tokens"] == 2400
+    assert result["usage"]["output_tokens"] == 600
 
 
 def test_a_200_kb_ticket_reaches_the_cli_whole(bench: Bench, api: AnthropicStandIn) -> None:
@@ -128,7 +131,9 @@ def test_a_200_kb_ticket_reaches_the_cli_whole(bench: Bench, api: AnthropicStand
 
     assert run["state"] == "merged", (run, agent_lines(bench, run["id"])[-10:])
     prompt = json.dumps(api.message_requests()[0].body["messages"])
-    assert "line 000000" in prompt and "line 001999" in prompt and "THE END" in prompt
+    assert "line 000000" in prompt
+    assert "line 001999" in prompt
+    assert "THE END" in prompt
 
 
 def test_a_vendor_429_fails_the_run_rate_limited_and_closes_the_gate(
@@ -209,7 +214,8 @@ def test_a_stage_without_network_cannot_reach_even_loopback(
     run = bench.wait_run("offline#1", timeout=CLAUDE_TIMEOUT_S)
 
     lines = agent_lines(bench, run["id"])
-    assert run["state"] == "failed" and run["classification"] == "network", (run, lines[-5:])
+    assert run["state"] == "failed", (run, lines[-5:])
+    assert run["classification"] == "network", (run, lines[-5:])
     assert api.paths() == []  # its own network namespace: the host's 127.0.0.1 is not there
 
 
@@ -257,7 +263,8 @@ def test_claude_reports_a_verdict_through_sloopctl(bench: Bench, api: AnthropicS
 
     assert run["state"] == "merged", (run, agent_lines(bench, run["id"])[-10:])
     review = next(r for r in run["stages"] if r["stage"] == "review")
-    assert review["state"] == "passed" and review["verdict_source"] == "reported", review
+    assert review["state"] == "passed", review
+    assert review["verdict_source"] == "reported", review
     assert review["reason"] == "hello.txt is there", review
     assert review["confidence"] == "medium", review
     assert (bench.repo / "hello.txt").read_text() == "hello\n"

@@ -149,7 +149,8 @@ def test_codex_casts_a_reported_verdict_through_its_shell(bench: Bench, codex: P
     assert_hello_merged(bench, run)
     review = next(r for r in run["stages"] if r["stage"] == "review")
     assert review["state"] == "passed", (review, outputs)
-    assert review["verdict_source"] == "reported" and review["reason"] == reason, review
+    assert review["verdict_source"] == "reported", review
+    assert review["reason"] == reason, review
     assert "command not found" not in str(outputs), outputs
 
 
@@ -168,7 +169,8 @@ def test_a_200kb_ticket_body_reaches_codex(
 
     assert_hello_merged(bench, run)
     first = str(standin.turns()[0].body["input"])
-    assert "line 002999 " in first and "line 000000 " in first
+    assert "line 002999 " in first
+    assert "line 000000 " in first
 
 
 def test_a_429_is_rate_limited_and_closes_the_gate(bench: Bench, codex: Path) -> None:
@@ -188,7 +190,8 @@ def test_a_429_is_rate_limited_and_closes_the_gate(bench: Bench, codex: Path) ->
     assert requests == 1  # request_max_retries = 0: Codex did not retry on its own
     gate = bench.dashboard()["gate"]
     assert gate["state"] == "cooldown", gate
-    assert "rate limit" in gate["reason"] and run["id"] in gate["reason"], gate
+    assert "rate limit" in gate["reason"], gate
+    assert run["id"] in gate["reason"], gate
 
 
 @pytest.mark.parametrize(

@@ -175,7 +175,8 @@ def test_per_minute_quota_closes_the_gate(bench: Bench, api: GeminiStandIn) -> N
     assert run["agent_exit_code"] == 429 % 256, run
     assert run["diagnosis"]["vendor"] == "gemini", run["diagnosis"]
     evidence = run["diagnosis"]["evidence"]
-    assert "Quota exceeded for metric" in evidence and "Please retry in 20s." in evidence
+    assert "Quota exceeded for metric" in evidence
+    assert "Please retry in 20s." in evidence
     gate = bench.dashboard()["gate"]
     assert gate["state"] == "cooldown", gate
     assert run["id"] in gate["reason"], gate

@@ -103,7 +103,8 @@ def test_the_claude_preset_merges_and_counts_tokens_and_cost(
     ), usage
     assert usage["output_tokens"] == calls * per_call["output_tokens"], usage
     assert usage["cached_tokens"] == calls * per_call["cache_read_input_tokens"], usage
-    assert isinstance(usage["cost_usd"], float) and usage["cost_usd"] > 0, usage
+    assert isinstance(usage["cost_usd"], float), usage
+    assert usage["cost_usd"] > 0, usage
 
 
 def test_the_codex_preset_merges_and_counts_tokens(
@@ -133,7 +134,8 @@ def test_the_gemini_preset_merges_and_counts_tokens(
     bench.start()
     run = merged_run(bench, "hello")
     usage = run["usage"]
-    assert usage["output_tokens"] > 0 and usage["input_tokens"] > 0, usage
+    assert usage["output_tokens"] > 0, usage
+    assert usage["input_tokens"] > 0, usage
     assert usage["output_tokens"] % gemini.USAGE["candidatesTokenCount"] == 0, usage
     assert usage["cached_tokens"] % gemini.USAGE["cachedContentTokenCount"] == 0, usage
     assert usage["cost_usd"] is None, usage
@@ -183,8 +185,10 @@ def test_a_panel_of_two_different_clis_each_casting_its_verdict(bench: Bench) ->
     review = next(s for s in run["stages"] if s["stage"] == "review")
     assert run["state"] == "merged", (run["reason"], review)
     seats = {seat["target"]: seat for seat in review["reviewers"]}
-    assert seats["claude"]["verdict"] == "pass" and seats["claude"]["reason"] == "fine"
-    assert seats["codex"]["verdict"] == "pass" and seats["codex"]["reason"] == "codex agrees"
+    assert seats["claude"]["verdict"] == "pass"
+    assert seats["claude"]["reason"] == "fine"
+    assert seats["codex"]["verdict"] == "pass"
+    assert seats["codex"]["reason"] == "codex agrees"
     assert seats["claude"]["usage"]["cost_usd"] > 0, seats["claude"]
     assert seats["codex"]["usage"]["output_tokens"] > 0, seats["codex"]
     assert run["usage"]["output_tokens"] >= (

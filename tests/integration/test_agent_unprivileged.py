@@ -13,7 +13,6 @@ as root.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -75,11 +74,11 @@ def vendor_env(preset: str, stack: ExitStack) -> dict[str, str]:
 
 
 @pytest.fixture
-def as_nobody(bench: Bench, harness_trusts_foreign_repos: None) -> Iterator[Bench]:
+def as_nobody(bench: Bench, harness_trusts_foreign_repos: None) -> Bench:
     home = bench.root / "home"
     home.mkdir()
     bench.env["HOME"] = str(home)  # a service user's home; root's is not reachable
-    yield bench
+    return bench
 
 
 @pytest.mark.parametrize("preset", ["claude", "codex", "gemini", "example"])
@@ -115,7 +114,8 @@ def test_a_preset_merges_with_the_daemon_running_as_an_unprivileged_user(
 
 def daemon_uid(bench: Bench) -> int:
     """The real uid of the sloopd process (the prefix's last exec is sloopd itself)."""
-    assert bench.daemon is not None and bench.daemon.proc is not None
+    assert bench.daemon is not None
+    assert bench.daemon.proc is not None
     status = Path(f"/proc/{bench.daemon.proc.pid}/status").read_text()
     line = next(entry for entry in status.splitlines() if entry.startswith("Uid:"))
     return int(line.split()[1])

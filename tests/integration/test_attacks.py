@@ -354,7 +354,8 @@ def test_an_agent_cannot_take_operator_authority(
     # What an operator cares about: the gate, the other run, the queue, untouched.
     assert bench.dashboard()["gate"] == gate_before
     victim = bench.show_run("victim#1")
-    assert victim is not None and victim["state"] == "running", victim
+    assert victim is not None, victim
+    assert victim["state"] == "running", victim
     assert {t["id"] for t in bench.dashboard()["tickets"]} <= tickets_before | {attack["ticket"]}
     assert "gate_changed" not in [e["kind"] for e in bench.ok("events", {"tail": 100})["events"]]
     bench.release("free")
@@ -503,7 +504,8 @@ def test_what_merges_is_what_was_reviewed(bench: Bench, attacker: list[str]) -> 
     assert review["commit"] == implement["commit"] == bench.rev("main")
     assert "reviewer-sneak.txt" not in git(bench.repo, "ls-tree", "-r", "--name-only", "main")
     (discarded,) = review["discarded"]
-    assert discarded["reviewer"] == 0 and discarded["commit"] not in (None, review["commit"])
+    assert discarded["reviewer"] == 0
+    assert discarded["commit"] not in (None, review["commit"])
     assert discarded["paths"] == ["left-uncommitted.txt"]
 
 
@@ -535,7 +537,8 @@ def test_another_users_socket_directory_is_refused(bench: Bench, sandbox: Path) 
         check=False,
     )
     assert ctl.returncode != 0
-    assert "refusing to talk to" in ctl.stderr and f"uid {nobody}" in ctl.stderr, ctl.stderr
+    assert "refusing to talk to" in ctl.stderr, ctl.stderr
+    assert f"uid {nobody}" in ctl.stderr, ctl.stderr
     with pytest.raises(TimeoutError):
         impostor.accept()  # nobody ever connected to the impostor
     impostor.close()

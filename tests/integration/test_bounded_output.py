@@ -81,9 +81,12 @@ def test_a_flood_is_counted_in_one_system_record_and_the_stage_finishes(bench: B
         len(f"err {n}") for n in range(1, ERRORS + 1)
     )
     text = limits[0]["text"]
-    assert limits[0]["stream"] == "system" and limits[0]["attempt"] == 1, limits
-    assert f"{dropped_lines} lines" in text and f"{dropped_bytes} bytes" in text, text
-    assert "agent.max_log_lines = 250" in text and "printed from 20" in text, text
+    assert limits[0]["stream"] == "system", limits
+    assert limits[0]["attempt"] == 1, limits
+    assert f"{dropped_lines} lines" in text, text
+    assert f"{dropped_bytes} bytes" in text, text
+    assert "agent.max_log_lines = 250" in text, text
+    assert "printed from 20" in text, text
     # Written when the child ended: after every stored line, before the stage's end.
     assert records.index(limits[0]) > records.index(output[-1])
 
@@ -94,13 +97,15 @@ def test_a_flood_is_counted_in_one_system_record_and_the_stage_finishes(bench: B
     for tail, elided in ((total + 1000, 0), (150, total - 150)):
         page = bench.ok("logs", {"run": run["id"], "stage": "implement", "tail": tail})
         assert len(page["records"]) == 100, (tail, len(page["records"]))
-        assert page["elided"] == elided and page["complete"] is False, page
+        assert page["elided"] == elided, page
+        assert page["complete"] is False, page
         assert page["next_cursor"] == page["records"][-1]["cursor"]
         rest = read_on(bench, {"run": run["id"], "stage": "implement"}, page["next_cursor"])
         assert page["records"] + rest == everything[elided:], tail
     # A tail within a page is unchanged: complete, ending at the feed's end.
     page = bench.ok("logs", {"run": run["id"], "tail": 100})
-    assert len(page["records"]) == 100 and page["complete"] is True
+    assert len(page["records"]) == 100
+    assert page["complete"] is True
 
 
 def test_a_far_reset_time_is_capped_at_max_cooldown(bench: Bench, vendor: VendorBench) -> None:
@@ -174,6 +179,7 @@ def test_classifying_a_huge_output_does_not_stall_show(bench: Bench) -> None:
     finally:
         done.set()
         poller.join(10)
-    assert run["state"] == "failed" and run["classification"] == "unknown", run
+    assert run["state"] == "failed", run
+    assert run["classification"] == "unknown", run
     assert latencies, "the probe got no reply"
     assert max(latencies) < 1.0, f"show stalled {max(latencies):.2f} s"

@@ -57,7 +57,8 @@ def test_four_hundred_simultaneous_connects_are_all_answered(daemon: DaemonProce
     assert len(replies) == BURST
     for n, line in replies.items():
         envelope = orjson.loads(line)
-        assert envelope["id"] == f"b{n}" and envelope["ok"] is True, envelope
+        assert envelope["id"] == f"b{n}", envelope
+        assert envelope["ok"] is True, envelope
         assert envelope["data"]["kind"] == "dashboard"
     assert daemon.alive(), daemon.log()
 

@@ -56,7 +56,8 @@ class Lines:
         self.batches = 0
 
     def __call__(self, stream: str, texts: list[str], split: bool) -> None:
-        assert texts and (not split or len(texts) == 1), "a split piece leaves alone"
+        assert texts, "a split piece leaves alone"
+        assert not split or len(texts) == 1, "a split piece leaves alone"
         self.batches += 1
         self.got.extend((stream, text, split) for text in texts)
 
@@ -122,7 +123,8 @@ def test_streams_tagged_ordered_and_environment(
         child = await spawn_py(groups, tmp, code, lines)
         [record] = groups.live()
         assert record["pid"] == record["pgid"] == child.pid == child.pgid
-        assert record["marker"] == child.marker and len(child.marker) == 32
+        assert record["marker"] == child.marker
+        assert len(child.marker) == 32
         assert record["owner"] == "R1/implement#1"
         assert record["argv"][0] == sys.executable
         assert isinstance(record["started_at_ms"], int)
@@ -199,7 +201,8 @@ def test_long_lines_arrive_in_split_pieces(run: Runner, groups: ProcessGroups, t
         assert "".join(text for _, text, _ in first) == "x" * 200 * 1024
         assert got[4] == ("stdout", "after", False)
         accents = [g for g in got[5:] if g[1].startswith("é")]
-        assert len(accents) >= 4 and all(split for _, _, split in accents)
+        assert len(accents) >= 4
+        assert all(split for _, _, split in accents)
         assert all(len(t.encode()) <= MAX_LINE_BYTES for _, t, _ in accents)
         assert "".join(t for _, t, _ in accents) == "é" * 100_000  # no character cut in two
         assert got[-2:] == [("stdout", "y" * MAX_LINE_BYTES, True), ("stdout", "y", True)]

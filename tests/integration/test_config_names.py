@@ -38,7 +38,8 @@ def test_a_name_that_breaks_refs_is_refused_at_start(
     code, stdout, log = daemon.run_to_exit()
     assert code != 0, log
     assert stdout == ""
-    assert key in log and f"it contains {why}" in log, log
+    assert key in log, log
+    assert f"it contains {why}" in log, log
     assert "letters, digits" in log, log  # the rule, named
 
 

@@ -70,7 +70,8 @@ def test_status_has_no_next_wake_without_a_future_trigger(op: Operator) -> None:
     register(op, "manual")
     status = op.ok("status")
     assert set(status) == STATUS_KEYS
-    assert status["queued_triggers"] == [] and "queued_activations" not in status
+    assert status["queued_triggers"] == []
+    assert "queued_activations" not in status
 
 
 def test_status_takes_no_arguments(op: Operator) -> None:

@@ -35,7 +35,8 @@ def test_a_merged_run_diffs_what_main_received(bench: Bench) -> None:
     run = bench.wait_run("hello#1")
     assert run["state"] == "merged"
     data = bench.ok("diff", {"run": "hello#1"})
-    assert data["run"] == run["id"] and data["alias"] == "hello#1"
+    assert data["run"] == run["id"]
+    assert data["alias"] == "hello#1"
     assert data["branch"] == run["branch"]
     assert data["base_source"] == "main_before_merge"
     assert (data["base"], data["head"]) == (before, bench.rev("main"))
@@ -86,10 +87,13 @@ def test_max_bytes_cuts_the_text_at_a_line_end_and_says_so(bench: Bench) -> None
     bench.post("many")
     bench.wait_run("many#1")
     whole = bench.ok("diff", {"run": "many#1"})
-    assert len(whole["files"]) == 30 and not whole["truncated"]
+    assert len(whole["files"]) == 30
+    assert not whole["truncated"]
     cut = bench.ok("diff", {"run": "many#1", "max_bytes": 500})
-    assert cut["truncated"] is True and cut["max_bytes"] == 500
-    assert 0 < cut["bytes"] <= 500 and cut["text"].endswith("\n")
+    assert cut["truncated"] is True
+    assert cut["max_bytes"] == 500
+    assert 0 < cut["bytes"] <= 500
+    assert cut["text"].endswith("\n")
     assert whole["text"].startswith(cut["text"])
     assert cut["files"] == whole["files"]  # the summary is not cut with the text
 
@@ -99,7 +103,8 @@ def test_diff_errors_follow_the_protocol(bench: Bench) -> None:
     bench.start()
     client = bench.client
     missing = client.error("diff", {"run": "R99"})
-    assert missing["code"] == "not_found" and missing["details"] == {"ref": "R99"}
+    assert missing["code"] == "not_found"
+    assert missing["details"] == {"ref": "R99"}
     for args, field in (
         ({}, "run"),
         ({"run": "R1", "max_bytes": 0}, "max_bytes"),
@@ -117,7 +122,8 @@ def test_sloopctl_diff_prints_the_diff_and_a_summary(bench: Bench) -> None:
     bench.start()
     bench.post("one")
     run = bench.wait_run("one#1")
-    assert bench.daemon is not None and bench.daemon.socket is not None
+    assert bench.daemon is not None
+    assert bench.daemon.socket is not None
     done = subprocess.run(
         sloopctl_argv(bench.daemon.socket, "diff", "one#1"),
         capture_output=True,
@@ -129,7 +135,8 @@ def test_sloopctl_diff_prints_the_diff_and_a_summary(bench: Bench) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout == bench.ok("diff", {"run": run["id"]})["text"]
     assert "+one" in done.stdout
-    assert f"{run['id']} {run['branch']}:" in done.stderr and "+1 -0  a.txt" in done.stderr
+    assert f"{run['id']} {run['branch']}:" in done.stderr
+    assert "+1 -0  a.txt" in done.stderr
     missing = subprocess.run(
         sloopctl_argv(bench.daemon.socket, "diff", "R42"),
         capture_output=True,
@@ -138,13 +145,15 @@ def test_sloopctl_diff_prints_the_diff_and_a_summary(bench: Bench) -> None:
         timeout=30,
         check=False,
     )
-    assert missing.returncode == 1 and "not_found" in missing.stderr
+    assert missing.returncode == 1
+    assert "not_found" in missing.stderr
 
 
 def test_a_bounded_tool_is_killed_at_its_limit() -> None:
     started = time.monotonic()
     done = asyncio.run(subproc.run(["yes"], timeout=10, stdout_limit=10_000))
-    assert done.truncated is True and len(done.stdout) == 10_000
+    assert done.truncated is True
+    assert len(done.stdout) == 10_000
     assert done.stdout.startswith("y\ny\n")
     assert time.monotonic() - started < 5  # killed at the limit, not at the deadline
     small = asyncio.run(subproc.run(["printf", "ok"], timeout=10, stdout_limit=10_000))

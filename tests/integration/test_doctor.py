@@ -108,7 +108,8 @@ def test_a_healthy_daemon_passes_every_check(repo: Path, daemon: DaemonProcess) 
         assert set(check) == {"name", "status", "detail", "fix"}, check
         assert check["status"] == "ok", check  # nothing to warn about on a fresh repository
         assert check["fix"] is None, check
-        assert isinstance(check["detail"], str) and check["detail"], check
+        assert isinstance(check["detail"], str), check
+        assert check["detail"], check
     assert f"sloopd {SOFTWARE_VERSION}, protocol v1" in report.check("version")["detail"]
     assert "schema version" in report.check("store")["detail"]
     assert "main branch 'main' at" in report.check("git")["detail"]
@@ -337,10 +338,12 @@ def test_stale_worktrees_warn_and_kept_ones_are_fine(bench: Bench) -> None:
     bench.start()
     bench.post("good")
     merged = bench.wait_run("good#1")
-    assert merged["state"] == "merged" and merged["worktree"] is None
+    assert merged["state"] == "merged"
+    assert merged["worktree"] is None
     bench.post("bad")
     failed = bench.wait_run("bad#1")
-    assert failed["state"] == "failed" and failed["worktree"] is not None
+    assert failed["state"] == "failed"
+    assert failed["worktree"] is not None
     socket = socket_of(bench.daemon) if bench.daemon else ""
 
     report = doctor_json(bench.repo, "--socket", socket)

@@ -68,7 +68,8 @@ def assert_error(response: dict[str, Any], code: str, request_id: api.RequestId)
     error = response["error"]
     assert set(error) == {"code", "message", "details"}, error
     assert error["code"] == code, response
-    assert isinstance(error["message"], str) and error["message"]
+    assert isinstance(error["message"], str)
+    assert error["message"]
     assert isinstance(error["details"], dict)
     details: dict[str, Any] = error["details"]
     return details
@@ -85,8 +86,11 @@ def assert_dashboard(data: dict[str, Any], recent_limit: int = 10) -> None:
     assert set(data) == DASHBOARD_KEYS, sorted(data)
     assert data["kind"] == "dashboard"
     assert data["gate"] == {"state": "open", "until_ms": None, "reason": None}
-    assert data["runs"] == [] and data["tickets"] == [] and data["recent"] == []
-    assert data["queued_triggers"] == [] and "queued_activations" not in data
+    assert data["runs"] == []
+    assert data["tickets"] == []
+    assert data["recent"] == []
+    assert data["queued_triggers"] == []
+    assert "queued_activations" not in data
     assert data["recent_total"] == 0
     assert data["recent_limit"] == recent_limit
 
@@ -109,17 +113,20 @@ def test_show_without_arguments_is_the_dashboard(served: DaemonProcess, client: 
     daemon = data["daemon"]
     assert daemon["version"] == api.SOFTWARE_VERSION
     assert daemon["protocol"] == 1
-    assert served.proc is not None and daemon["pid"] == served.proc.pid
+    assert served.proc is not None
+    assert daemon["pid"] == served.proc.pid
     assert daemon["socket"] == str(served.socket)
     assert daemon["repo"] == os.path.realpath(served.repo)
-    assert daemon["store"] == "ok" and daemon["reason"] is None
+    assert daemon["store"] == "ok"
+    assert daemon["reason"] is None
 
 
 def test_status_answers_the_status_fields(client: Client) -> None:
     data = client.ok("status")
     assert set(data) == STATUS_KEYS
     assert data["gate"] == {"state": "open", "until_ms": None, "reason": None}
-    assert data["queued_triggers"] == [] and "queued_activations" not in data
+    assert data["queued_triggers"] == []
+    assert "queued_activations" not in data
 
 
 @pytest.mark.parametrize(("args", "expected"), [({"limit": 3}, 3), ({"limit": 1}, 1)])
@@ -498,7 +505,9 @@ def _echo(args: dict[str, Any]) -> dict[str, Any]:
 )
 def test_any_line_gets_exactly_one_well_formed_envelope(line: bytes) -> None:
     reply = OperatorDispatcher({"show": _echo, "status": _echo}).handle_line(line)
-    assert isinstance(reply, bytes) and reply.endswith(b"\n") and reply.count(b"\n") == 1
+    assert isinstance(reply, bytes)
+    assert reply.endswith(b"\n")
+    assert reply.count(b"\n") == 1
     envelope = orjson.loads(reply)
     if envelope["ok"]:
         assert set(envelope) == {"id", "ok", "data"}

@@ -20,7 +20,8 @@ from tests.support.daemon import sloopctl_argv, sloopctl_env, sloopctl_start
 
 
 def socket_of(bench: Bench) -> Path:
-    assert bench.daemon is not None and bench.daemon.socket is not None
+    assert bench.daemon is not None
+    assert bench.daemon.socket is not None
     return bench.daemon.socket
 
 
@@ -76,11 +77,14 @@ def test_show_follow_exit_codes_for_each_terminal_state(bench: Bench) -> None:
     bad = sloopctl_start(sock, "--json", "show", "bad", "--follow")
     review = sloopctl_start(sock, "show", "review", "--follow")
     # The first thing each says is that there is no run yet (nothing is queued).
-    assert review.stderr is not None and bad.stdout is not None
+    assert review.stderr is not None
+    assert bad.stdout is not None
     waiting = review.stderr.readline()
     assert waiting.startswith("T3 waiting for a run: no_trigger"), waiting
     first_envelope = bad.stdout.readline()
-    assert good.poll() is None and bad.poll() is None and review.poll() is None
+    assert good.poll() is None
+    assert bad.poll() is None
+    assert review.poll() is None
     for name in ("good", "bad", "review", "stuck"):
         bench.ok("run", {"ref": name})
 
@@ -92,9 +96,11 @@ def test_show_follow_exit_codes_for_each_terminal_state(bench: Bench) -> None:
     code, out, err = finish(bad)
     assert code == 10, err
     envelopes = [json.loads(line) for line in [first_envelope, *out.splitlines()]]
-    assert envelopes[0]["data"]["kind"] == "ticket" and envelopes[0]["data"]["value"]["runs"] == []
+    assert envelopes[0]["data"]["kind"] == "ticket"
+    assert envelopes[0]["data"]["value"]["runs"] == []
     last = envelopes[-1]["data"]
-    assert last["kind"] == "run" and last["value"]["state"] == "failed"
+    assert last["kind"] == "run"
+    assert last["value"]["state"] == "failed"
     assert last["value"]["terminal"] is True
     assert all(not e["data"].get("value", {}).get("terminal") for e in envelopes[:-1])
 
@@ -123,7 +129,8 @@ def test_show_follow_exit_codes_for_each_terminal_state(bench: Bench) -> None:
         done = sloopctl(sock, "show", ref, "--follow", "--quiet")
         assert (done.returncode, done.stdout, done.stderr) == (expected, "", ""), ref
     done = sloopctl(sock, "show", "good#1", "--follow")
-    assert done.returncode == 0 and done.stdout == f"{merged['id']} merged\n"
+    assert done.returncode == 0
+    assert done.stdout == f"{merged['id']} merged\n"
 
     # Not a run or a ticket: a usage error; --quiet alone too.
     assert sloopctl(sock, "show", "project:default", "--follow", "--quiet").returncode == 2
@@ -137,7 +144,8 @@ def test_show_follow_without_a_daemon_exits_3(sandbox: Path) -> None:
     done = sloopctl(missing, "show", "R1", "--follow", "--quiet")
     assert done.returncode == 3
     assert time.monotonic() - started < 5
-    assert done.stdout == "" and "daemon_unavailable" in done.stderr
+    assert done.stdout == ""
+    assert "daemon_unavailable" in done.stderr
 
 
 def test_logs_events_pause_resume_commands(bench: Bench) -> None:
@@ -167,11 +175,13 @@ def test_logs_events_pause_resume_commands(bench: Bench) -> None:
 
     as_json = sloopctl(sock, "--json", "logs", run["id"])
     pages = [json.loads(line) for line in as_json.stdout.splitlines()]
-    assert len(pages) == 2 and [p["data"]["complete"] for p in pages] == [False, True]
+    assert len(pages) == 2
+    assert [p["data"]["complete"] for p in pages] == [False, True]
     assert sum(len(p["data"]["records"]) for p in pages) == len(printed)
 
     bad = sloopctl(sock, "logs", run["id"], "--stage", "implement#0")
-    assert bad.returncode == 1 and bad.stderr.startswith("error: invalid_arguments: ")
+    assert bad.returncode == 1
+    assert bad.stderr.startswith("error: invalid_arguments: ")
     missing = sloopctl(sock, "--json", "logs", "R99")
     assert missing.returncode == 1
     assert json.loads(missing.stdout)["error"]["code"] == "not_found"
@@ -194,14 +204,17 @@ def test_logs_events_pause_resume_commands(bench: Bench) -> None:
         "gate_changed",
     ]
     finished = feed.stdout.splitlines()[3].split()
-    assert finished[3:5] == [run["ticket"], run["id"]] and "state=needs_review" in finished
+    assert finished[3:5] == [run["ticket"], run["id"]]
+    assert "state=needs_review" in finished
     scoped = sloopctl(sock, "events", "--scope", "talk")
     assert [line.split()[2] for line in scoped.stdout.splitlines()] == kinds[1:4]
     newest = sloopctl(sock, "--json", "events", "--tail", "1")
     envelopes = [json.loads(line) for line in newest.stdout.splitlines()]
-    assert len(envelopes) == 1 and envelopes[0]["data"]["events"][0]["kind"] == "gate_changed"
+    assert len(envelopes) == 1
+    assert envelopes[0]["data"]["events"][0]["kind"] == "gate_changed"
     invalid = sloopctl(sock, "events", "--scope", "(")
-    assert invalid.returncode == 1 and "invalid_arguments" in invalid.stderr
+    assert invalid.returncode == 1
+    assert "invalid_arguments" in invalid.stderr
 
     # events --follow polls until interrupted; a new event shows up while it polls.
     follower = sloopctl_start(sock, "events", "--follow", "--tail", "1")
@@ -212,5 +225,6 @@ def test_logs_events_pause_resume_commands(bench: Bench) -> None:
     code, out, err = finish(follower, 10)
     assert code == 130, err
     followed = out.splitlines()
-    assert len(followed) == 2 and all(" gate_changed " in line for line in followed)
+    assert len(followed) == 2
+    assert all(" gate_changed " in line for line in followed)
     assert followed[-1].endswith('from=open state=paused reason="while following"')

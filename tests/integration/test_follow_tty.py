@@ -19,7 +19,8 @@ from tests.support.terminal import PtyRun, Screen, run_in_pty
 
 
 def socket_of(bench: Bench) -> Path:
-    assert bench.daemon is not None and bench.daemon.socket is not None
+    assert bench.daemon is not None
+    assert bench.daemon.socket is not None
     return bench.daemon.socket
 
 
@@ -83,9 +84,8 @@ def test_the_stage_table_is_redrawn_in_place_until_the_run_merges(bench: Bench) 
     assert not any("running" in line or "pending" in line for line in final)
     assert "line two of the work" not in "\n".join(final)  # a merged run's table is clean
     assert b"\x1b[3" not in done.output  # NO_COLOR: no colour, cursor moves all the same
-    assert b"\x1b[?25l" in done.output and done.output.rstrip().endswith(
-        f"{run['id']} merged".encode()
-    )
+    assert b"\x1b[?25l" in done.output
+    assert done.output.rstrip().endswith(f"{run['id']} merged".encode())
 
     # --quiet is unchanged on a terminal: nothing but the exit code.
     quiet = follow(bench, "show", run["id"], "--follow", "--quiet")
@@ -118,7 +118,8 @@ def test_a_failed_run_keeps_its_last_lines_in_colour_and_within_the_width(bench:
     assert all(row >= outcome for row in screen.wrapped)  # no line of the frame wrapped
     assert len("".join(final[outcome:])) > 40  # the outcome itself is never cut
     assert final[0].startswith("bad#1  R1  failed")
-    assert final[1].split()[:3] == ["✗", "implement#1", "failed"] and final[1].endswith("…")
+    assert final[1].split()[:3] == ["✗", "implement#1", "failed"]
+    assert final[1].endswith("…")
     assert any(line.startswith("    about to fail xxx") and line.endswith("…") for line in final)
 
 
@@ -150,4 +151,6 @@ def test_an_agents_escape_sequences_never_reach_the_terminal(bench: Bench) -> No
         for sequence in (b"\x1b]", b"\x1b[2J", b"\x1b[H", b"\x07"):
             assert sequence not in done.output, (raw, sequence)
         shown = "\n".join(screen_of(done).text())  # Screen refuses any other sequence too
-        assert "title set" in shown and "screen cleared" in shown and "clipboard" in shown
+        assert "title set" in shown
+        assert "screen cleared" in shown
+        assert "clipboard" in shown

@@ -136,7 +136,8 @@ def test_a_full_disk_loses_nothing_silently_and_the_run_settles(
     assert refused["error"]["details"]["store"].endswith("store.sqlite3"), refused
     assert bench.dashboard()["gate"]["state"] == "open", "a refused pause changed the gate"
     run = bench.show_run("R1")
-    assert run is not None and run["state"] == "running", run
+    assert run is not None, run
+    assert run["state"] == "running", run
     doctor = subprocess.run(
         sloopctl_argv(bench.daemon.socket, "doctor"),  # type: ignore[union-attr, arg-type]
         capture_output=True,

@@ -92,9 +92,12 @@ def test_sync_brings_main_into_the_branch(repo: Path, mode: Mode) -> None:
 
     result = asyncio.run(gitops.sync(work, "main", mode))
 
-    assert result.ok and result.reason is None and result.paths == ()
+    assert result.ok
+    assert result.reason is None
+    assert result.paths == ()
     assert result.head == head(work)
-    assert (work / "main.txt").exists() and (work / "branch.txt").exists()
+    assert (work / "main.txt").exists()
+    assert (work / "branch.txt").exists()
     git(work, "merge-base", "--is-ancestor", main_tip, "HEAD")
     parents = git(work, "rev-list", "--parents", "-n1", "HEAD").split()[1:]
     assert len(parents) == (2 if mode == "merge" else 1)  # rebase keeps history linear
@@ -115,7 +118,8 @@ def test_sync_conflict_is_aborted_and_named(repo: Path, mode: Mode, verb: str) -
 
     result = asyncio.run(gitops.sync(work, "main", mode))
 
-    assert not result.ok and result.head is None
+    assert not result.ok
+    assert result.head is None
     assert result.paths == ("a.txt", "b.txt")
     assert result.reason is not None
     assert result.reason.startswith(verb)
@@ -137,7 +141,8 @@ def test_sync_refuses_a_dirty_worktree(repo: Path) -> None:
 
     assert not result.ok
     assert result.reason is not None
-    assert "uncommitted changes" in result.reason and "b.txt" in result.reason
+    assert "uncommitted changes" in result.reason
+    assert "b.txt" in result.reason
     assert "untracked.txt" not in result.reason
     assert head(work) == before
 
@@ -192,7 +197,8 @@ def test_ff_only_moves_a_clean_checkout_of_main(repo: Path) -> None:
 
     result = asyncio.run(gitops.ff_only(repo, head(work), "main"))
 
-    assert result.ok and result.head == tip
+    assert result.ok
+    assert result.head == tip
     assert head(repo, "main") == tip == head(repo)
     assert (repo / "branch.txt").read_text() == "x\n"
     assert (repo / "a.txt").read_text() == "a, changed\n"
@@ -207,9 +213,11 @@ def test_ff_only_refuses_a_dirty_checkout_of_main(repo: Path) -> None:
 
     result = asyncio.run(gitops.ff_only(repo, head(work), "main"))
 
-    assert not result.ok and result.head is None
+    assert not result.ok
+    assert result.head is None
     assert result.reason is not None
-    assert f"checked out at {repo}" in result.reason and "a.txt" in result.reason
+    assert f"checked out at {repo}" in result.reason
+    assert "a.txt" in result.reason
     assert head(repo, "main") == old
     assert (repo / "a.txt").read_text() == "someone is editing\n"
 
@@ -229,7 +237,8 @@ def test_ff_only_refuses_when_main_moved_then_sync_fixes_it(repo: Path) -> None:
 
     assert asyncio.run(gitops.sync(work, "main")).ok
     merged = asyncio.run(gitops.ff_only(repo, head(work), "main"))
-    assert merged.ok and merged.head == head(work) == head(repo, "main")
+    assert merged.ok
+    assert merged.head == head(work) == head(repo, "main")
     assert (repo / "branch.txt").exists()
 
 
@@ -259,7 +268,8 @@ def test_ff_only_loses_the_race_to_another_writer(
     result = asyncio.run(gitops.ff_only(repo, head(work), "main"))
 
     assert raced, "the write was never attempted"
-    assert not result.ok and result.reason is not None
+    assert not result.ok
+    assert result.reason is not None
     assert result.reason.startswith(
         f"main moved since the branch was synced (main is at {raced[0][:12]}"
     )
@@ -269,7 +279,8 @@ def test_ff_only_loses_the_race_to_another_writer(
 def test_ff_only_with_nothing_beyond_main_is_nothing_to_merge(repo: Path) -> None:
     work = new_worktree(repo)
     result = asyncio.run(gitops.ff_only(repo, head(work), "main"))
-    assert not result.ok and result.reason is not None
+    assert not result.ok
+    assert result.reason is not None
     assert result.reason.startswith("nothing to merge")
     allowed = asyncio.run(gitops.ff_only(repo, head(work), "main", allow_empty=True))
     assert allowed == gitops.GitResult(ok=True, head=head(repo, "main"))

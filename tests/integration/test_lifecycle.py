@@ -49,7 +49,8 @@ def test_serve_then_stop_cleanly(sandbox: Path, repo: Path, sig: signal.Signals)
     (sandbox / "s").mkdir(mode=0o755)
     os.chmod(sandbox / "s", 0o755)  # a too-open directory is tightened
     daemon = new_daemon(sandbox, repo).start()
-    assert daemon.proc is not None and daemon.proc.stdout is not None
+    assert daemon.proc is not None
+    assert daemon.proc.stdout is not None
     # The first stdout line is the operator socket path, alone.
     assert daemon.socket == daemon.socket_dir / "operator.sock"
     assert stat.S_ISSOCK(daemon.socket.lstat().st_mode)
@@ -169,7 +170,8 @@ def test_a_bad_config_at_start_is_refused_naming_the_key(sandbox: Path, repo: Pa
 def test_a_second_daemon_on_the_same_store_exits_and_the_first_keeps_serving(
     sandbox: Path, repo: Path, daemon: DaemonProcess
 ) -> None:
-    assert daemon.proc is not None and daemon.socket is not None
+    assert daemon.proc is not None
+    assert daemon.socket is not None
     second = new_daemon(sandbox, repo)
     code, stdout, log = second.run_to_exit(timeout=15)
     assert code != 0
@@ -199,7 +201,8 @@ def test_kill_9_leaves_a_store_that_reopens_and_a_socket_that_is_replaced(
     sandbox: Path, repo: Path
 ) -> None:
     first = new_daemon(sandbox, repo).start()
-    assert first.socket is not None and first.proc is not None
+    assert first.socket is not None
+    assert first.proc is not None
     assert answers(first.socket)
     first.kill9()
     assert first.socket.exists()  # stale: nobody cleaned up
@@ -209,7 +212,8 @@ def test_kill_9_leaves_a_store_that_reopens_and_a_socket_that_is_replaced(
     second = new_daemon(sandbox, repo).start()
     try:
         assert second.socket == first.socket
-        assert second.proc is not None and second.proc.pid != first.proc.pid
+        assert second.proc is not None
+        assert second.proc.pid != first.proc.pid
         assert answers(second.socket)
         info = orjson.loads((second.state_dir / "daemon.json").read_bytes())
         assert info["pid"] == second.proc.pid

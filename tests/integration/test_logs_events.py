@@ -104,7 +104,7 @@ def test_logs_selectors_capture_tails_and_errors(bench: Bench) -> None:
     assert len(everything) > 300
     assert positions(everything) == sorted(set(positions(everything)))
     for record in everything:
-        assert RECORD_KEYS <= set(record), record
+        assert set(record) >= RECORD_KEYS, record
         assert record["stream"] in ("stdout", "stderr", "note", "system"), record
         assert (record["stage"], record["attempt"]) in {
             ("implement", 1),
@@ -124,7 +124,9 @@ def test_logs_selectors_capture_tails_and_errors(bench: Bench) -> None:
 
     # An execution never reached is an empty, complete page.
     never = bench.ok("logs", {"run": "R1", "stage": "implement#9"})
-    assert never["records"] == [] and never["complete"] is True and never["elided"] == 0
+    assert never["records"] == []
+    assert never["complete"] is True
+    assert never["elided"] == 0
     assert never["terminal"] is True
 
     # What one execution captured, per stream.
@@ -135,14 +137,16 @@ def test_logs_selectors_capture_tails_and_errors(bench: Bench) -> None:
     assert texts(first, "note") == ["note from implement#1"]
     assert "bad \ufffd\ufffd end" in texts(first, "stdout")  # replaced, not dropped
     pieces = [r for r in first if r.get("split")]
-    assert len(pieces) == 4 and all(r["stream"] == "stdout" for r in pieces)
+    assert len(pieces) == 4
+    assert all(r["stream"] == "stdout" for r in pieces)
     assert all(len(r["text"].encode()) <= PIECE for r in pieces)
     assert "".join(r["text"] for r in pieces) == "x" * LONG_LINE
     assert texts(first, "stdout")[-1] == "partial 1 tail"  # kept without its newline
     system = texts(first, "system")
     assert system[0] == "stage 'implement' execution 1 started"
     assert system[-1] == "stage 'implement' execution 1 passed"
-    assert first[0]["stream"] == "system" and first[-1]["stream"] == "system"
+    assert first[0]["stream"] == "system"
+    assert first[-1]["stream"] == "system"
     assert "stage 'test' execution 1 failed" in texts(of(everything, "test", 1), "system")[1]
     assert texts(of(everything, "test", 2), "stdout") == ["test 2"]
     assert everything[-1]["stream"] == "system"
@@ -152,7 +156,8 @@ def test_logs_selectors_capture_tails_and_errors(bench: Bench) -> None:
     tail = bench.ok("logs", {"run": "R1", "tail": 10})
     assert tail["records"] == everything[-10:]
     assert tail["elided"] == len(everything) - 10
-    assert tail["complete"] is True and tail["terminal"] is True
+    assert tail["complete"] is True
+    assert tail["terminal"] is True
     assert tail["next_cursor"] == everything[-1]["cursor"]
     for selector, expected in (
         ("implement", of(everything, "implement")),
@@ -164,7 +169,8 @@ def test_logs_selectors_capture_tails_and_errors(bench: Bench) -> None:
         assert page["elided"] == max(0, len(expected) - 7), selector
         assert page["next_cursor"] == everything[-1]["cursor"], selector
     whole = bench.ok("logs", {"run": "R1", "stage": "test#1", "tail": 10_000})
-    assert whole["records"] == of(everything, "test", 1) and whole["elided"] == 0
+    assert whole["records"] == of(everything, "test", 1)
+    assert whole["elided"] == 0
 
     # A tail after a cursor keeps the newest N of what follows the cursor; the cursor
     # may sit on a record of another stage.
@@ -241,14 +247,16 @@ def test_cursors_across_a_live_run_and_followers_stop_at_complete_terminal(bench
     assert texts(collected, "stdout") == [f"early {n}" for n in range(1, 41)]
 
     # Two real followers: everything, and one execution as JSON envelopes.
-    assert bench.daemon is not None and bench.daemon.socket is not None
+    assert bench.daemon is not None
+    assert bench.daemon.socket is not None
     plain = sloopctl_start(bench.daemon.socket, "logs", "live#1", "-f")
     as_json = sloopctl_start(
         bench.daemon.socket, "--json", "logs", "R1", "--stage", "implement#1", "--follow"
     )
     try:
         time.sleep(0.5)
-        assert plain.poll() is None and as_json.poll() is None  # the run is not over
+        assert plain.poll() is None
+        assert as_json.poll() is None
         bench.release("go")
 
         # Follow from the cursor while the agent prints, to the first complete+terminal page.
@@ -275,7 +283,8 @@ def test_cursors_across_a_live_run_and_followers_stop_at_complete_terminal(bench
     everything = page_all(bench, {"run": "R1"})
     # Nothing lost, nothing twice, and the follower's last page held the settling line.
     assert collected == everything
-    assert everything[-1]["stream"] == "system" and everything[-1]["text"].startswith("run settled")
+    assert everything[-1]["stream"] == "system"
+    assert everything[-1]["text"].startswith("run settled")
     stdout = texts(everything, "stdout")
     assert stdout == [
         *(f"early {n}" for n in range(1, 41)),
@@ -340,7 +349,8 @@ def test_events_unscoped_tails_and_every_scope_rung(bench: Bench) -> None:
     assert feed[0]["kind"] == "daemon_started"
     for event in feed:
         if event["kind"] in REPOSITORY_WIDE:
-            assert event["ticket"] is None and event["run"] is None, event
+            assert event["ticket"] is None, event
+            assert event["run"] is None, event
     for ticket, run in ((alpha, alpha_run), (beta, beta_run)):
         kinds = [e["kind"] for e in feed if e["run"] == run]
         assert kinds == ["run_claimed", "run_started", "run_finished"]
@@ -357,7 +367,8 @@ def test_events_unscoped_tails_and_every_scope_rung(bench: Bench) -> None:
     # tail N: the newest N, with the feed's end as the next cursor.
     for n in (1, 3, len(feed) + 5):
         page = bench.ok("events", {"tail": n})
-        assert page["events"] == feed[-n:] and page["next_cursor"] == end
+        assert page["events"] == feed[-n:]
+        assert page["next_cursor"] == end
 
     # Every rung of the ladder; none ever shows a repository-wide event.
     of_alpha = [e for e in feed if e["ticket"] == alpha]
@@ -385,7 +396,8 @@ def test_events_unscoped_tails_and_every_scope_rung(bench: Bench) -> None:
         assert first["next_cursor"] == end, scope
         if expected:
             page = bench.ok("events", {"scope": scope, "tail": 2})
-            assert page["events"] == expected[-2:] and page["next_cursor"] == end, scope
+            assert page["events"] == expected[-2:], scope
+            assert page["next_cursor"] == end, scope
     nothing = bench.ok("events", {"scope": "zzz-nothing"})
     assert nothing == {"events": [], "next_cursor": end}
 
@@ -402,7 +414,8 @@ def test_events_unscoped_tails_and_every_scope_rung(bench: Bench) -> None:
         bench.ok("pause")
         bench.ok("resume")
     later, new_end = all_events(bench)
-    assert len(later) == len(feed) + 120 and int(new_end) > int(end)
+    assert len(later) == len(feed) + 120
+    assert int(new_end) > int(end)
     poll = bench.ok("events", {"scope": alpha, "after": scoped_cursor})
     assert poll == {"events": [], "next_cursor": new_end}
     unscoped = bench.ok("events", {"after": scoped_cursor})
@@ -470,7 +483,8 @@ def test_the_hot_page_answers_exactly_what_the_general_path_does(bench: Bench) -
             assert raw({**args, "stage": None, "tail": None}) == first, args
             assert raw({**args, "wait_ms": 0}) == first, args
             page = json.loads(first)["data"]
-            assert page["terminal"] is True and len(page["records"]) <= 100
+            assert page["terminal"] is True
+            assert len(page["records"]) <= 100
     for after in ("abc", "", "-1", "1" * 19, "²"):
         reply = json.loads(raw({"run": "R1", "after": after}))
         assert reply["error"]["details"] == {"field": "after"}, after

@@ -132,7 +132,8 @@ def caught_up(bench: Bench, text: str = "first 3") -> str:
 
 
 def socket_of(bench: Bench) -> Path:
-    assert bench.daemon is not None and bench.daemon.socket is not None
+    assert bench.daemon is not None
+    assert bench.daemon.socket is not None
     return bench.daemon.socket
 
 
@@ -167,14 +168,18 @@ def test_a_held_logs_request_answers_with_the_line_the_agent_prints(bench: Bench
     ):
         # Nothing new yet: other requests (and connections) are answered meanwhile.
         page = bench.ok("logs", {"run": "R1", "after": cursor})
-        assert page["records"] == [] and page["terminal"] is False
+        assert page["records"] == []
+        assert page["terminal"] is False
         round_trip(bench)
-        assert not every.answered() and not staged.answered() and not tailed.answered()
+        assert not every.answered()
+        assert not staged.answered()
+        assert not tailed.answered()
         bench.release("go")
         for held in (every, staged, tailed):
             data = held.data()
             assert texts(data["records"]) == ["second 1"], data
-            assert data["complete"] is True and data["terminal"] is False
+            assert data["complete"] is True
+            assert data["terminal"] is False
             assert data["elided"] == 0
             assert data["next_cursor"] == data["records"][-1]["cursor"]
             assert int(data["next_cursor"]) == int(cursor) + 1
@@ -214,7 +219,8 @@ def test_a_held_logs_request_ends_with_an_empty_page_and_a_terminal_run_answers_
     end = caught_up(bench, "second 1")
     for args in ({"run": "R1", "after": end}, {"run": "R1", "stage": "implement#7"}):
         settled = bench.ok("logs", {**args, "wait_ms": 60_000})  # the socket times out in 10 s
-        assert settled["records"] == [] and settled["terminal"] is True, args
+        assert settled["records"] == [], args
+        assert settled["terminal"] is True, args
 
 
 def test_a_held_logs_request_wakes_when_the_run_settles(bench: Bench) -> None:
@@ -230,10 +236,13 @@ def test_a_held_logs_request_wakes_when_the_run_settles(bench: Bench) -> None:
         assert not held.answered()
         bench.ok("abort", {"run": "R1"})
         data = held.data()
-        assert data["records"] == [] and data["terminal"] is True and data["complete"] is True
+        assert data["records"] == []
+        assert data["terminal"] is True
+        assert data["complete"] is True
     # The settling lines are all there for a follower that was caught up before them.
     after = bench.ok("logs", {"run": "R1", "after": cursor, "wait_ms": WAIT_MS})
-    assert after["terminal"] is True and after["complete"] is True
+    assert after["terminal"] is True
+    assert after["complete"] is True
     assert texts(after["records"])[0] == "second 1"
     assert texts(after["records"])[-1].startswith("run settled aborted")
 
@@ -248,7 +257,8 @@ def test_bad_wait_ms_values_are_refused_with_the_request_id(bench: Bench, verb: 
     for value in refused:
         request = {"v": 1, "id": 4242, "verb": verb, "args": {**base, "wait_ms": value}}
         reply = bench.client.request(request)
-        assert reply["id"] == 4242 and reply["ok"] is False, (value, reply)
+        assert reply["id"] == 4242, (value, reply)
+        assert reply["ok"] is False, (value, reply)
         assert reply["error"]["code"] == "invalid_arguments", (value, reply)
         assert reply["error"]["details"]["field"] == "wait_ms", (value, reply)
     for value in (0, 60_000):  # the bounds themselves are fine
@@ -292,7 +302,8 @@ def test_a_held_events_request_answers_only_with_an_event_of_its_scope(bench: Be
         assert settled["events"][-1]["kind"] == "run_finished"
         for held in (by_ticket, by_project, by_pattern):
             data = held.data()
-            assert data["events"] and {e["ticket"] for e in data["events"]} == {other}, data
+            assert data["events"], data
+            assert {e["ticket"] for e in data["events"]} == {other}, data
             assert data["events"][0]["kind"] == "run_claimed"
     bench.wait_run("other#1")
 
@@ -317,10 +328,12 @@ def test_held_requests_keep_reply_order_end_on_half_close_and_cost_nothing_idle(
     with holding(bench, short, {"verb": "gc"}) as pipelined:
         first, second = pipelined.reply(), pipelined.reply()
         assert (first["id"], second["id"]) == ("h0", "h1")
-        assert first["data"]["records"] == [] and second["data"] == {"removed": []}
+        assert first["data"]["records"] == []
+        assert second["data"] == {"removed": []}
     # The request metrics count answering, not the wait the client asked for.
     spent = metrics_sample(port, 'sloop_request_duration_seconds_sum{verb="logs"}')
-    assert spent is not None and spent < 0.4
+    assert spent is not None
+    assert spent < 0.4
 
     # A connection holds at most 16; the rest of its requests answer in their turn.
     events = {"verb": "events", "after": bench.ok("events", {"tail": 1})["next_cursor"]}
@@ -365,15 +378,18 @@ def test_a_stopping_daemon_answers_held_requests_then_closes(bench: Bench) -> No
     cursor = caught_up(bench)
     logs = {"verb": "logs", "run": "R1", "after": cursor, "wait_ms": WAIT_MS}
     events = {"verb": "events", "after": bench.ok("events", {"tail": 1})["next_cursor"]}
-    assert bench.daemon is not None and bench.daemon.proc is not None
+    assert bench.daemon is not None
+    assert bench.daemon.proc is not None
     daemon = bench.daemon.proc
     with holding(bench, logs) as held_logs, holding(bench, {**events, "wait_ms": WAIT_MS}) as ev:
         round_trip(bench)
         daemon.send_signal(signal.SIGTERM)
         data = held_logs.data()
-        assert data["records"] == [] and data["next_cursor"] == cursor
+        assert data["records"] == []
+        assert data["next_cursor"] == cursor
         assert held_logs.closed()
-        assert ev.data()["events"] == [] and ev.closed()
+        assert ev.data()["events"] == []
+        assert ev.closed()
     # It stops its run (whose agent still waits) and exits cleanly: one signal was enough.
     assert daemon.wait(20) == 0
     assert bench.stop() == 0
@@ -413,7 +429,8 @@ def test_sloopctl_logs_follow_prints_a_new_line_while_the_run_is_in_flight(bench
         # The agent still waits for 'end': the run is in flight, and the line is there.
         assert next_line() == "[implement#1 stdout] second 1"
         run = bench.show_run("R1")
-        assert run is not None and run["terminal"] is False
+        assert run is not None
+        assert run["terminal"] is False
         bench.release("end")
         code = follower.wait(timeout=20)
     finally:
@@ -421,7 +438,8 @@ def test_sloopctl_logs_follow_prints_a_new_line_while_the_run_is_in_flight(bench
             follower.kill()
             follower.wait()
         reader.join(5)
-        assert follower.stdout is not None and follower.stderr is not None
+        assert follower.stdout is not None
+        assert follower.stderr is not None
         problems = follower.stderr.read()
         follower.stdout.close()
         follower.stderr.close()

@@ -156,7 +156,8 @@ def test_a_stopped_daemon_is_not_the_agents_silence(bench: Bench) -> None:
     bench.start()
     bench.post("paused")
     wait_until(lambda: bench.path("started").exists(), timeout=30)
-    assert bench.daemon is not None and bench.daemon.proc is not None
+    assert bench.daemon is not None
+    assert bench.daemon.proc is not None
     bench.daemon.proc.send_signal(signal.SIGSTOP)
     try:
         bench.release("go")

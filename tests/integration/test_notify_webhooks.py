@@ -125,22 +125,24 @@ def test_every_configured_state_is_told_signed_and_recorded(
         ("stuck", "aborted"),
     ):
         run, body = runs[name], bodies[on]
-        assert body["run"]["id"] == run["id"] and body["run"]["alias"] == run["alias"]
-        assert body["run"]["ticket"] == run["ticket"] and body["run"]["ticket_name"] == name
+        assert body["run"]["id"] == run["id"]
+        assert body["run"]["alias"] == run["alias"]
+        assert body["run"]["ticket"] == run["ticket"]
+        assert body["run"]["ticket_name"] == name
         assert body["run"]["state"] == on == run["state"]
         assert body["run"]["reason"] == run["reason"]
         assert body["run"]["usage"] == run["usage"]
         assert body["link"] == f"https://ci.example/sloop/{run['id']}?a={name}%231"
         assert body["event"]["kind"] == ("run_aborted" if on == "aborted" else "run_finished")
-        assert body["gate"] is None and body["text"].startswith(
-            f"{run['alias']} ({run['id']}) {on}"
-        )
+        assert body["gate"] is None
+        assert body["text"].startswith(f"{run['alias']} ({run['id']}) {on}")
     gates = [r.json() for r in told if r.json()["on"] == "gate_changed"]
     assert [(g["gate"]["from"], g["gate"]["state"]) for g in gates] == [
         ("open", "paused"),
         ("paused", "open"),
     ]
-    assert gates[0]["gate"]["reason"] == "release freeze" and gates[0]["run"] is None
+    assert gates[0]["gate"]["reason"] == "release freeze"
+    assert gates[0]["run"] is None
     assert gates[0]["link"] is None  # the pattern names a run's field
 
     # Signed: the receiver's check passes with the secret and fails with another.
@@ -165,13 +167,15 @@ def test_every_configured_state_is_told_signed_and_recorded(
         assert event["data"]["host"] == f"127.0.0.1:{everything.port}" or event["data"]["host"] == (
             f"127.0.0.1:{merges_only.port}"
         )
-        assert event["data"]["status"] == 200 and event["data"]["attempt"] == 1
-        assert SECRET_PATH not in str(event) and SECRET not in str(event)
+        assert event["data"]["status"] == 200
+        assert event["data"]["attempt"] == 1
+        assert SECRET_PATH not in str(event)
+        assert SECRET not in str(event)
     aborted = [e for e in recorded if e["data"]["on"] == "aborted"]
-    assert (
-        aborted[0]["run"] == runs["stuck"]["id"] and aborted[0]["ticket"] == runs["stuck"]["ticket"]
-    )
-    assert SECRET_PATH not in bench.log() and SECRET not in bench.log()
+    assert aborted[0]["run"] == runs["stuck"]["id"]
+    assert aborted[0]["ticket"] == runs["stuck"]["ticket"]
+    assert SECRET_PATH not in bench.log()
+    assert SECRET not in bench.log()
 
 
 def test_a_receiver_error_is_retried_and_given_up_after_the_attempts(
@@ -203,7 +207,8 @@ def test_a_receiver_error_is_retried_and_given_up_after_the_attempts(
     time.sleep(0.5)
     assert len(broken.requests()) == 3  # attempts = 3, then given up
     assert len(refusing.requests()) == 1  # a 404 is not worth another attempt
-    assert len(redirecting.requests()) == 1 and elsewhere.requests() == []  # not followed
+    assert len(redirecting.requests()) == 1
+    assert elsewhere.requests() == []
 
     def ended() -> list[dict[str, Any]] | None:
         found = notify_events(bench)
@@ -325,9 +330,11 @@ def test_slack_format_is_text_and_blocks_with_mentions_escaped(
     assert set(merged) == {"text", "blocks"}
     assert merged["text"] == f"{run['alias']} ({run['id']}) merged"
     section, context = merged["blocks"]
-    assert section["type"] == "section" and section["text"]["type"] == "mrkdwn"
+    assert section["type"] == "section"
+    assert section["text"]["type"] == "mrkdwn"
     assert f"<https://ci.example/r/{run['id']}|{run['alias']}>" in section["text"]["text"]
-    assert context["type"] == "context" and run["id"] in context["elements"][0]["text"]
+    assert context["type"] == "context"
+    assert run["id"] in context["elements"][0]["text"]
     assert "&lt;!channel&gt; freeze &amp; hold" in paused["text"]
     assert "<!channel>" not in str(paused)
 
@@ -379,12 +386,14 @@ def test_bad_tables_are_refused_naming_the_key_and_a_reload_applies_new_ones(
 
     refused = new_daemon(bench.root, bench.repo)
     code, _, logged = refused.run_to_exit()
-    assert code != 0 and "'notify[0].on[0]': 'merge' is not one of merged" in logged
+    assert code != 0
+    assert "'notify[0].on[0]': 'merge' is not one of merged" in logged
     bench.write_config(
         sloop_toml(bench.argv(), extra=notify_table(first.url, ALL_ON, secret_env=SECRET_VAR))
     )
     code, _, logged = refused.run_to_exit()
-    assert code != 0 and f"'notify[0].secret_env' names {SECRET_VAR}" in logged
+    assert code != 0
+    assert f"'notify[0].secret_env' names {SECRET_VAR}" in logged
 
     bench.write_config(sloop_toml(bench.argv(), extra=notify_table(first.url, ["gate_changed"])))
     bench.start()

@@ -158,11 +158,13 @@ def test_scrape_after_a_walk(bench: Bench) -> None:
 
     # GET (or HEAD) /metrics only.
     nope = request(port, "GET", "/nope")
-    assert nope.status == 404 and nope.content_type.startswith("text/plain"), nope
+    assert nope.status == 404, nope
+    assert nope.content_type.startswith("text/plain"), nope
     assert request(port, "POST", "/metrics").status == 405
     assert request(port, "DELETE", "/metrics").status == 405
     head = request(port, "HEAD", "/metrics")
-    assert head.status == 200 and head.body == ""
+    assert head.status == 200
+    assert head.body == ""
     assert request(port, "GET", "/metrics?x=1").status == 200
 
 

@@ -135,7 +135,8 @@ def test_ready_status_watchdog_reload_stopping_in_order(
     bench.setup(sloop_toml(agent, flows=flows), {"one": ticket_text("One")})
     bench.env.update(NOTIFY_SOCKET=str(listener.path), WATCHDOG_USEC=str(WATCHDOG_USEC))
     bench.start()
-    assert bench.daemon is not None and bench.daemon.proc is not None
+    assert bench.daemon is not None
+    assert bench.daemon.proc is not None
 
     # READY=1 comes first, with a one-line STATUS in the same datagram, and only
     # once the operator socket answers (start() returned after the socket line).
@@ -211,7 +212,8 @@ def test_ready_status_watchdog_reload_stopping_in_order(
     messages = listener.messages()
     first_status = min(i for i in listener.indexes("STATUS") if i > 0)
     first_ping = listener.indexes("WATCHDOG")[0]
-    assert 0 < first_status < reloading and 0 < first_ping < reloading, listener.transcript()
+    assert 0 < first_status < reloading, listener.transcript()
+    assert 0 < first_ping < reloading, listener.transcript()
     assert reloading < ready_again < stopping, listener.transcript()
     assert listener.indexes("READY") == [0, ready_again], listener.transcript()
     assert listener.indexes("RELOADING") == [reloading], listener.transcript()

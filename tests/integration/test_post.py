@@ -87,7 +87,8 @@ def test_a_new_post_registers_a_ready_ticket_with_a_trigger_due_now(op: Operator
 
     # Due now: the scheduler claims it at once; the run (agent 'false') fails.
     board = op.settle()
-    assert board["queued_triggers"] == [] and "queued_activations" not in board
+    assert board["queued_triggers"] == []
+    assert "queued_activations" not in board
     assert board.get("next_wake") is None
     detail = op.detail("T1")
     assert (detail["body"], detail["manual"], detail["trigger"]) == (
@@ -324,7 +325,8 @@ def test_repost_without_manual_of_a_manual_ticket_queues_a_trigger(op: Operator)
     op.write("tickets/later.md", ticket_text("Later"))
     op.post("tickets/later.md", manual=True)
     data = op.post("tickets/later.md", trigger=later())
-    assert data["trigger"] is not None and data["trigger"]["id"] == "TR1"
+    assert data["trigger"] is not None
+    assert data["trigger"]["id"] == "TR1"
     assert op.detail("later")["manual"] is False
 
 
@@ -366,7 +368,8 @@ def test_reposts_of_terminal_and_running_tickets_refresh_but_queue_nothing(
             assert reason(detail) == "terminal"
 
     board = op.dashboard()
-    assert board["queued_triggers"] == [] and "queued_activations" not in board
+    assert board["queued_triggers"] == []
+    assert "queued_activations" not in board
     assert board.get("next_wake") is None
     # The dashboard lists non-terminal tickets only.
     assert ids(board["tickets"]) == ["T4"]

@@ -53,7 +53,8 @@ def test_a_ticket_whose_flow_was_removed_waits_and_the_rest_of_the_queue_moves(
     bench.ok("ready", {"ref": "orphan"})  # its trigger is due now
 
     reason = waiting(bench, "orphan")
-    assert reason is not None and reason["reason"] == "invalid_flow", reason
+    assert reason is not None, reason
+    assert reason["reason"] == "invalid_flow", reason
     assert "'gone'" in reason["message"], reason
 
     # With parallel = 1, the orphan would take the one slot forever; it is stepped over.

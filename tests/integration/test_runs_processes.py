@@ -46,33 +46,45 @@ def test_hanging_agent_is_aborted(bench: Bench) -> None:
     mine = run_env(bench, "R1")
     agent_pid = read_pid(bench.path("R1.pid"))
     grandchild = read_pid(bench.path("grandchild-R1.pid"))  # written after the trap is set
-    assert alive_with(agent_pid, *mine) and alive_with(grandchild, *mine)
+    assert alive_with(agent_pid, *mine)
+    assert alive_with(grandchild, *mine)
 
     # A run in flight, as show gives it.
-    assert in_flight["state"] == "running" and in_flight["terminal"] is False
-    assert in_flight["finished_at_ms"] is None and in_flight["reason"] is None
-    assert in_flight["halt"] is None and in_flight["agent_exit_code"] is None
+    assert in_flight["state"] == "running"
+    assert in_flight["terminal"] is False
+    assert in_flight["finished_at_ms"] is None
+    assert in_flight["reason"] is None
+    assert in_flight["halt"] is None
+    assert in_flight["agent_exit_code"] is None
     assert in_flight["worktree"] == str(bench.worktree_of("R1"))
     running = in_flight["stages"][0]
     assert (running["stage"], running["attempt"], running["state"]) == ("implement", 1, "running")
-    assert running["finished_at_ms"] is None and running["duration_ms"] is None
-    assert isinstance(running["silent_for_ms"], int) and running["silent_for_ms"] >= 0
+    assert running["finished_at_ms"] is None
+    assert running["duration_ms"] is None
+    assert isinstance(running["silent_for_ms"], int)
+    assert running["silent_for_ms"] >= 0
     assert [r["silent_for_ms"] for r in in_flight["stages"][1:]] == [None, None]
     assert [r["id"] for r in bench.dashboard()["runs"]] == ["R1"]
     ticket = bench.ticket("hang")
-    assert ticket["state"] == "running" and ticket["waiting"] is None
+    assert ticket["state"] == "running"
+    assert ticket["waiting"] is None
     assert ticket["runs"][0]["finished_at_ms"] is None
     assert ticket["runs"][0]["stages"][0]["state"] == "running"
 
     aborted = bench.ok("abort", {"run": "hang#1"})["run"]
 
-    assert aborted["id"] == "R1" and aborted["state"] == "aborted" and aborted["terminal"]
-    assert aborted["reason"] and "abort" in aborted["reason"], aborted
+    assert aborted["id"] == "R1"
+    assert aborted["state"] == "aborted"
+    assert aborted["terminal"]
+    assert aborted["reason"], aborted
+    assert "abort" in aborted["reason"], aborted
     assert processes_with(*mine) == []
     # SIGTERM came first; the agent survived it and was killed after the grace.
     assert bench.path("term-R1.log").read_text().splitlines() == ["TERM"]
     run = bench.show_run("R1")
-    assert run is not None and run["state"] == "aborted" and run["halt"] is None
+    assert run is not None
+    assert run["state"] == "aborted"
+    assert run["halt"] is None
     assert run["reason"] == aborted["reason"]
     assert stage_table(run) == [
         ("implement", 1, "failed"),
@@ -81,7 +93,8 @@ def test_hanging_agent_is_aborted(bench: Bench) -> None:
     ]
     assert run["stages"][0]["exit_code"] == -9, run["stages"][0]
     ticket = bench.ticket("hang")
-    assert ticket["state"] == "held" and ticket["waiting"]["reason"] == "held"
+    assert ticket["state"] == "held"
+    assert ticket["waiting"]["reason"] == "held"
     assert bench.event_kinds("R1") == ["run_claimed", "run_started", "run_aborted"]
     # A settled run cannot be aborted again.
     assert bench.client.error("abort", {"run": "R1"})["code"] == "conflict"
@@ -130,7 +143,8 @@ def test_daemon_killed_mid_stage_then_restarted(bench: Bench) -> None:
     bench.start()  # same state and socket directories
 
     first = bench.wait_run("R1")
-    assert first["state"] == "aborted" and first["halt"] is None, first
+    assert first["state"] == "aborted", first
+    assert first["halt"] is None, first
     assert "restart" in first["reason"], first
     assert first["finished_at_ms"] is not None
     assert stage_table(first) == [
@@ -142,7 +156,8 @@ def test_daemon_killed_mid_stage_then_restarted(bench: Bench) -> None:
 
     # The ticket was queued again (a new trigger) and its next attempt ran to the end.
     second = bench.wait_run("crash#2")
-    assert second["id"] == "R2" and second["attempt"] == 2, second
+    assert second["id"] == "R2", second
+    assert second["attempt"] == 2, second
     assert second["state"] == "merged", second
     assert second["trigger"] != first["trigger"]
     ticket = bench.ticket("crash")

@@ -120,12 +120,18 @@ def test_ticket_merged_end_to_end(bench: Bench) -> None:
     assert posted["trigger"] is not None
     run = bench.wait_run("one#1")
 
-    assert RUN_KEYS <= set(run), run
-    assert run["id"] == "R1" and run["alias"] == "one#1" and run["attempt"] == 1
+    assert set(run) >= RUN_KEYS, run
+    assert run["id"] == "R1"
+    assert run["alias"] == "one#1"
+    assert run["attempt"] == 1
     assert run["ticket"] == posted["ticket"]["id"]
-    assert run["state"] == "merged" and run["terminal"] is True
-    assert run["halt"] is None and run["reason"] is None and run["classification"] is None
-    assert run["agent_exit_code"] == 0 and run["exit_code"] == 0
+    assert run["state"] == "merged"
+    assert run["terminal"] is True
+    assert run["halt"] is None
+    assert run["reason"] is None
+    assert run["classification"] is None
+    assert run["agent_exit_code"] == 0
+    assert run["exit_code"] == 0
     assert run["branch"] == "sloop/one/1"
     assert run["claimed_at_ms"] <= run["started_at_ms"] <= run["finished_at_ms"]
     assert stage_table(run) == [
@@ -134,8 +140,9 @@ def test_ticket_merged_end_to_end(bench: Bench) -> None:
         ("merge", 1, "passed"),
     ]
     for stage_row in run["stages"]:
-        assert STAGE_ROW_KEYS <= set(stage_row), stage_row
-        assert stage_row["advisory"] is False and stage_row["reviewers"] == []
+        assert set(stage_row) >= STAGE_ROW_KEYS, stage_row
+        assert stage_row["advisory"] is False
+        assert stage_row["reviewers"] == []
         assert stage_row["started_at_ms"] <= stage_row["finished_at_ms"]
         assert stage_row["duration_ms"] == stage_row["finished_at_ms"] - stage_row["started_at_ms"]
         assert stage_row["silent_for_ms"] is None  # nothing is running
@@ -144,7 +151,8 @@ def test_ticket_merged_end_to_end(bench: Bench) -> None:
 
     # main advanced to the run's branch, which holds the agent's commit on top of the old main.
     main = bench.rev("main")
-    assert main != before and main == bench.rev("sloop/one/1")
+    assert main != before
+    assert main == bench.rev("sloop/one/1")
     assert git(bench.repo, "merge-base", "--is-ancestor", before, main) == ""
     assert "agent R1 implement#1" in git(bench.repo, "log", "--format=%s", "main")
     assert (bench.repo / "one.txt").read_text() == "made by R1\n"  # the checkout moved along
@@ -165,11 +173,13 @@ def test_ticket_merged_end_to_end(bench: Bench) -> None:
     assert env["SLOOP_STAGE"] == "implement"
     assert env["SLOOP_ATTEMPT"] == "1"
     assert env["SLOOP_WORKTREE"] == SANDBOX_CHECKOUT
-    assert env["SLOOP_SOCKET"] and env["SLOOP_TOKEN"]  # the run's worker socket
+    assert env["SLOOP_SOCKET"]
+    assert env["SLOOP_TOKEN"]
     assert "SLOOP_OPERATOR_SOCKET" not in env
     assert env["SLOOP_PROMPT_FILE"] == "/sloop/prompt.md"
     (prompt,) = env["argv_rest"]  # {prompt} is replaced by the rendered prompt
-    assert "Make one" in prompt and "Create one.txt please." in prompt
+    assert "Make one" in prompt
+    assert "Create one.txt please." in prompt
     # The run's own files (HOME, prompts) went with its checkout once it merged.
     assert not (bench.state_dir / "runs" / "R1").exists()
 
@@ -178,8 +188,9 @@ def test_ticket_merged_end_to_end(bench: Bench) -> None:
     assert ticket["state"] == "merged"
     assert [r["id"] for r in ticket["runs"]] == ["R1"]
     summary = ticket["runs"][0]
-    assert SUMMARY_KEYS <= set(summary), summary
-    assert summary["state"] == "merged" and summary["reason"] is None
+    assert set(summary) >= SUMMARY_KEYS, summary
+    assert summary["state"] == "merged"
+    assert summary["reason"] is None
     assert all(set(s) == COMPACT_STAGE_KEYS for s in summary["stages"]), summary
     assert stage_table(summary) == stage_table(run)
     dashboard = bench.dashboard()
@@ -199,38 +210,50 @@ def test_exit_code_failure_then_next_attempt(bench: Bench) -> None:
     bench.post("one")
     run = bench.wait_run("R1")
 
-    assert run["state"] == "failed" and run["halt"] == "fail_action"
-    assert run["agent_exit_code"] == 3 and run["exit_code"] == 3
-    assert "'implement'" in run["reason"] and "exited with code 3" in run["reason"], run
+    assert run["state"] == "failed"
+    assert run["halt"] == "fail_action"
+    assert run["agent_exit_code"] == 3
+    assert run["exit_code"] == 3
+    assert "'implement'" in run["reason"], run
+    assert "exited with code 3" in run["reason"], run
     assert stage_table(run) == [
         ("implement", 1, "failed"),
         ("sync", 0, "pending"),
         ("merge", 0, "pending"),
     ]
     implement = row(run, "implement", 1)
-    assert implement["exit_code"] == 3 and implement["verdict_source"] == "exit_code"
+    assert implement["exit_code"] == 3
+    assert implement["verdict_source"] == "exit_code"
     for pending in run["stages"][1:]:
-        assert pending["started_at_ms"] is None and pending["finished_at_ms"] is None
-        assert pending["exit_code"] is None and pending["duration_ms"] is None
+        assert pending["started_at_ms"] is None
+        assert pending["finished_at_ms"] is None
+        assert pending["exit_code"] is None
+        assert pending["duration_ms"] is None
     ticket = bench.ticket("one")
     assert ticket["state"] == "failed"
     assert ticket["waiting"]["reason"] == "terminal"
     # A failed run keeps its worktree for inspection.
     first_worktree = bench.worktree_of("R1")
-    assert run["worktree"] == str(first_worktree) and first_worktree.is_dir()
+    assert run["worktree"] == str(first_worktree)
+    assert first_worktree.is_dir()
     assert bench.rev("main") != bench.rev("sloop/one/1")
 
     # `run` on the failed ticket starts attempt 2 on a new branch.
     queued = bench.ok("run", {"ref": "one"})
-    assert queued["trigger"] is not None and queued["ticket"]["state"] == "ready"
+    assert queued["trigger"] is not None
+    assert queued["ticket"]["state"] == "ready"
     second = bench.wait_run("one#2")
-    assert second["id"] == "R2" and second["attempt"] == 2 and second["alias"] == "one#2"
+    assert second["id"] == "R2"
+    assert second["attempt"] == 2
+    assert second["alias"] == "one#2"
     assert second["branch"] == "sloop/one/2"
     assert second["state"] == "merged", second
     assert bench.rev("main") == bench.rev("sloop/one/2")
     # The old attempt's worktree was removed when the new attempt started.
     first = bench.show_run("R1")
-    assert first is not None and first["worktree"] is None and first["state"] == "failed"
+    assert first is not None
+    assert first["worktree"] is None
+    assert first["state"] == "failed"
     assert not first_worktree.exists()
 
     ticket = bench.ticket("one")
@@ -272,7 +295,8 @@ def test_advisory_failure_stepped_over_and_flow_without_merge(bench: Bench) -> N
     review = bench.wait_run("review#1")
 
     assert advisory["state"] == "merged", advisory
-    assert advisory["halt"] is None and advisory["reason"] is None
+    assert advisory["halt"] is None
+    assert advisory["reason"] is None
     assert stage_table(advisory) == [
         ("implement", 1, "passed"),
         ("lint", 1, "failed"),
@@ -280,7 +304,8 @@ def test_advisory_failure_stepped_over_and_flow_without_merge(bench: Bench) -> N
         ("merge", 1, "passed"),
     ]
     lint = row(advisory, "lint", 1)
-    assert lint["advisory"] is True and lint["exit_code"] == 1
+    assert lint["advisory"] is True
+    assert lint["exit_code"] == 1
     assert [r["advisory"] for r in advisory["stages"]] == [False, True, False, False]
     assert bench.ticket("adv")["state"] == "merged"
     compact = bench.ticket("adv")["runs"][0]["stages"]
@@ -295,10 +320,12 @@ def test_advisory_failure_stepped_over_and_flow_without_merge(bench: Bench) -> N
     # A flow without a merge stage walked to its end: needs_review, no halt, a reason.
     assert review["state"] == "needs_review", review
     assert review["halt"] is None
-    assert review["reason"] and "review" in review["reason"]
+    assert review["reason"]
+    assert "review" in review["reason"]
     assert stage_table(review) == [("implement", 1, "passed"), ("check", 1, "passed")]
     assert bench.ticket("review")["state"] == "needs_review"
-    assert review["worktree"] is not None and Path(review["worktree"]).is_dir()
+    assert review["worktree"] is not None
+    assert Path(review["worktree"]).is_dir()
 
 
 def test_return_to_loop_passes_then_budget_exhausted(bench: Bench) -> None:
@@ -348,7 +375,8 @@ def test_return_to_loop_passes_then_budget_exhausted(bench: Bench) -> None:
     assert (
         row(passing, "implement", 2)["started_at_ms"] >= row(passing, "test", 1)["finished_at_ms"]
     )
-    assert passing["reason"] is None and passing["halt"] is None
+    assert passing["reason"] is None
+    assert passing["halt"] is None
     summary = bench.ticket("loop")["runs"][0]
     assert [(s["stage"], s["attempt"]) for s in summary["stages"]] == [
         (s, a) for s, a, _ in stage_table(passing)
@@ -368,7 +396,8 @@ def test_return_to_loop_passes_then_budget_exhausted(bench: Bench) -> None:
 
     assert spent["state"] == "needs_review", spent
     assert spent["halt"] == "return_budget_exhausted"
-    assert "budget" in spent["reason"] and "'test'" in spent["reason"], spent
+    assert "budget" in spent["reason"], spent
+    assert "'test'" in spent["reason"], spent
     assert stage_table(spent) == [
         ("implement", 1, "passed"),
         ("test", 1, "failed"),
@@ -386,7 +415,8 @@ def test_return_to_loop_passes_then_budget_exhausted(bench: Bench) -> None:
     assert bench.ok("gc") == {"removed": [spent["id"]]}
     assert not kept.exists()
     after = bench.show_run(spent["id"])
-    assert after is not None and after["worktree"] is None
+    assert after is not None
+    assert after["worktree"] is None
     assert bench.ok("gc") == {"removed": []}
 
 
@@ -409,15 +439,18 @@ def test_sync_conflict_fails_the_run(bench: Bench) -> None:
     bench.release("go")
     run = bench.wait_run("clash#1")
 
-    assert run["state"] == "failed" and run["halt"] == "fail_action", run
+    assert run["state"] == "failed", run
+    assert run["halt"] == "fail_action", run
     assert stage_table(run) == [
         ("implement", 1, "passed"),
         ("sync", 1, "failed"),
         ("merge", 0, "pending"),
     ]
     sync = row(run, "sync", 1)
-    assert "README.md" in sync["reason"] and "conflict" in sync["reason"], sync
-    assert "'sync'" in run["reason"] and "README.md" in run["reason"], run
+    assert "README.md" in sync["reason"], sync
+    assert "conflict" in sync["reason"], sync
+    assert "'sync'" in run["reason"], run
+    assert "README.md" in run["reason"], run
     assert bench.ticket("clash")["state"] == "failed"
     # main is untouched; the kept worktree is clean, with the agent's work and no merge half done.
     assert bench.rev("main") == main_commit
@@ -463,7 +496,8 @@ def test_main_moved_between_sync_and_merge(bench: Bench) -> None:
     # main holds both the commit that moved it and the agent's work: the commit sync#2 made.
     assert bench.rev("main") == bench.rev("sloop/moving/1") == row(run, "merge", 2)["commit"]
     assert row(run, "sync", 2)["commit"] == row(run, "merge", 2)["commit"]
-    assert (bench.repo / "moved.txt").exists() and (bench.repo / "work.txt").exists()
+    assert (bench.repo / "moved.txt").exists()
+    assert (bench.repo / "work.txt").exists()
 
 
 def corrupt_run(bench: Bench) -> tuple[dict[str, Any], str]:
@@ -487,8 +521,10 @@ def corrupt_run(bench: Bench) -> tuple[dict[str, Any], str]:
 
 def test_tampered_stage_log_is_corrupt(bench: Bench) -> None:
     run, before = corrupt_run(bench)
-    assert run["state"] == "failed" and run["halt"] == "corrupt_log", run
-    assert "does not replay" in run["reason"] and "bogus" in run["reason"], run
+    assert run["state"] == "failed", run
+    assert run["halt"] == "corrupt_log", run
+    assert "does not replay" in run["reason"], run
+    assert "bogus" in run["reason"], run
     assert bench.ticket("tamper")["state"] == "failed"
     assert bench.rev("main") == before  # nothing was merged
     assert [r["stage"] for r in run["stages"]] == ["implement", "sync", "merge"]
@@ -531,10 +567,12 @@ def test_flow_edit_after_claim_does_not_change_the_run(bench: Bench) -> None:
     bench.post("second")
     second = bench.wait_run("second#1")
     assert [r["stage"] for r in second["stages"]] == ["implement", "gate", "sync", "merge"]
-    assert second["state"] == "failed" and row(second, "gate", 1)["exit_code"] == 1
+    assert second["state"] == "failed"
+    assert row(second, "gate", 1)["exit_code"] == 1
     # The first run still reports the stages it had.
     again = bench.show_run("first#1")
-    assert again is not None and [r["stage"] for r in again["stages"]] == [
+    assert again is not None
+    assert [r["stage"] for r in again["stages"]] == [
         "implement",
         "sync",
         "merge",
@@ -552,7 +590,8 @@ def test_daemon_refuses_to_start_on_a_bad_flow(sandbox: Path, repo: Path) -> Non
     }
     bench.setup(sloop_toml(bench.argv(), flows=flows))
     code, stdout, logged = new_daemon(sandbox, repo).run_to_exit()
-    assert code != 0 and stdout == ""
+    assert code != 0
+    assert stdout == ""
     assert "flows.default.stages[0].return_to" in logged, logged
     assert "forward" in logged
 

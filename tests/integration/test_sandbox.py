@@ -20,7 +20,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -135,7 +135,8 @@ def test_probe_passes_here() -> None:
 
 def test_probe_names_the_package_when_bwrap_is_missing(tmp_path: Path) -> None:
     message = sandbox.probe(str(tmp_path / "no-such-bwrap"))
-    assert message is not None and "install the bubblewrap package" in message
+    assert message is not None
+    assert "install the bubblewrap package" in message
 
 
 def fake_bwrap(tmp_path: Path, error: str) -> str:
@@ -154,13 +155,15 @@ def test_probe_explains_refused_user_namespaces(
     assert message is not None
     for needle in ("kernel.unprivileged_userns_clone", "user.max_user_namespaces", "seccomp"):
         assert needle in message
-    assert "--security-opt" in message and message.count(".") >= 1
+    assert "--security-opt" in message
+    assert message.count(".") >= 1
 
 
 def test_probe_explains_a_proc_mount_refused_in_a_container(tmp_path: Path) -> None:
     error = "bwrap: Can't mount proc on /newroot/proc: Operation not permitted"
     message = sandbox.probe(fake_bwrap(tmp_path, error))
-    assert message is not None and "systempaths=unconfined" in message
+    assert message is not None
+    assert "systempaths=unconfined" in message
 
 
 # --- processes -----------------------------------------------------------------------
@@ -198,7 +201,8 @@ def test_only_its_own_processes_are_visible_in_proc(box: Box) -> None:
     pids, leaked, neighbour_read, cmdlines = json.loads(done.stdout)
     assert leaked == []
     assert neighbour_read == 2  # ENOENT: that pid does not exist in this namespace
-    assert pids == [1, 2] and os.path.basename(cmdlines[0]) == "bwrap", cmdlines
+    assert pids == [1, 2], cmdlines
+    assert os.path.basename(cmdlines[0]) == "bwrap", cmdlines
 
 
 def test_a_setsid_grandchild_ignoring_sigterm_dies_when_the_command_exits(box: Box) -> None:
@@ -208,7 +212,8 @@ def test_a_setsid_grandchild_ignoring_sigterm_dies_when_the_command_exits(box: B
     proc = subprocess.Popen(
         box.argv(["sh", "-c", script]), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
-    assert proc.stdin is not None and proc.stdout is not None
+    assert proc.stdin is not None
+    assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
     grandchild = wait_for(sleeper)
     init = sandbox.init_pid(proc.pid)
@@ -261,9 +266,11 @@ def test_signals_reach_the_command_only_through_command_pid(box: Box) -> None:
         (box.spec.checkout / "up").unlink()
         if target == "bwrap":
             # bwrap forwards nothing: it dies, and the namespace with it, untrapped.
-            assert code == -signal.SIGTERM and not trapped.exists()
+            assert code == -signal.SIGTERM
+            assert not trapped.exists()
         else:
-            assert code == 0 and trapped.read_text() == "command\n"
+            assert code == 0
+            assert trapped.read_text() == "command\n"
     assert sandbox.command_pid(proc.pid) is None
 
 
@@ -311,7 +318,8 @@ def test_hidden_paths_appear_empty(box: Box) -> None:
     # checkout of the tests lives): a folder, and a file.
     folder = Path("/usr/share")
     file = Path("/etc/passwd")
-    assert any(folder.iterdir()) and file.stat().st_size > 0
+    assert any(folder.iterdir())
+    assert file.stat().st_size > 0
     script = f"ls -A {folder}; wc -c < {file}; ls -A {Path.home()}"
     done = box.sh(script, hide=(folder, file), visible_paths=())
     assert done.returncode == 0, done.stderr
@@ -332,7 +340,8 @@ def test_runtime_dir_tmp_and_home_of_the_host_are_invisible(
         shutil.rmtree(runtime)
         stray.unlink()
     assert "bus" not in done.stdout
-    assert f"{stray}:" not in done.stdout and stray.name not in done.stdout.split()
+    assert f"{stray}:" not in done.stdout
+    assert stray.name not in done.stdout.split()
 
 
 def test_only_the_allowlisted_system_is_shown(box: Box) -> None:
@@ -357,7 +366,8 @@ def test_only_the_allowlisted_system_is_shown(box: Box) -> None:
             shutil.rmtree(path, ignore_errors=True)
     assert done.returncode == 0, done.stderr
     shown = done.stdout.split()
-    assert "sloop.db" not in shown and "secret" not in shown
+    assert "sloop.db" not in shown
+    assert "secret" not in shown
     assert not {"srv", "home", extra.name} & set(shown)
     assert {"usr", "etc", "bin"} <= set(shown)
     assert all(sandbox.hidden_by_default(p) for p in planted)
@@ -385,7 +395,8 @@ def test_a_resolv_conf_symlink_into_run_still_resolves(
     assert ("--ro-bind-try", target, target) in triples
     pairs = [tuple(argv[i : i + 2]) for i in range(len(argv))]
     assert pairs.index(("--tmpfs", "/run")) < pairs.index(("--ro-bind-try", target))
-    assert ("--ro-bind", "/run", "/run") not in triples and ("--ro-bind", "/", "/") not in triples
+    assert ("--ro-bind", "/run", "/run") not in triples
+    assert ("--ro-bind", "/", "/") not in triples
 
 
 def test_environment_is_exactly_the_given_one(box: Box) -> None:
@@ -503,13 +514,13 @@ class Repo:
 
 
 @pytest.fixture
-def repo(box: Box) -> Iterator[Repo]:
+def repo(box: Box) -> Repo:
     main = make_repo(box.root)
     base = commit(main, {"c.txt": "c\n"}, "second")
     work = box.root / "co"
     asyncio.run(checkout.create(main, work, "sloop/t1", base, timeout=30))
     objects = asyncio.run(checkout.objects_dir(main, timeout=30))
-    yield Repo(main, work, objects, base)
+    return Repo(main, work, objects, base)
 
 
 def in_repo(box: Box, repo: Repo, script: str, env: Mapping[str, str] | None = None) -> str:

@@ -49,7 +49,8 @@ def test_uncommitted_changes_fail_the_stage_naming_the_paths(bench: Bench) -> No
     implement = run["stages"][0]
     assert implement["state"] == "failed"
     assert "uncommitted changes" in implement["reason"], implement
-    assert "forgotten.txt" in implement["reason"] and "README.md" in implement["reason"]
+    assert "forgotten.txt" in implement["reason"]
+    assert "README.md" in implement["reason"]
     assert bench.rev("main") == before
 
 
@@ -85,7 +86,8 @@ def test_an_agent_that_did_nothing_is_not_merged(bench: Bench) -> None:
     bench.post("idle")
     run = bench.wait_run("idle#1")
 
-    assert run["state"] == "failed" and run["halt"] == "fail_action", run
+    assert run["state"] == "failed", run
+    assert run["halt"] == "fail_action", run
     # One try: a return to sync cannot give the branch a commit.
     assert stage_table(run) == [
         ("implement", 1, "passed"),
@@ -117,7 +119,8 @@ def test_sandbox_none_runs_unsandboxed_and_says_so(bench: Bench) -> None:
     bench.setup(config, {"plain": ticket_text("Plain")})
     bench.start()
     warning = bench.dashboard()["daemon"]["sandbox"]
-    assert warning["mode"] == "none" and "unsandboxed" in warning["warning"], warning
+    assert warning["mode"] == "none", warning
+    assert "unsandboxed" in warning["warning"], warning
     bench.post("plain")
     run = bench.wait_run("plain#1")
     assert run["state"] == "merged", run
@@ -140,13 +143,15 @@ def test_without_bubblewrap_no_stage_starts(bench: Bench, tmp_path: Path) -> Non
     bench.setup(sloop_toml(bench.argv(), flows=flow(agent)), {"boxed": ticket_text("Boxed")})
     bench.start()
     sandbox = bench.dashboard()["daemon"]["sandbox"]
-    assert sandbox["mode"] == "bwrap" and sandbox["available"] is False, sandbox
+    assert sandbox["mode"] == "bwrap", sandbox
+    assert sandbox["available"] is False, sandbox
     assert "bubblewrap" in sandbox["warning"], sandbox
     bench.post("boxed")
     run = bench.wait_run("boxed#1")
 
     assert run["state"] == "failed", run
-    assert "bubblewrap" in run["reason"] and 'sandbox = "none"' in run["reason"], run["reason"]
+    assert "bubblewrap" in run["reason"], run["reason"]
+    assert 'sandbox = "none"' in run["reason"], run["reason"]
     assert [r["state"] for r in run["stages"]] == ["pending", "pending", "pending"], run
     assert not bench.worktree_of("R1").exists()  # refused before anything was prepared
 
@@ -189,7 +194,8 @@ def test_panel_seats_do_not_see_each_others_verdicts(bench: Bench) -> None:
     row = next(r for r in second["stages"] if r["stage"] == "review")
     first_seat = next(s for s in row["reviewers"] if s["reviewer"] == 0)
     # The first seat had reported before the second started; the second did not see it.
-    assert first_seat["verdict"] is None and first_seat["reason"] is None, row
+    assert first_seat["verdict"] is None, row
+    assert first_seat["reason"] is None, row
     final = next(r for r in run["stages"] if r["stage"] == "review")
     assert [s["verdict"] for s in final["reviewers"]] == ["fail", "pass"]
 

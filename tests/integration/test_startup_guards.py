@@ -99,7 +99,8 @@ def test_a_bad_notify_socket_is_a_warning_and_the_daemon_serves(
         client = daemon.client()
         assert client.ok("show")["kind"] == "dashboard"
         log = daemon.log()
-        assert "NOTIFY_SOCKET" in log and "WARNING" in log, log
+        assert "NOTIFY_SOCKET" in log, log
+        assert "WARNING" in log, log
         assert "Traceback" not in log, log
     finally:
         assert daemon.stop() == 0, daemon.log()

@@ -58,16 +58,19 @@ def test_backup_restore_check_and_migrate_without_a_daemon(sandbox: Path, repo: 
     code, output = store_cmd("backup", state)
     assert code == 0, output
     saved = Path(output.strip())
-    assert saved.parent == state / "backups" and saved.is_file()
+    assert saved.parent == state / "backups"
+    assert saved.is_file()
 
     daemon.start()  # a second session adds events the backup does not have
     assert daemon.stop() == 0, daemon.log()
     assert count_events(state, "daemon_started") == 2
 
     code, output = store_cmd("check", state)
-    assert code == 0 and "store ok" in output, output
+    assert code == 0, output
+    assert "store ok" in output, output
     code, output = store_cmd("migrate", state)
-    assert code == 0 and "nothing to do" in output, output
+    assert code == 0, output
+    assert "nothing to do" in output, output
 
     code, output = store_cmd("restore", state, str(saved))
     assert code == 0, output
@@ -120,9 +123,11 @@ def test_a_newer_store_is_refused_and_only_show_is_served(too_new: DaemonProcess
         assert data["kind"] == "dashboard"
         assert data["daemon"]["store"] == "refused"
         reason = data["daemon"]["reason"]
-        assert "99" in reason and str(SCHEMA_VERSION) in reason
+        assert "99" in reason
+        assert str(SCHEMA_VERSION) in reason
         assert data["runs"] == data["tickets"] == data["queued_triggers"] == []
-        assert data["recent"] == [] and data["recent_total"] == 0
+        assert data["recent"] == []
+        assert data["recent_total"] == 0
         # Its epoch never moves (0.7.0): a held show waits out its wait_ms.
         started = time.monotonic()
         held = client.ok("show", {"since": data["epoch"], "wait_ms": 300})

@@ -39,7 +39,8 @@ class Output:
 
 def sloopctl(bench: Bench, *args: str) -> Output:
     """The real CLI; its output decoded without newline translation (\r stays \r)."""
-    assert bench.daemon is not None and bench.daemon.socket is not None
+    assert bench.daemon is not None
+    assert bench.daemon.socket is not None
     done = subprocess.run(
         sloopctl_argv(bench.daemon.socket, *args),
         capture_output=True,
@@ -80,7 +81,8 @@ def test_hostile_text_is_cleaned_kept_with_raw_and_exact_in_json(bench: Bench) -
     texts = {(r["stream"], r["text"]) for r in records}
     assert {("stdout", HOSTILE), ("stderr", HOSTILE), ("note", HOSTILE)} <= texts, texts
     ticket = orjson.loads(sloopctl(bench, "--json", "show", "evil").stdout)["data"]["value"]
-    assert ticket["title"] == title and body in ticket["body"], ticket
+    assert ticket["title"] == title, ticket
+    assert body in ticket["body"], ticket
 
     # By default: nothing a terminal would act on, from logs, show or events.
     logs = sloopctl(bench, "logs", run_id)

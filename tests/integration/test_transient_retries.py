@@ -46,14 +46,16 @@ def test_transient_failures_are_retried_with_backoff_then_given_up(bench: Bench)
     bench.post("busy")
 
     first = bench.wait_run("busy#1")
-    assert first["state"] == "failed" and first["halt"] == "fail_action", first
+    assert first["state"] == "failed", first
+    assert first["halt"] == "fail_action", first
     assert first["classification"] == "overloaded", first
     assert implement_rows(first) == [(1, "failed")], first["stages"]  # no return_to spent
     assert "queued again in 1s (transient retry 1 of 2)" in first["reason"], first
     assert 700 <= due_after_finish(bench, "busy", first) <= 1100
     assert bench.ticket("busy")["state"] == "ready"
     dashboard = bench.dashboard()
-    assert dashboard["gate"]["state"] == "open" and gate_events(bench) == [], dashboard
+    assert dashboard["gate"]["state"] == "open", dashboard
+    assert gate_events(bench) == [], dashboard
 
     # A restart while the retry waits: the count is read from the stored runs.
     assert bench.stop() == 0
@@ -64,7 +66,8 @@ def test_transient_failures_are_retried_with_backoff_then_given_up(bench: Bench)
     assert 1700 <= due_after_finish(bench, "busy", second) <= 2100
 
     third = bench.wait_run("busy#3")
-    assert third["state"] == "failed" and third["halt"] == "fail_action", third
+    assert third["state"] == "failed", third
+    assert third["halt"] == "fail_action", third
     assert "not queued again: the ticket's transient retries are spent" in third["reason"]
     assert "(2 of agent.transient_retries = 2)" in third["reason"], third
     assert bench.ticket("busy")["state"] == "failed"

@@ -145,7 +145,8 @@ def assert_cooldown(bench: Bench, run: dict[str, Any], classification: str, unti
     gate = dashboard["gate"]
     assert gate["state"] == "cooldown", gate
     assert gate["until_ms"] == until_ms, (gate, until_ms)
-    assert gate["reason"] and classification.replace("_", " ") in gate["reason"], gate
+    assert gate["reason"], gate
+    assert classification.replace("_", " ") in gate["reason"], gate
     assert run["id"] in gate["reason"], gate
     assert dashboard["runs"] == []
     # The daemon looks again at the deadline (the requeued trigger is due then too).
@@ -154,8 +155,10 @@ def assert_cooldown(bench: Bench, run: dict[str, Any], classification: str, unti
     # The ticket is ready again, with one trigger due when the cooldown ends.
     ticket = bench.ticket(ticket_id)
     assert ticket["state"] == "ready", ticket
-    assert ticket["trigger"] is not None and ticket["trigger"]["due_at_ms"] == until_ms, ticket
-    assert ticket["waiting"] is not None and ticket["waiting"]["until_ms"] == until_ms, ticket
+    assert ticket["trigger"] is not None, ticket
+    assert ticket["trigger"]["due_at_ms"] == until_ms, ticket
+    assert ticket["waiting"] is not None, ticket
+    assert ticket["waiting"]["until_ms"] == until_ms, ticket
     assert ticket["waiting"]["reason"] in ("scheduled", "cooldown"), ticket
     assert [t["ticket"] for t in dashboard["queued_triggers"]] == [ticket_id], dashboard
 
@@ -170,12 +173,15 @@ def assert_cooldown(bench: Bench, run: dict[str, Any], classification: str, unti
     changes = gate_events(bench)
     assert len(changes) == 1, changes
     change = changes[0]
-    assert change["ticket"] is None and change["run"] is None, change
-    assert change["data"]["state"] == "cooldown" and change["data"]["from"] == "open", change
+    assert change["ticket"] is None, change
+    assert change["run"] is None, change
+    assert change["data"]["state"] == "cooldown", change
+    assert change["data"]["from"] == "open", change
     assert change["data"]["until_ms"] == until_ms, change
     for scope in (ticket_id, run["id"]):
         scoped = [e["kind"] for e in events(bench, scope=scope)]
-        assert "gate_changed" not in scoped and scoped, (scope, scoped)
+        assert "gate_changed" not in scoped, (scope, scoped)
+        assert scoped, (scope, scoped)
 
 
 def assert_resumed(bench: Bench, vendor: VendorBench, run: dict[str, Any], until_ms: int) -> None:
@@ -189,7 +195,8 @@ def assert_resumed(bench: Bench, vendor: VendorBench, run: dict[str, Any], until
     assert bench.dashboard()["gate"] == {"state": "open", "until_ms": None, "reason": None}
     changes = gate_events(bench)
     assert [c["data"]["state"] for c in changes] == ["cooldown", "open"], changes
-    assert changes[1]["ticket"] is None and changes[1]["run"] is None
+    assert changes[1]["ticket"] is None
+    assert changes[1]["run"] is None
     assert (bench.repo / f"{ticket_id}.txt").read_text() == f"done by {second['id']}\n"
     ticket = bench.ticket(ticket_id)
     assert ticket["state"] == "merged"
@@ -241,7 +248,8 @@ def test_rate_limit_without_reset_uses_the_configured_cooldown(
     assert run["diagnosis"]["vendor"] == "claude"
     assert run["diagnosis"]["reset_at_ms"] is None  # the 429 names no reset time
     evidence = run["diagnosis"]["evidence"]
-    assert evidence.startswith("API Error: 429") and "rate_limit_error" in evidence, run
+    assert evidence.startswith("API Error: 429"), run
+    assert "rate_limit_error" in evidence, run
     until_ms = bench.dashboard()["gate"]["until_ms"]
     assert isinstance(until_ms, int)
     # The configured 3 s from the moment the failure was diagnosed.
@@ -283,7 +291,8 @@ def test_overload_and_auth_failures_leave_the_gate_open(bench: Bench, vendor: Ve
 
     # Auth: an ordinary failure per the flow (fail_action), classified.
     login = bench.wait_run("login#1")
-    assert login["state"] == "failed" and login["halt"] == "fail_action", login
+    assert login["state"] == "failed", login
+    assert login["halt"] == "fail_action", login
     assert login["classification"] == "auth_failed", login
     assert login["diagnosis"]["evidence"] == AUTH_FAILED.strip(), login
     assert login["diagnosis"]["vendor"] == "claude"
@@ -297,7 +306,8 @@ def test_overload_and_auth_failures_leave_the_gate_open(bench: Bench, vendor: Ve
     assert busy["classification"] == "overloaded", busy
     assert "transient retries are spent" in busy["reason"], busy
     evidence = busy["diagnosis"]["evidence"]
-    assert evidence.startswith("API Error: 529") and "overloaded_error" in evidence, busy
+    assert evidence.startswith("API Error: 529"), busy
+    assert "overloaded_error" in evidence, busy
     assert vendor.calls("T2") == ["R2"]
     texts = [r["text"] for r in bench.ok("logs", {"run": busy["id"]})["records"]]
     assert "returning to 'implement'" not in texts, texts
@@ -305,7 +315,8 @@ def test_overload_and_auth_failures_leave_the_gate_open(bench: Bench, vendor: Ve
     # Neither closes the gate, and neither ticket is queued again.
     dashboard = bench.dashboard()
     assert dashboard["gate"] == {"state": "open", "until_ms": None, "reason": None}
-    assert dashboard["queued_triggers"] == [] and "next_wake" not in dashboard, dashboard
+    assert dashboard["queued_triggers"] == [], dashboard
+    assert "next_wake" not in dashboard, dashboard
     assert gate_events(bench) == []
     assert bench.ticket("login")["state"] == "failed"
     assert bench.ticket("busy")["state"] == "failed"
@@ -325,7 +336,8 @@ def test_pause_holds_every_claim_until_resume(bench: Bench, vendor: VendorBench)
     # Nothing is claimed: the ticket stays ready, and says why.
     time.sleep(0.7)
     ticket = bench.ticket("one")
-    assert ticket["state"] == "ready" and ticket["runs"] == [], ticket
+    assert ticket["state"] == "ready", ticket
+    assert ticket["runs"] == [], ticket
     assert ticket["waiting"]["reason"] == "cooldown", ticket
     assert "paused" in ticket["waiting"]["message"], ticket
     assert bench.dashboard()["runs"] == []
@@ -359,7 +371,8 @@ def test_pause_holds_every_claim_until_resume(bench: Bench, vendor: VendorBench)
     assert all(c["ticket"] is None and c["run"] is None for c in changes)
     # A pause without a reason gets one.
     default = bench.ok("pause")["gate"]
-    assert default["state"] == "paused" and default["reason"], default
+    assert default["state"] == "paused", default
+    assert default["reason"], default
     bench.ok("resume")
 
 
@@ -374,7 +387,8 @@ def test_restart_keeps_the_cooldown_and_its_deadline(bench: Bench, vendor: Vendo
     bench.post("one")
     run = bench.wait_run("one#1")
     gate = bench.dashboard()["gate"]
-    assert gate["state"] == "cooldown" and isinstance(gate["until_ms"], int), gate
+    assert gate["state"] == "cooldown", gate
+    assert isinstance(gate["until_ms"], int), gate
 
     def unchanged_after_restart() -> None:
         assert bench.dashboard()["gate"] == gate
@@ -382,7 +396,8 @@ def test_restart_keeps_the_cooldown_and_its_deadline(bench: Bench, vendor: Vendo
         assert error["code"] == "cooldown_active", error
         assert error["details"]["until_ms"] == gate["until_ms"]
         ticket = bench.ticket("one")
-        assert ticket["state"] == "ready" and ticket["trigger"]["due_at_ms"] == gate["until_ms"]
+        assert ticket["state"] == "ready"
+        assert ticket["trigger"]["due_at_ms"] == gate["until_ms"]
         assert [r["id"] for r in ticket["runs"]] == [run["id"]]  # nothing claimed since
         assert len(gate_events(bench)) == 1  # a restart is not a gate change
 

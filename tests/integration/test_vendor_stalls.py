@@ -91,14 +91,17 @@ def test_silent_agent_is_stalled_then_stopped_while_a_chatty_one_is_not(bench: B
     # While it ran: stall non-null with where and how long; the stage row agrees.
     assert stalled is not None, "the silent agent never showed a stall"
     stall = stalled["stall"]
-    assert stall["stage"] == "implement" and stall["attempt"] == 1, stall
+    assert stall["stage"] == "implement", stall
+    assert stall["attempt"] == 1, stall
     assert stall["silent_for_ms"] >= 1000, stall
     assert stall["stall_after_ms"] == 1000, stall
     row = running_row(stalled)
-    assert row is not None and row["stage"] == "implement", stalled
+    assert row is not None, stalled
+    assert row["stage"] == "implement", stalled
     assert row["silent_for_ms"] >= 1000, row
     # The ticket's run history carries the same stall (protocol "Read a ticket's run history").
-    assert summary is not None and summary["stall"] is not None, summary
+    assert summary is not None, summary
+    assert summary["stall"] is not None, summary
     assert summary["stall"]["stage"] == "implement", summary
     # So do the dashboard's runs in flight.
     assert live["quiet#1"]["stall"] is not None, live
@@ -106,13 +109,15 @@ def test_silent_agent_is_stalled_then_stopped_while_a_chatty_one_is_not(bench: B
 
     # Stopped at the kill threshold: the stage failed, the run failed as 'stalled'.
     quiet = bench.wait_run("quiet#1")
-    assert quiet["state"] == "failed" and quiet["halt"] == "fail_action", quiet
+    assert quiet["state"] == "failed", quiet
+    assert quiet["halt"] == "fail_action", quiet
     assert quiet["classification"] == "stalled", quiet
     assert quiet["diagnosis"]["classification"] == "stalled", quiet
     assert "stalled" in quiet["reason"], quiet
     assert quiet["stall"] is None
     implement = quiet["stages"][0]
-    assert implement["stage"] == "implement" and implement["state"] == "failed", implement
+    assert implement["stage"] == "implement", implement
+    assert implement["state"] == "failed", implement
     assert implement["silent_for_ms"] is None
     assert 3000 <= implement["duration_ms"] < 10_000, implement
     assert [r["state"] for r in quiet["stages"][1:]] == ["pending", "pending"]
@@ -133,9 +138,11 @@ def test_silent_agent_is_stalled_then_stopped_while_a_chatty_one_is_not(bench: B
     # The chatty agent worked 4 s, never stalled, and merged.
     chatty = bench.wait_run("chatty#1")
     assert chatty["state"] == "merged", chatty
-    assert chatty["classification"] is None and chatty["stall"] is None
+    assert chatty["classification"] is None
+    assert chatty["stall"] is None
     assert len(chatty_seen) >= 5, chatty_seen
     assert all(stall is None for stall, _ in chatty_seen), chatty_seen
     silences = [silent for _, silent in chatty_seen if silent is not None]
-    assert silences and max(silences) < 1000, chatty_seen
+    assert silences, chatty_seen
+    assert max(silences) < 1000, chatty_seen
     assert chatty["stages"][0]["duration_ms"] >= 3500, chatty["stages"][0]

@@ -177,7 +177,8 @@ def test_panels_and_reported_stages(bench: Bench) -> None:
     check_split(bench, runs["split"])
     check_mute(bench, first_mute, bench.wait_run("mute#2"))
     dashboard = bench.dashboard()
-    assert dashboard["runs"] == [] and dashboard["queued_triggers"] == []
+    assert dashboard["runs"] == []
+    assert dashboard["queued_triggers"] == []
     assert dashboard["tickets"] == []  # all three are terminal
     states = {name: bench.ticket(name)["state"] for name in ("quorum", "split", "mute")}
     assert states == {"quorum": "needs_review", "split": "failed", "mute": "failed"}
@@ -208,7 +209,8 @@ def check_quorum(bench: Bench, run: dict[str, Any]) -> None:
     assert self_brief["stage"] == {"name": "self", "attempt": 1, "result_check": "reported"}
     assert self_brief["definition_of_done"] != brief["definition_of_done"]
     for done in (brief["definition_of_done"], self_brief["definition_of_done"]):
-        assert done and all(isinstance(line, str) for line in done)
+        assert done
+        assert all(isinstance(line, str) for line in done)
     unstaged = ("stage", "definition_of_done")
     assert {k: v for k, v in brief.items() if k not in unstaged} == {
         k: v for k, v in self_brief.items() if k not in unstaged
@@ -244,12 +246,16 @@ def check_quorum(bench: Bench, run: dict[str, Any]) -> None:
     assert (seat2["reviewer"], seat2["confidence"], seat2["reason"]) == (2, "medium", "ok")
 
     # Two of three passed: the stage passed on the panel's word; the flow has no merge.
-    assert run["state"] == "needs_review" and run["halt"] is None, run
+    assert run["state"] == "needs_review", run
+    assert run["halt"] is None, run
     assert stage_table(run) == [("self", 1, "passed"), ("review", 1, "passed")]
     self_row, review = run["stages"]
-    assert self_row["verdict_source"] == "reported" and self_row["reason"] == "self"
-    assert self_row["confidence"] == "medium" and self_row["reviewers"] == []
-    assert review["verdict_source"] == "panel" and review["confidence"] is None
+    assert self_row["verdict_source"] == "reported"
+    assert self_row["reason"] == "self"
+    assert self_row["confidence"] == "medium"
+    assert self_row["reviewers"] == []
+    assert review["verdict_source"] == "panel"
+    assert review["confidence"] is None
     assert review["exit_code"] is None, review
     assert all(set(r) == REVIEWER_KEYS for r in review["reviewers"])
     assert seats_of(review) == [
@@ -293,7 +299,8 @@ def check_split(bench: Bench, run: dict[str, Any]) -> None:
     assert data_of(seats[1]["brief"])["stage"]["result_check"] == "panel"
     assert data_of(seats[2]["verdict"])["verdict"]["confidence"] == "high"
     # One pass of three is below quorum 2: the stage fails, and with it the run.
-    assert run["state"] == "failed" and run["halt"] == "fail_action", run
+    assert run["state"] == "failed", run
+    assert run["halt"] == "fail_action", run
     assert stage_table(run) == [("review", 1, "failed")]
     review = run["stages"][0]
     assert review["verdict_source"] == "panel"
@@ -337,12 +344,16 @@ def check_mute(bench: Bench, first: dict[str, Any], second: dict[str, Any]) -> N
         assert data_of(seen["note"])["note"]["text"] == "bye"
         assert data_of(seen["show_ticket"])["value"]["name"] == "mute"
         # Exit 0 without a verdict: the stage fails, the verdict is "missing".
-        assert run["state"] == "failed" and run["halt"] == "fail_action", run
+        assert run["state"] == "failed", run
+        assert run["halt"] == "fail_action", run
         assert stage_table(run) == [("self", 1, "failed")]
         row = run["stages"][0]
-        assert row["verdict_source"] == "missing" and row["exit_code"] == 0
-        assert row["confidence"] is None and row["reviewers"] == []
-        assert run["reason"] and "self" in run["reason"], run
+        assert row["verdict_source"] == "missing"
+        assert row["exit_code"] == 0
+        assert row["confidence"] is None
+        assert row["reviewers"] == []
+        assert run["reason"], run
+        assert "self" in run["reason"], run
         # A note is evidence, not a verdict.
         assert [n["text"] for n in run["notes"]] == ["bye"]
     # The first attempt was its own run; to the second it is another run of the ticket.

@@ -229,7 +229,8 @@ def test_a_worker_reaches_only_its_own_run(bench: Bench) -> None:
         },
     )
     bench.start()
-    assert bench.daemon is not None and bench.daemon.socket is not None
+    assert bench.daemon is not None
+    assert bench.daemon.socket is not None
     operator = bench.daemon.socket
     assert operator == bench.root / "s" / api.OPERATOR_SOCKET_NAME
     bench.path("operator").write_text(str(operator))
@@ -245,13 +246,17 @@ def test_a_worker_reaches_only_its_own_run(bench: Bench) -> None:
     env = work_seen["env"]
     worker_socket = bench.root / "s" / "w" / "R1.sock"
     assert env["SLOOP_SOCKET"] == str(worker_socket)
-    assert env["socket_mode"] == "0o600" and env["socket_is_socket"] is True
-    assert "SLOOP_OPERATOR_SOCKET" not in env and "SLOOP_SOCKET_DIR" not in env
+    assert env["socket_mode"] == "0o600"
+    assert env["socket_is_socket"] is True
+    assert "SLOOP_OPERATOR_SOCKET" not in env
+    assert "SLOOP_SOCKET_DIR" not in env
     mode = os.stat(worker_socket).st_mode
-    assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600
+    assert stat.S_ISSOCK(mode)
+    assert stat.S_IMODE(mode) == 0o600
     assert stat.S_IMODE(os.stat(worker_socket.parent).st_mode) == 0o700
     token = bench.path("token-work").read_text().strip()
-    assert token == env["SLOOP_TOKEN"] and len(token) >= 32
+    assert token == env["SLOOP_TOKEN"]
+    assert len(token) >= 32
 
     # The live worker token on the operator socket, from the test (not a run child).
     for verb, args in (
@@ -266,11 +271,13 @@ def test_a_worker_reaches_only_its_own_run(bench: Bench) -> None:
     held = Client(worker_socket)  # stays open across the run's end
     try:
         live = held.call("brief", token=token)
-        assert live["ok"] is True and live["data"]["run"] == "R1", live
+        assert live["ok"] is True, live
+        assert live["data"]["run"] == "R1", live
         # Nothing the probe tried moved operator-owned state.
         during = bench.dashboard()
         assert others(during, "probe") == others(before, "probe")
-        assert during["queued_triggers"] == [] and during["gate"] == before["gate"]
+        assert during["queued_triggers"] == []
+        assert during["gate"] == before["gate"]
         assert [r["id"] for r in during["runs"]] == ["R1"]
         assert during["runs"][0]["state"] == "running"
         parked = bench.show_run("R1")
@@ -298,8 +305,10 @@ def test_a_worker_reaches_only_its_own_run(bench: Bench) -> None:
     assert_run(bench, run)
     after_dashboard = bench.dashboard()
     assert others(after_dashboard, "probe") == others(before, "probe")
-    assert after_dashboard["queued_triggers"] == [] and after_dashboard["gate"] == before["gate"]
-    assert bench.ticket("other")["state"] == "held" and bench.ticket("other")["runs"] == []
+    assert after_dashboard["queued_triggers"] == []
+    assert after_dashboard["gate"] == before["gate"]
+    assert bench.ticket("other")["state"] == "held"
+    assert bench.ticket("other")["runs"] == []
     events = bench.ok("events")["events"]
     assert events[: len(events_before)] == events_before
     assert [(e["kind"], e["run"]) for e in events[len(events_before) :]] == [
@@ -316,27 +325,37 @@ def assert_work(bench: Bench, seen: dict[str, Any], run: dict[str, Any]) -> None
     data = data_of(brief["json"])
     assert set(data) == BRIEF_KEYS, data
     assert set(data["ticket"]) == BRIEF_TICKET_KEYS, data["ticket"]
-    assert data["run"] == "R1" and data["branch"] == "sloop/probe/1"
+    assert data["run"] == "R1"
+    assert data["branch"] == "sloop/probe/1"
     assert data["worktree"] == str(bench.worktree_of("R1"))
-    assert data["ticket"]["id"] == "T3" and data["ticket"]["name"] == "probe"
-    assert data["ticket"]["title"] == "Probe" and data["ticket"]["flow"] == "probe"
-    assert data["ticket"]["priority"] == 3 and data["ticket"]["state"] == "running"
+    assert data["ticket"]["id"] == "T3"
+    assert data["ticket"]["name"] == "probe"
+    assert data["ticket"]["title"] == "Probe"
+    assert data["ticket"]["flow"] == "probe"
+    assert data["ticket"]["priority"] == 3
+    assert data["ticket"]["state"] == "running"
     assert "Poke at everything." in data["ticket"]["body"]
     assert data["stage"] == {"name": "work", "attempt": 1, "result_check": "reported"}
     done = data["definition_of_done"]
-    assert isinstance(done, list) and done and all(isinstance(line, str) for line in done)
+    assert isinstance(done, list)
+    assert done
+    assert all(isinstance(line, str) for line in done)
 
     # show: its own run and ticket, by every exact reference to them.
     for key in ("show_none", "show_limit", "show_run", "show_alias", "show_held"):
         shown = data_of(seen[key])
-        assert shown["kind"] == "run" and shown["value"]["id"] == "R1", (key, shown)
+        assert shown["kind"] == "run", (key, shown)
+        assert shown["value"]["id"] == "R1", (key, shown)
         assert shown["value"]["stages"][0]["state"] == "running"
-        assert isinstance(shown["epoch"], int) and shown["epoch"] < 2**52, (key, shown)
+        assert isinstance(shown["epoch"], int), (key, shown)
+        assert shown["epoch"] < 2**52, (key, shown)
     for key in ("show_ticket_id", "show_ticket_name", "show_ticket_path"):
         shown = data_of(seen[key])
-        assert shown["kind"] == "ticket" and shown["value"]["id"] == "T3", (key, shown)
+        assert shown["kind"] == "ticket", (key, shown)
+        assert shown["value"]["id"] == "T3", (key, shown)
     ctl_show = seen["ctl_show"]
-    assert ctl_show["rc"] == 0 and data_of(ctl_show["json"])["kind"] == "run", ctl_show
+    assert ctl_show["rc"] == 0, ctl_show
+    assert data_of(ctl_show["json"])["kind"] == "run", ctl_show
     for key in FOREIGN_REFS:
         assert_unauthorized(seen[f"foreign_{key}"])
 
@@ -374,7 +393,8 @@ def assert_work(bench: Bench, seen: dict[str, Any], run: dict[str, Any]) -> None
     }
     assert error_of(seen["verdict_again"])["code"] == "conflict"
     again = seen["ctl_verdict_again"]
-    assert again["rc"] != 0 and error_of(again["json"])["code"] == "conflict", again
+    assert again["rc"] != 0, again
+    assert error_of(again["json"])["code"] == "conflict", again
     assert data_of(seen["note_after_verdict"])["note"]["text"] == "still here"
 
     # The operator socket refuses the run's processes, whatever they send.
@@ -385,7 +405,8 @@ def assert_work(bench: Bench, seen: dict[str, Any], run: dict[str, Any]) -> None
         assert refused["rc"] != 0, refused
         assert error_of(refused["json"])["code"] == "unauthorized", refused
     orphan = seen["grandchild"]
-    assert bench.daemon is not None and bench.daemon.proc is not None
+    assert bench.daemon is not None
+    assert bench.daemon.proc is not None
     assert orphan["ppid"] == bench.daemon.proc.pid, orphan  # adopted by the subreaper
     assert orphan["sid"] != seen["env"]["pid"], orphan  # its own session, not the agent's
     assert not [name for name in orphan["env"] if name.startswith("SLOOP")], orphan
@@ -407,12 +428,16 @@ def assert_check(seen: dict[str, Any], work_seen: dict[str, Any]) -> None:
 
 def assert_run(bench: Bench, run: dict[str, Any]) -> None:
     # A flow without a merge stage walked to its end.
-    assert run["state"] == "needs_review" and run["halt"] is None, run
+    assert run["state"] == "needs_review", run
+    assert run["halt"] is None, run
     assert stage_table(run) == [("work", 1, "passed"), ("check", 1, "passed")]
     work, check = run["stages"]
-    assert work["verdict_source"] == "reported" and work["confidence"] == "high"
-    assert work["reason"] == "all good" and work["reviewers"] == []
-    assert check["verdict_source"] == "exit_code" and check["exit_code"] == 0
+    assert work["verdict_source"] == "reported"
+    assert work["confidence"] == "high"
+    assert work["reason"] == "all good"
+    assert work["reviewers"] == []
+    assert check["verdict_source"] == "exit_code"
+    assert check["exit_code"] == 0
     assert check["confidence"] is None
     notes = [(n["stage"], n["attempt"], n["text"]) for n in run["notes"]]
     assert notes == [
@@ -437,7 +462,8 @@ def test_a_process_carrying_the_child_marker_is_refused(bench: Bench) -> None:
     """Not a descendant of the daemon, but it carries a run child's marker variable."""
     bench.setup(sloop_toml(bench.argv()))
     bench.start()
-    assert bench.daemon is not None and bench.daemon.socket is not None
+    assert bench.daemon is not None
+    assert bench.daemon.socket is not None
     code = (
         "import json, socket, sys\n"
         "s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n"
@@ -517,7 +543,8 @@ def test_another_runs_token_is_refused(bench: Bench) -> None:
         assert run["state"] == "needs_review", (name, run)
         assert stage_table(run) == [("work", 1, "passed")]
         work = run["stages"][0]
-        assert work["verdict_source"] == "reported" and work["reason"] is None
+        assert work["verdict_source"] == "reported"
+        assert work["reason"] is None
         assert work["confidence"] == "medium"
         assert run["notes"] == []
     assert bench.dashboard()["queued_triggers"] == []
@@ -534,7 +561,8 @@ def test_an_unknown_verb_is_unauthorized_too(bench: Bench) -> None:
     flows = {"default": [{"name": "work", "action": "agent"}]}
     bench.setup(sloop_toml(probe, flows=flows, sandbox="none"))  # the operator socket in reach
     bench.start()
-    assert bench.daemon is not None and bench.daemon.socket is not None
+    assert bench.daemon is not None
+    assert bench.daemon.socket is not None
     bench.path("operator").write_text(str(bench.daemon.socket))
     bench.setup(None, {"one": ticket_text("One")})
     bench.post("one")
@@ -560,7 +588,8 @@ def test_a_vanished_peer_from_inside_a_run_is_refused(bench: Bench) -> None:
     flows = {"default": [{"name": "work", "action": "agent"}]}
     bench.setup(sloop_toml(probe, flows=flows, sandbox="none"))  # the operator socket in reach
     bench.start()
-    assert bench.daemon is not None and bench.daemon.socket is not None
+    assert bench.daemon is not None
+    assert bench.daemon.socket is not None
     bench.path("operator").write_text(str(bench.daemon.socket))
     bench.setup(None, {"one": ticket_text("One")})
     bench.post("one")

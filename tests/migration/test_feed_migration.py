@@ -274,7 +274,8 @@ def test_a_version_2_store_migrates_and_serves_the_same_feeds(sandbox: Path) -> 
     assert len(list((migrated.state_dir / "backups").glob("store-v2-*.sqlite3"))) == 1
     # Every stored body now carries its cursor, and every ticket's events their project.
     bodies = query(migrated.state_dir, "SELECT CAST(body AS TEXT) FROM log_records")
-    assert bodies and all(b.startswith('{"cursor":"') for (b,) in bodies)
+    assert bodies
+    assert all(b.startswith('{"cursor":"') for (b,) in bodies)
     assert query(
         migrated.state_dir,
         "SELECT count(*) FROM events e JOIN tickets t ON t.id = e.ticket"
@@ -291,9 +292,12 @@ def legacy_records(daemon: DaemonProcess) -> None:
     for args in ({}, {"stage": "implement"}, {"stage": "implement#1"}):
         data = orjson.loads(raw(daemon, "logs", {"run": "R3", **args}))["data"]
         assert data["records"] == expected, args
-        assert data["complete"] is True and data["terminal"] is True
+        assert data["complete"] is True
+        assert data["terminal"] is True
     tail = orjson.loads(raw(daemon, "logs", {"run": "R3", "stage": "implement", "tail": 2}))
-    assert tail["data"]["records"] == expected[-2:] and tail["data"]["elided"] == 3
+    assert tail["data"]["records"] == expected[-2:]
+    assert tail["data"]["elided"] == 3
     for args in ({"stage": "sync"}, {"stage": "implement#2"}):
         data = orjson.loads(raw(daemon, "logs", {"run": "R3", **args}))["data"]
-        assert data["records"] == [] and data["next_cursor"] == "5", args
+        assert data["records"] == [], args
+        assert data["next_cursor"] == "5", args

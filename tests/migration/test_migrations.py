@@ -81,7 +81,8 @@ def assert_migrated(state_dir: Path) -> None:
         state_dir, "SELECT kind, run, project FROM events WHERE kind = 'run_finished'"
     ) == [("run_finished", "R1", "default")]
     tables = {r[0] for r in query(state_dir, "SELECT name FROM sqlite_master WHERE type='table'")}
-    assert "activations" not in tables and "runs_new" not in tables
+    assert "activations" not in tables
+    assert "runs_new" not in tables
     # The pre-migration store was backed up, as it was.
     saved = sorted((state_dir / "backups").glob("store-v1-*.sqlite3"))
     assert len(saved) == 1
@@ -134,7 +135,8 @@ def test_sloopd_store_migrate_migrates_a_version_1_store(tmp_path: Path) -> None
     assert_migrated(state)
     assert insert_trigger(state) == "TR4"
     again = sloopd("store", "migrate", "--state-dir", str(state))
-    assert again.returncode == 0 and "nothing to do" in again.stdout
+    assert again.returncode == 0
+    assert "nothing to do" in again.stdout
     assert len(list((state / "backups").iterdir())) == 1  # no backup when nothing to do
 
 

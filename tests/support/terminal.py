@@ -75,7 +75,8 @@ class Screen:
 
     def _sequence(self, private: bytes, params: str, final: str) -> None:
         if private:
-            assert params == "25" and final in "hl", (params, final)  # cursor shown/hidden
+            assert params == "25", (params, final)
+            assert final in "hl", (params, final)  # cursor shown/hidden
             return
         count = int(params or "1") if final in "AF" else 0
         if final == "m":

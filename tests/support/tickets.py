@@ -295,6 +295,7 @@ def reason(row: dict[str, Any]) -> str | None:
     if waiting is None:
         return None
     assert set(waiting) >= {"reason", "message"}, waiting
-    assert isinstance(waiting["message"], str) and waiting["message"], waiting
+    assert isinstance(waiting["message"], str), waiting
+    assert waiting["message"], waiting
     value: str = waiting["reason"]
     return value

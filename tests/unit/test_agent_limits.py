@@ -31,7 +31,8 @@ def test_defaults() -> None:
     assert (agent.transient_retries, agent.transient_backoff_ms) == (3, 60_000)
     assert agent.transient_backoff_max_ms == 30 * 60_000
     # The default agent is the claude preset, which prints Claude Code's JSON events.
-    assert agent.stream == "claude" and agent.budget == Budget()
+    assert agent.stream == "claude"
+    assert agent.budget == Budget()
 
 
 def test_agent_keys_parse() -> None:
@@ -50,7 +51,8 @@ def test_agent_keys_parse() -> None:
     ).agent
     assert (agent.agent_timeout_ms, agent.command_timeout_ms) == (3_600_000, 600_000)
     assert (agent.transient_retries, agent.transient_backoff_ms) == (0, 30_000)
-    assert agent.stream == "codex" and agent.budget == Budget(2.0, 50_000)
+    assert agent.stream == "codex"
+    assert agent.budget == Budget(2.0, 50_000)
 
 
 @pytest.mark.parametrize(

@@ -100,7 +100,8 @@ def imports_of(source: str, name: str, is_package: bool, root: Path = ROOT) -> I
                 yield Import(candidate if _is_module(candidate, root) else base, node.lineno)
         elif isinstance(node, ast.Call) and _dynamic_import(node):
             first = node.args[0]
-            assert isinstance(first, ast.Constant) and isinstance(first.value, str)
+            assert isinstance(first, ast.Constant)
+            assert isinstance(first.value, str)
             yield Import(first.value, node.lineno)
 
 
@@ -288,7 +289,8 @@ def test_every_subpackage_of_sloopd_is_a_known_layer() -> None:
 def test_every_layer_says_what_it_owns_and_may_import() -> None:
     for layer in LAYERS:
         doc = ast.get_docstring(ast.parse((ROOT / "sloopd" / layer / "__init__.py").read_text()))
-        assert doc and "import" in doc, f"sloopd/{layer}/__init__.py needs its docstring"
+        assert doc, f"sloopd/{layer}/__init__.py needs its docstring"
+        assert "import" in doc, f"sloopd/{layer}/__init__.py needs its docstring"
 
 
 def test_layers_import_only_what_they_are_allowed() -> None:

@@ -31,14 +31,15 @@ def test_sizes(value: int | str, expected: int) -> None:
 
 @pytest.mark.parametrize("value", ["", "64MB", "1.5MiB", "-1", True, -5])
 def test_what_is_not_a_size(value: int | str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"\S"):
         parse_bytes(value)
 
 
 @pytest.mark.parametrize("text", ["6h", "1h30m", "90s", "1d2h", "500ms", "3s"])
 def test_durations_round_trip(text: str) -> None:
     assert parse_ms(format_ms(parse_ms(text))) == parse_ms(text)
-    assert format_ms(6 * HOUR) == "6h" and format_ms(90_000) == "1m30s"
+    assert format_ms(6 * HOUR) == "6h"
+    assert format_ms(90_000) == "1m30s"
 
 
 def test_the_agent_keys_and_their_defaults() -> None:
@@ -97,7 +98,9 @@ def test_the_budget_stores_up_to_a_limit_then_counts() -> None:
     assert [budget.admit(t) for t in ("d", "\u00e9")] == [False, False]
     assert (budget.dropped_lines, budget.dropped_bytes) == (2, 3)
     summary = budget.summary()
-    assert summary is not None and summary.startswith("output limit reached: 2 lines (3 bytes)")
+    assert summary is not None
+    assert summary.startswith("output limit reached: 2 lines (3 bytes)")
     bytes_budget = OutputBudget(max_lines=100, max_bytes=10)
     assert [bytes_budget.admit(t) for t in ("12345", "123456", "1")] == [True, False, False]
-    assert bytes_budget.stored_bytes == 5 and bytes_budget.seen_bytes == 12
+    assert bytes_budget.stored_bytes == 5
+    assert bytes_budget.seen_bytes == 12

@@ -54,7 +54,8 @@ def refusal(
 
 def test_unknown_stage_key() -> None:
     message = refusal(AGENT, {**SYNC, "colour": "red"})
-    assert "unknown key" in message and "'flows.default.stages[1].colour'" in message
+    assert "unknown key" in message
+    assert "'flows.default.stages[1].colour'" in message
 
 
 def test_unknown_flow_key() -> None:
@@ -70,20 +71,23 @@ def test_unknown_agent_key() -> None:
 def test_unknown_return_to() -> None:
     message = refusal(AGENT, {**SYNC, "return_to": "lint"})
     assert "'flows.default.stages[1].return_to'" in message
-    assert "'lint'" in message and "unknown" in message
+    assert "'lint'" in message
+    assert "unknown" in message
 
 
 def test_return_to_pointing_forward() -> None:
     message = refusal({**AGENT, "return_to": "sync"}, SYNC)
     assert "'flows.default.stages[0].return_to'" in message
-    assert "'sync'" in message and "forward" in message
+    assert "'sync'" in message
+    assert "forward" in message
 
 
 def test_return_to_itself_is_allowed() -> None:
     flow = flow_of(
         AGENT, {"name": "test", "action": "command", "command": ["t"], "return_to": "test"}
     )
-    assert flow.stages[1].return_to == "test" and flow.stages[1].returns == 1
+    assert flow.stages[1].return_to == "test"
+    assert flow.stages[1].returns == 1
 
 
 def test_continue_with_return_to() -> None:
@@ -98,27 +102,31 @@ def test_continue_with_return_to() -> None:
         },
     )
     assert "'flows.default.stages[1]'" in message
-    assert "continue" in message and "return_to" in message
+    assert "continue" in message
+    assert "return_to" in message
 
 
 def test_panel_without_reviewers() -> None:
     reviewers: dict[str, Any]
     for reviewers in ({}, {"reviewers": []}):
         message = refusal({**AGENT, "result_check": "panel", **reviewers})
-        assert "'flows.default.stages[0].reviewers'" in message and "reviewer" in message
+        assert "'flows.default.stages[0].reviewers'" in message
+        assert "reviewer" in message
 
 
 @pytest.mark.parametrize("quorum", [0, 3, -1, True, "2"])
 def test_quorum_out_of_range(quorum: Any) -> None:
     message = refusal({**AGENT, "result_check": "panel", "reviewers": REVIEWERS, "quorum": quorum})
-    assert "'flows.default.stages[0].quorum'" in message and "between 1 and 2" in message
+    assert "'flows.default.stages[0].quorum'" in message
+    assert "between 1 and 2" in message
 
 
 @pytest.mark.parametrize("key", ["quorum", "reviewers"])
 def test_panel_keys_only_on_panels(key: str) -> None:
     value: Any = 1 if key == "quorum" else REVIEWERS
     message = refusal({**AGENT, key: value})
-    assert f"'flows.default.stages[0].{key}'" in message and "panel" in message
+    assert f"'flows.default.stages[0].{key}'" in message
+    assert "panel" in message
 
 
 def test_panel_needs_an_agent_stage() -> None:
@@ -126,11 +134,12 @@ def test_panel_needs_an_agent_stage() -> None:
         AGENT,
         {"name": "review", "action": "command", "command": ["x"], "result_check": "panel"},
     )
-    assert "'flows.default.stages[1].result_check'" in message and "agent" in message
+    assert "'flows.default.stages[1].result_check'" in message
+    assert "agent" in message
 
 
 @pytest.mark.parametrize(
-    "reviewer, key",
+    ("reviewer", "key"),
     [
         ({"target": "claude"}, "reviewers[0].command"),
         ({"target": "", "command": ["c"]}, "reviewers[0].target"),
@@ -145,13 +154,15 @@ def test_bad_reviewer(reviewer: Any, key: str) -> None:
 
 def test_returns_without_return_to() -> None:
     message = refusal(AGENT, {**SYNC, "returns": 2})
-    assert "'flows.default.stages[1].returns'" in message and "return_to" in message
+    assert "'flows.default.stages[1].returns'" in message
+    assert "return_to" in message
 
 
 @pytest.mark.parametrize("returns", [0, -1, True, "2", 1.5])
 def test_returns_must_be_a_positive_integer(returns: Any) -> None:
     message = refusal(AGENT, SYNC, {**MERGE, "returns": returns})
-    assert "'flows.default.stages[2].returns'" in message and "at least 1" in message
+    assert "'flows.default.stages[2].returns'" in message
+    assert "at least 1" in message
 
 
 @pytest.mark.parametrize("key", ["stall_after", "stall_kill_after"])
@@ -166,7 +177,8 @@ def test_stall_kill_before_stall() -> None:
     with pytest.raises(FlowError) as caught:
         parse({"stall_after": "2h", "stall_kill_after": "20m"}, {})
     message = str(caught.value)
-    assert "'agent.stall_kill_after'" in message and "'agent.stall_after'" in message
+    assert "'agent.stall_kill_after'" in message
+    assert "'agent.stall_after'" in message
 
 
 @pytest.mark.parametrize("command", [[], "claude -p", ["claude", ""], ["claude", 1]])
@@ -176,7 +188,7 @@ def test_agent_command_must_be_an_argv(command: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    "stage, key",
+    ("stage", "key"),
     [
         ({"name": "x"}, "action"),
         ({"name": "x", "action": "shell"}, "action"),
@@ -243,7 +255,8 @@ def test_ordinary_stage_names_pass(name: str) -> None:
 
 def test_stage_defined_twice() -> None:
     message = refusal(AGENT, SYNC, {"name": "sync", "action": "sync"})
-    assert "'flows.default.stages[2].name'" in message and "twice" in message
+    assert "'flows.default.stages[2].name'" in message
+    assert "twice" in message
 
 
 @pytest.mark.parametrize("body", [{}, {"stages": []}, {"stages": "implement"}, "stages"])
@@ -279,11 +292,15 @@ def test_stage_defaults() -> None:
     )
     implement, test, review, sync, merge = flow.stages
     for stage in flow.stages:
-        assert stage.fail_action == "fail" and stage.advisory is False
+        assert stage.fail_action == "fail"
+        assert stage.advisory is False
     assert implement.result_check == "exit_code"
-    assert implement.return_to is None and implement.returns == 0
-    assert implement.command is None and implement.prompt is None
-    assert test.result_check == "exit_code" and test.returns == 1  # returns defaults to 1
+    assert implement.return_to is None
+    assert implement.returns == 0
+    assert implement.command is None
+    assert implement.prompt is None
+    assert test.result_check == "exit_code"
+    assert test.returns == 1
     assert test.command == ("make", "test")
     assert review.quorum == 2  # quorum defaults to the number of reviewers
     assert review.reviewers == (
@@ -291,7 +308,8 @@ def test_stage_defaults() -> None:
         Reviewer("codex", ("codex", "exec", "{prompt}")),
     )
     assert sync.mode == "merge"
-    assert merge.return_to is None and merge.returns == 0
+    assert merge.return_to is None
+    assert merge.returns == 0
 
 
 def test_advisory_and_explicit_values() -> None:
@@ -303,7 +321,8 @@ def test_advisory_and_explicit_values() -> None:
     )
     assert flow.stages[1].advisory is True
     assert flow.stages[2].mode == "rebase"
-    assert flow.stages[3].return_to == "sync" and flow.stages[3].returns == 3
+    assert flow.stages[3].return_to == "sync"
+    assert flow.stages[3].returns == 3
 
 
 def test_default_flow_and_agent_settings() -> None:
@@ -387,7 +406,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 @pytest.mark.parametrize(
-    "text, key",
+    ("text", "key"),
     [
         (
             '[[flows.default.stages]]\nname = "implement"\naction = "agent"\nreturn_to = "nope"\n',
@@ -413,7 +432,8 @@ def test_config_load_names_the_key(tmp_path: Path, text: str, key: str) -> None:
     with pytest.raises(config.ConfigError) as caught:
         config.load(tmp_path)
     message = str(caught.value)
-    assert str(path) in message and key in message, message
+    assert str(path) in message, message
+    assert key in message, message
 
 
 def test_config_load_refuses_invalid_toml(tmp_path: Path) -> None:
@@ -436,15 +456,19 @@ def test_config_load_reads_the_design_example(tmp_path: Path) -> None:
     """The sloop.toml of DESIGN "Files in the repository" loads with the values it says."""
     write(tmp_path, DESIGN_EXAMPLE)
     loaded = config.load(tmp_path)
-    assert loaded.repo.parallel == 2 and loaded.repo.branch_prefix == "sloop/"
+    assert loaded.repo.parallel == 2
+    assert loaded.repo.branch_prefix == "sloop/"
     assert loaded.agent.stall_after_ms == 20 * 60_000
     assert loaded.agent.stall_kill_after_ms == 2 * 3_600_000
     stages = loaded.flows["default"].stages
     assert [s.name for s in stages] == ["implement", "test", "lint", "review", "sync", "merge"]
     test, lint, review, merge = stages[1], stages[2], stages[3], stages[5]
     assert (test.return_to, test.returns) == ("implement", 2)
-    assert lint.advisory and lint.result_check == "exit_code"
-    assert review.result_check == "panel" and review.quorum == 2 and len(review.reviewers) == 2
+    assert lint.advisory
+    assert lint.result_check == "exit_code"
+    assert review.result_check == "panel"
+    assert review.quorum == 2
+    assert len(review.reviewers) == 2
     assert (merge.action, merge.return_to, merge.returns) == ("ff_only", "sync", 3)
     assert tomllib.loads(DESIGN_EXAMPLE)  # and it is plain TOML
 
@@ -523,7 +547,8 @@ def test_presets_per_agent_section_stage_and_seat() -> None:
         },
     )
     agent = parsed.agent
-    assert agent.command == presets.GEMINI.command and agent.stream == "gemini"
+    assert agent.command == presets.GEMINI.command
+    assert agent.stream == "gemini"
     assert agent.env == (*presets.GEMINI.env, "EXTRA")
     implement, review = parsed.flows["default"].stages
     assert implement.command == presets.CODEX.command

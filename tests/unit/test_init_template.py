@@ -64,7 +64,9 @@ def test_every_commented_example_is_valid_when_switched_on() -> None:
     names = [s.name for s in parsed.flows["default"].stages]
     assert names == ["implement", "test", "lint", "self-check", "review", "sync", "merge"]
     review = parsed.flows["default"].stage("review")
-    assert review is not None and review.quorum == 2 and len(review.reviewers) == 2
+    assert review is not None
+    assert review.quorum == 2
+    assert len(review.reviewers) == 2
     extra = len(parsed.vendor_patterns) - len(config.parse({}).vendor_patterns)
     assert extra == 1
     assert parsed.vendor_patterns[0].classification == "rate_limited"

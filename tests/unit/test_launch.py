@@ -103,13 +103,19 @@ def test_a_sandboxed_child_is_started_from_its_launch_alone(
     groups = sl.groups
     assert isinstance(groups, FakeProcessGroups)
     (spawn,) = groups.spawns
-    assert spawn.argv == ["/bin/true", "--go"] and spawn.owner == "R1/implement#1"
-    assert spawn.env["ALLOWED_KEY"] == "passed" and "OPERATOR_SECRET" not in spawn.env
+    assert spawn.argv == ["/bin/true", "--go"]
+    assert spawn.owner == "R1/implement#1"
+    assert spawn.env["ALLOWED_KEY"] == "passed"
+    assert "OPERATOR_SECRET" not in spawn.env
     # Paths as the child sees them inside the sandbox, not as the host has them.
-    assert spawn.env["SLOOP_WORKTREE"] == "/sloop/work" and spawn.env["HOME"] == "/sloop/home"
-    assert spawn.env["SLOOP_SOCKET"] == "/sloop/worker.sock" and spawn.env["SLOOP_TOKEN"] == "t0k"
-    assert spawn.sandboxed and spawn.command[0] == "bwrap"
-    assert str(login) in spawn.command and spawn.command[-2:] == ["/bin/true", "--go"]
+    assert spawn.env["SLOOP_WORKTREE"] == "/sloop/work"
+    assert spawn.env["HOME"] == "/sloop/home"
+    assert spawn.env["SLOOP_SOCKET"] == "/sloop/worker.sock"
+    assert spawn.env["SLOOP_TOKEN"] == "t0k"
+    assert spawn.sandboxed
+    assert spawn.command[0] == "bwrap"
+    assert str(login) in spawn.command
+    assert spawn.command[-2:] == ["/bin/true", "--go"]
 
 
 def test_a_mount_that_would_expose_the_repository_is_refused_before_anything_starts(
@@ -124,4 +130,5 @@ def test_a_mount_that_would_expose_the_repository_is_refused_before_anything_sta
     with pytest.raises(LaunchRefused, match="would expose"):
         asyncio.run(scenario())
     groups = sl.groups
-    assert isinstance(groups, FakeProcessGroups) and groups.spawns == []
+    assert isinstance(groups, FakeProcessGroups)
+    assert groups.spawns == []

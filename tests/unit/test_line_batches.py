@@ -57,7 +57,8 @@ def test_batches_carry_the_lines_line_by_line_would(chunks: list[bytes], repeat:
 
     def on_lines(stream: str, texts: list[str], split: bool) -> None:
         nonlocal calls
-        assert stream == "stdout" and texts
+        assert stream == "stdout"
+        assert texts
         assert not split or len(texts) == 1  # a split piece leaves alone
         calls += 1
         got.extend((text, split) for text in texts)
@@ -97,7 +98,8 @@ def test_tail_extend_equals_appending_each(
         batched.extend(batch)
         for line in batch:
             each.append(line)
-        assert list(batched) == list(each) and batched.chars == each.chars
+        assert list(batched) == list(each)
+        assert batched.chars == each.chars
 
 
 @settings(max_examples=150, deadline=None)

@@ -103,9 +103,12 @@ def composed(node: ast.expr) -> bool:
             return True
         if isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Add | ast.Mod):
             return True
-        if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute):
-            if inner.func.attr in ("format", "join"):
-                return True
+        if (
+            isinstance(inner, ast.Call)
+            and isinstance(inner.func, ast.Attribute)
+            and inner.func.attr in ("format", "join")
+        ):
+            return True
     return False
 
 

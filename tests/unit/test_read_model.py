@@ -244,7 +244,8 @@ class ModelMachine(RuleBasedStateMachine):
     def refused(self) -> None:
         """A transaction that noted writes and then rolled back."""
         before = self.model.changes.epoch
-        with pytest.raises(RuntimeError), self.store.writer.transaction() as tx:
+        # The raise is the point: writes noted, then the transaction refused half-way.
+        with pytest.raises(RuntimeError), self.store.writer.transaction() as tx:  # noqa: PT012
             tx.run("gate_write", {"state": "paused", "until": None, "reason": "x", "now": NOW})
             for run in self.flying:
                 tx.run("run_started", {"id": run, "now": NOW})

@@ -94,9 +94,13 @@ def test_named_reads_answer_named_rows_and_refuse_a_mismatched_type(tmp_path: Pa
             trigger = tx.row(
                 TriggerRow, "trigger_insert", {"ticket": ticket_id, "due": 5, "now": 1}
             )
-        assert trigger is not None and trigger.ticket == ticket_id and trigger.due_at_ms == 5
+        assert trigger is not None
+        assert trigger.ticket == ticket_id
+        assert trigger.due_at_ms == 5
         ticket = store.ticket_by_id(ticket_id)
-        assert isinstance(ticket, TicketRow) and ticket.name == "a" and ticket.state == "ready"
+        assert isinstance(ticket, TicketRow)
+        assert ticket.name == "a"
+        assert ticket.state == "ready"
         assert store.rows(TicketRow, "tickets_all") == [ticket]
         assert store.run_by_id("R1") is None
         assert store.scalar("triggers_queued_count") == 1

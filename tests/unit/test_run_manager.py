@@ -79,7 +79,8 @@ def test_abort_stops_the_running_child_through_the_groups(machinery: Machinery) 
         assert machinery.daemon.active_runs[run_id] is machinery.runs.active[run_id]
         assert isinstance(machinery.shown(run_id)["stages"][0]["silent_for_ms"], int)
         await machinery.runs.abort(run_id, "aborted by the test")
-        assert child.stopped and child.reaped
+        assert child.stopped
+        assert child.reaped
         return run_id
 
     run_id = asyncio.run(scenario())
@@ -113,7 +114,8 @@ def test_each_child_gets_the_runs_own_home_and_worker_socket(machinery: Machiner
     socket = machinery.daemon.layout.worker_socket_dir / f"{run_id}.sock"
     for launch, spawn in zip(machinery.launcher.launches, machinery.groups.spawns, strict=True):
         assert launch.home == state_dir / "runs" / run_id / "home"
-        assert launch.worker_socket == socket and launch.token
+        assert launch.worker_socket == socket
+        assert launch.token
         assert spawn.env["HOME"] == str(launch.home)
         assert spawn.env["SLOOP_SOCKET"] == str(socket)
         assert spawn.env["SLOOP_TOKEN"] == launch.token

@@ -128,7 +128,8 @@ def test_missing_socket_exits_3_within_a_second(sock_dir: Path) -> None:
     assert time.monotonic() - started < 1.0
     assert result.exit_code == 3
     assert "daemon_unavailable" in result.stderr
-    assert "sloopctl daemon" in result.stderr and "none.sock" in result.stderr
+    assert "sloopctl daemon" in result.stderr
+    assert "none.sock" in result.stderr
     assert result.stdout == ""
 
 
@@ -141,7 +142,8 @@ def test_socket_without_listener_exits_4(sock_dir: Path) -> None:
     result = sloopctl("--socket", str(stale), "show")
     assert time.monotonic() - started < 1.0
     assert result.exit_code == 4
-    assert "daemon_unavailable" in result.stderr and "refused" in result.stderr
+    assert "daemon_unavailable" in result.stderr
+    assert "refused" in result.stderr
 
 
 def test_full_backlog_exits_4_once_the_busy_retry_runs_out(
@@ -158,7 +160,8 @@ def test_full_backlog_exits_4_once_the_busy_retry_runs_out(
             result = sloopctl("--socket", str(path), "show")
             assert 0.3 <= time.monotonic() - started < 1.8
     assert result.exit_code == 4
-    assert "busy" in result.stderr and "sloopctl daemon" not in result.stderr
+    assert "busy" in result.stderr
+    assert "sloopctl daemon" not in result.stderr
 
 
 def test_hang_up_before_reply_exits_4(serve: Callable[[Answer], FakeDaemon]) -> None:
@@ -174,7 +177,8 @@ def test_json_prints_the_synthetic_envelope_when_unavailable(sock_dir: Path) -> 
     result = sloopctl("--json", "--socket", str(path), "show")
     assert result.exit_code == 3
     envelope = orjson.loads(result.stdout)
-    assert envelope["id"] is None and envelope["ok"] is False
+    assert envelope["id"] is None
+    assert envelope["ok"] is False
     assert envelope["error"]["code"] == "daemon_unavailable"
     assert envelope["error"]["details"]["socket"] == str(path)
     assert "sloopctl daemon" in envelope["error"]["details"]["fix"]
@@ -291,7 +295,8 @@ def test_usage_errors_exit_2(args: list[str], sock_dir: Path) -> None:
 def test_worker_verbs_need_the_run_environment(sock_dir: Path) -> None:
     result = sloopctl("--socket", str(sock_dir / "x.sock"), "brief")
     assert result.exit_code == 2
-    assert "SLOOP_SOCKET" in result.stderr and "SLOOP_TOKEN" in result.stderr
+    assert "SLOOP_SOCKET" in result.stderr
+    assert "SLOOP_TOKEN" in result.stderr
 
 
 def test_inside_a_run_worker_verbs_and_show_use_the_worker_socket(
@@ -317,7 +322,9 @@ def test_inside_a_run_worker_verbs_and_show_use_the_worker_socket(
 
 def test_deprecated_aliases_are_hidden_but_work(serve: Callable[[Answer], FakeDaemon]) -> None:
     listing = sloopctl("--help").stdout
-    assert "status" not in listing and "wait" not in listing and " list " not in listing
+    assert "status" not in listing
+    assert "wait" not in listing
+    assert " list " not in listing
     for name in ("status", "list", "wait"):
         assert "deprecated: use show" in sloopctl(name, "--help").stdout
     daemon = serve(ok({"tickets": []}))

@@ -146,7 +146,8 @@ def test_cli_on_a_reset_exits_4_and_points_at_the_log(server: Callable[[Handler]
     srv = server(reset_after_request)
     result = sloopctl("--socket", str(srv.path), "show", "x")
     assert result.exit_code == 4
-    assert "hung up" in result.stderr and "daemon.log" in result.stderr
+    assert "hung up" in result.stderr
+    assert "daemon.log" in result.stderr
     assert START_ADVICE not in result.stderr
     as_json = sloopctl("--json", "--socket", str(srv.path), "show", "x")
     assert as_json.exit_code == 4
@@ -157,14 +158,16 @@ def test_cli_on_a_reset_exits_4_and_points_at_the_log(server: Callable[[Handler]
 
 def test_only_a_missing_or_refused_socket_advises_starting_one(sock_dir: Path) -> None:
     missing = sloopctl("--socket", str(sock_dir / "none.sock"), "show")
-    assert missing.exit_code == 3 and START_ADVICE in missing.stderr
+    assert missing.exit_code == 3
+    assert START_ADVICE in missing.stderr
     stale = sock_dir / "stale.sock"
     bound = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     bound.bind(str(stale))
     bound.close()  # a socket file nobody listens on
     refused = sloopctl("--socket", str(stale), "show")
     assert refused.exit_code == 4
-    assert "connection refused" in refused.stderr and START_ADVICE in refused.stderr
+    assert "connection refused" in refused.stderr
+    assert START_ADVICE in refused.stderr
     with pytest.raises(DaemonNotAnswering) as caught:
         Client(stale).call("show")
     assert caught.value.fix == FIX
@@ -199,7 +202,8 @@ def test_a_full_backlog_is_retried_then_reported_busy(sock_dir: Path) -> None:
             for sock in queued:
                 sock.close()
     assert 0.3 <= waited < 1.5
-    assert "busy" in caught.value.message and START_ADVICE not in caught.value.message
+    assert "busy" in caught.value.message
+    assert START_ADVICE not in caught.value.message
 
 
 def test_cli_reports_busy_with_exit_4(sock_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -215,7 +219,8 @@ def test_cli_reports_busy_with_exit_4(sock_dir: Path, monkeypatch: pytest.Monkey
             for sock in queued:
                 sock.close()
     assert result.exit_code == 4
-    assert "busy" in result.stderr and START_ADVICE not in result.stderr
+    assert "busy" in result.stderr
+    assert START_ADVICE not in result.stderr
 
 
 def test_a_backlog_that_drains_in_time_gets_an_answer(sock_dir: Path) -> None:

@@ -177,7 +177,8 @@ def test_logs_follow_polls_a_daemon_that_does_not_know_wait_ms(
     ]
     # Polls once refused, after each caught-up page: short first, longer while idle.
     assert len(sleeps) == 2
-    assert sleeps[0] == POLL_MIN_S and sleeps[0] < sleeps[1] <= POLL_MAX_S
+    assert sleeps[0] == POLL_MIN_S
+    assert sleeps[0] < sleeps[1] <= POLL_MAX_S
     assert all(POLL_MIN_S <= s <= POLL_MAX_S for s in sleeps)
 
 
@@ -250,7 +251,8 @@ def test_logs_errors_go_through_the_one_handler(fake: Callable[[Script], FakeDae
 def test_logs_unreadable_page_exits_5(fake: Callable[[Script], FakeDaemon]) -> None:
     daemon = fake({"logs": [{"records": []}]})
     result = sloopctl(daemon, "logs", "R1")
-    assert result.exit_code == 5 and "next_cursor" in result.stderr
+    assert result.exit_code == 5
+    assert "next_cursor" in result.stderr
 
 
 def test_record_line_paints_only_the_stream_and_never_stdout() -> None:
@@ -322,7 +324,8 @@ def test_events_tail_is_one_page_and_follow_waits_in_the_daemon_until_ctrl_c(
 ) -> None:
     daemon = fake({"events": [{"events": [event(5)], "next_cursor": "5"}]})
     result = sloopctl(daemon, "events", "--tail", "1")
-    assert result.exit_code == 0 and sent(daemon, "events") == [{"tail": 1}]
+    assert result.exit_code == 0
+    assert sent(daemon, "events") == [{"tail": 1}]
 
     following = fake({"events": list(FOLLOWED_EVENTS)})
     interrupt_after(following, 4, monkeypatch)
@@ -551,7 +554,8 @@ def test_follow_a_ticket_without_a_trigger_follows_its_settled_run(
     old = {"id": "R2", "terminal": True, "state": "failed"}
     daemon = fake({"show": [ticket_value([old]), run_value("failed", [], reason="x")]})
     result = sloopctl(daemon, "show", "T1", "--follow", "--quiet")
-    assert result.exit_code == 10 and sleeps == []
+    assert result.exit_code == 10
+    assert sleeps == []
 
 
 def test_follow_json_prints_the_envelopes_that_show_a_change(
@@ -581,7 +585,8 @@ def test_follow_errors_and_usage(
         }
     )
     refused = sloopctl(daemon, "show", "R3", "--follow", "--quiet")
-    assert refused.exit_code == 4 and "store refused" in refused.stderr  # errors survive --quiet
+    assert refused.exit_code == 4
+    assert "store refused" in refused.stderr
     assert sloopctl(daemon, "show", "project:web", "--follow").exit_code == 2
     assert sloopctl(daemon, "show", "zz", "--follow").exit_code == 2
     assert sloopctl(daemon, "show", "--limit", "3").exit_code == 0  # plain show is unchanged
@@ -593,7 +598,8 @@ def test_follow_errors_and_usage(
     gone = CliRunner().invoke(
         main, ["--socket", str(tmp_path / "no.sock"), "show", "R3", "--follow", "-q"], env=CLEAN_ENV
     )
-    assert gone.exit_code == 3 and "daemon_unavailable" in gone.stderr
+    assert gone.exit_code == 3
+    assert "daemon_unavailable" in gone.stderr
 
 
 def test_transitions_list_each_change_once_and_the_settling_last() -> None:

@@ -29,8 +29,10 @@ def test_a_refusal_of_a_long_poll_argument_sent_is_learned_once_per_verb() -> No
     sent = {"run": "R1", "after": "3", "wait_ms": 10}
     assert polls.held("logs", 10) == {"wait_ms": 10}
     assert polls.retry("logs", sent, refusal("wait_ms")) == {"run": "R1", "after": "3"}
-    assert not polls.supported("logs") and polls.held("logs", 10) == {}
-    assert polls.supported("events") and polls.held("events", 10) == {"wait_ms": 10}
+    assert not polls.supported("logs")
+    assert polls.held("logs", 10) == {}
+    assert polls.supported("events")
+    assert polls.held("events", 10) == {"wait_ms": 10}
     polls.forget()
     assert polls.supported("logs")
 

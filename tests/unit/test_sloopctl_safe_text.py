@@ -137,4 +137,6 @@ def test_a_cleaned_ticket_renders_without_controls() -> None:
     }
     out = render("show", clean_tree(data), 0, colour=False)
     assert not FORBIDDEN & set(out)
-    assert "evil" in out and "Title" in out and "line two" in out
+    assert "evil" in out
+    assert "Title" in out
+    assert "line two" in out

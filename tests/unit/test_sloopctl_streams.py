@@ -83,7 +83,9 @@ def test_anything_else_prints_as_it_is() -> None:
 def test_long_tool_output_is_cut_to_one_screen_line() -> None:
     event = {"type": "tool_result", "status": "success", "output": "x" * 5000}
     shown = readable(line(event))
-    assert shown is not None and len(shown) <= SHOWN_CHARS + 2 and shown.endswith("…")
+    assert shown is not None
+    assert len(shown) <= SHOWN_CHARS + 2
+    assert shown.endswith("…")
 
 
 def test_logs_render_events_unless_raw() -> None:

@@ -83,8 +83,11 @@ def test_text_from_the_run_is_cleaned_and_flattened_even_when_the_reply_was_not(
     run = a_run("failed", stage("x\x1b[2Jy", 1, "failed", reason="bad\x1b]0;t\x07\nnews"))
     lines = plain(frame(run, ["\x1b[31mred\x1b[0m\tnext", "\x9b5mC1"], "x#1", NOW))
     joined = "\n".join(lines)
-    assert "\x1b" not in joined and "\x07" not in joined and "\x9b" not in joined
-    assert "  ✗ xy#1" in lines[1] and "bad ⏎ news" in lines[1]
+    assert "\x1b" not in joined
+    assert "\x07" not in joined
+    assert "\x9b" not in joined
+    assert "  ✗ xy#1" in lines[1]
+    assert "bad ⏎ news" in lines[1]
     assert lines[-2:] == ["    red    next", "    C1"]  # an 8-bit CSI goes whole too
 
 
@@ -94,7 +97,9 @@ def test_lines_are_clipped_to_the_width_in_cells_before_they_are_painted() -> No
     assert fit([("ab", "red"), ("cdef", "green")], 4, paint) == (
         "\x1b[31mab\x1b[0m\x1b[32mc…\x1b[0m"
     )
-    assert columns("日本") == 4 and columns("é") == 1 and columns("e\u0301") == 1
+    assert columns("日本") == 4
+    assert columns("é") == 1
+    assert columns("e\u0301") == 1
     assert fit([("日本語です", "")], 6, painter(False)) == "日本…"
     assert columns(fit([("x" * 500, "bold")], 39, painter(False))) == 39
 

@@ -56,10 +56,12 @@ def test_an_agent_stage_whose_child_exits_0_passes(machinery: Machinery) -> None
         assert launch.checkout == facts.worktree
         assert launch.owner == f"{facts.run_id}/implement#1"
         (spawn,) = machinery.groups.spawns
-        assert spawn.cwd == facts.worktree and not spawn.sandboxed
+        assert spawn.cwd == facts.worktree
+        assert not spawn.sandboxed
         assert spawn.env["SLOOP_STAGE"] == "implement"
         assert spawn.env["SLOOP_WORKTREE"] == str(facts.worktree)
-        assert spawn.child is not None and spawn.child.reaped  # nothing of it outlives it
+        assert spawn.child is not None
+        assert spawn.child.reaped
 
     asyncio.run(scenario())
 
@@ -121,7 +123,8 @@ def test_the_work_a_child_commits_is_brought_back_and_reviewed_from_there(
     async def scenario() -> None:
         active, facts = await machinery.prepared("one")
         produced = await machinery.execute(active, facts, "implement")
-        assert produced.passed and produced.commit not in (None, facts.base)
+        assert produced.passed
+        assert produced.commit not in (None, facts.base)
         repo = machinery.daemon.layout.repo
         assert git(repo, "rev-parse", f"refs/heads/{facts.branch}") == produced.commit
         await machinery.execute(active, facts, "review")

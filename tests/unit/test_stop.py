@@ -100,7 +100,8 @@ WALKS: dict[str, walk.Walk] = {
     ),
     "corrupt": walk.replay(FLOWS["default"], _log(*_ran("test", True))),
 }
-assert WALKS["moved_then_return"].next == "return" and WALKS["corrupt"].halt == "corrupt_log"
+assert WALKS["moved_then_return"].next == "return"
+assert WALKS["corrupt"].halt == "corrupt_log"
 
 ABORT = stops.cancel("aborted by alice")
 SHUTDOWN = stops.cancel("the daemon is stopping", requeue=True)
@@ -168,7 +169,8 @@ def _said(move: stops.Move) -> str:
         assert move.stage is not None
         return f"{move.kind} {move.stage.name}#{move.attempt}"
     if move.kind == "return":
-        assert move.stage is not None and move.to is not None
+        assert move.stage is not None
+        assert move.to is not None
         return f"return {move.stage.name}#{move.attempt} to {move.to.name}"
     parts = [f"settle {move.outcome}"]
     if move.halt is not None:

@@ -51,7 +51,8 @@ def test_a_successful_session_reports_its_totals() -> None:
 def test_the_result_sets_the_totals_rather_than_adding_to_them() -> None:
     usage = Usage(input_tokens=5, output_tokens=7, cached_tokens=1, cost_usd=9.0)
     result = lines("claude-success.jsonl")[-1]
-    assert stream_claude.parse(result, usage) and stream_claude.parse(result, usage)
+    assert stream_claude.parse(result, usage)
+    assert stream_claude.parse(result, usage)
     assert (usage.input_tokens, usage.output_tokens, usage.cached_tokens) == (2600, 600, 200)
     assert usage.cost_usd == pytest.approx(0.02164)
 

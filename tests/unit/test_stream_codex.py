@@ -53,7 +53,8 @@ def test_turns_add_up() -> None:
         '"output_tokens":3,"reasoning_output_tokens":1}}'
     )
     usage = Usage()
-    assert parse(line, usage) and parse(line, usage)
+    assert parse(line, usage)
+    assert parse(line, usage)
     assert (usage.input_tokens, usage.output_tokens, usage.cached_tokens) == (20, 6, 8)
     assert usage.cost_usd is None
 

@@ -31,7 +31,8 @@ def read_stream(name: str) -> tuple[Usage, list[str]]:
 
 def test_a_successful_stream_reports_the_result_stats() -> None:
     usage, recognised = read_stream("gemini-stream-json.jsonl")
-    assert len(recognised) == 1 and json.loads(recognised[0])["type"] == "result"
+    assert len(recognised) == 1
+    assert json.loads(recognised[0])["type"] == "result"
     assert usage == Usage(input_tokens=3600, output_tokens=440, cached_tokens=600, cost_usd=None)
     assert usage.tokens == 4040  # Gemini's total_tokens
 

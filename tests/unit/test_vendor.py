@@ -336,7 +336,7 @@ SAMPLES: list[tuple[str, str, str | None]] = [
         "context_length",
         "gemini",
     ),
-    # ---------------------------------------------------------------- aider (litellm)
+    # ---------------------------------------------------------- aider, through litellm
     (
         'litellm.RateLimitError: AnthropicException - {"type":"error","error":{"type":'
         '"rate_limit_error","message":"Number of request tokens has exceeded your per-minute '
@@ -519,7 +519,8 @@ def test_the_samples_cover_every_class_and_every_vendor() -> None:
 
 def test_the_default_table_is_well_formed() -> None:
     for pattern in DEFAULT_PATTERNS:
-        assert pattern.classification in CLASSES and pattern.classification != "unknown"
+        assert pattern.classification in CLASSES
+        assert pattern.classification != "unknown"
         assert pattern.vendor is None or pattern.vendor in VENDORS
         assert pattern.regex.flags & re.IGNORECASE
         assert pattern.regex.search("") is None, pattern.regex.pattern
@@ -600,7 +601,8 @@ def test_evidence_is_the_matched_line_trimmed_around_the_match() -> None:
     assert evidence is not None
     assert len(evidence) == EVIDENCE_MAX
     assert "ECONNRESET" in evidence
-    assert evidence.startswith("…") and evidence.endswith("…")
+    assert evidence.startswith("…")
+    assert evidence.endswith("…")
     head = "Error: read ECONNRESET " + "z" * 2000
     assert classify([head], NOW_MS).evidence == head[: EVIDENCE_MAX - 1] + "…"
 

@@ -130,16 +130,19 @@ def test_the_tail_is_bounded_when_it_is_collected() -> None:
     assert tail.chars <= TAIL_CHARS
     assert all(len(line) <= LINE_CHARS + 3 for line in tail)
     tail.append("the end")
-    assert list(tail)[-1] == "the end" and tail.chars <= TAIL_CHARS
+    assert list(tail)[-1] == "the end"
+    assert tail.chars <= TAIL_CHARS
     tail.clear()
-    assert len(tail) == 0 and tail.chars == 0
+    assert len(tail) == 0
+    assert tail.chars == 0
 
 
 def test_a_clipped_line_keeps_its_head_and_its_end() -> None:
     line = '{"type":"result"' + "x" * 100_000 + '"error":"usage limit reached"}'
     clipped = clip(line)
     assert len(clipped) <= LINE_CHARS + 3
-    assert clipped.startswith('{"type":"result"') and clipped.endswith('usage limit reached"}')
+    assert clipped.startswith('{"type":"result"')
+    assert clipped.endswith('usage limit reached"}')
     assert classify([line], NOW_MS).classification == "usage_limit"
 
 

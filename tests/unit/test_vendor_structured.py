@@ -81,7 +81,8 @@ def test_a_gemini_message_is_read_on_one_line_with_its_retry_hint() -> None:
 def test_gemini_error_class_decides_when_no_wording_matches() -> None:
     event = {"error": {"type": "FatalAuthenticationError", "message": "Nope.", "code": 41}}
     diagnosis = classify([json.dumps(event)], NOW_MS)
-    assert diagnosis.classification == "auth_failed" and diagnosis.vendor == "gemini"
+    assert diagnosis.classification == "auth_failed"
+    assert diagnosis.vendor == "gemini"
 
 
 def test_codex_turn_failed_message_is_classified_unescaped() -> None:
@@ -92,9 +93,8 @@ def test_codex_turn_failed_message_is_classified_unescaped() -> None:
     assert "\\u2019" in line
     diagnosis = classify([line], NOW_MS)
     assert diagnosis.classification == "usage_limit", diagnosis
-    assert diagnosis.evidence is not None and diagnosis.evidence.startswith(
-        "You\u2019ve hit your usage limit."
-    )
+    assert diagnosis.evidence is not None
+    assert diagnosis.evidence.startswith("You\u2019ve hit your usage limit.")
 
 
 def test_hostile_events_never_raise() -> None:

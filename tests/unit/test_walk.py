@@ -104,23 +104,31 @@ def passing_walk() -> Log:
 
 def test_empty_log_starts_the_first_stage() -> None:
     state = Log().replay()
-    assert state.next == "start" and state.next_stage is not None
+    assert state.next == "start"
+    assert state.next_stage is not None
     assert state.next_stage.name == "implement"
-    assert state.executions == [] and state.current is None
-    assert state.outcome is None and state.halt is None and state.corrupt is None
+    assert state.executions == []
+    assert state.current is None
+    assert state.outcome is None
+    assert state.halt is None
+    assert state.corrupt is None
 
 
 def test_a_stage_in_flight_is_running() -> None:
     state = Log().start("implement").replay()
     assert state.next == "running"
-    assert state.current is not None and state.current.stage.name == "implement"
-    assert state.current.attempt == 1 and state.current.running
+    assert state.current is not None
+    assert state.current.stage.name == "implement"
+    assert state.current.attempt == 1
+    assert state.current.running
     assert state.current.started_at_ms == 1010
 
 
 def test_passing_walk_is_merged() -> None:
     state = passing_walk().replay()
-    assert state.next == "done" and state.outcome == "merged" and state.halt is None
+    assert state.next == "done"
+    assert state.outcome == "merged"
+    assert state.halt is None
     assert executions(state) == [
         ("implement", 1, True),
         ("test", 1, True),
@@ -128,9 +136,11 @@ def test_passing_walk_is_merged() -> None:
         ("sync", 1, True),
         ("merge", 1, True),
     ]
-    assert state.current is None and state.corrupt is None
+    assert state.current is None
+    assert state.corrupt is None
     implement = state.executions[0]
-    assert implement.exit_code == 0 and implement.finished_at_ms == 1020
+    assert implement.exit_code == 0
+    assert implement.finished_at_ms == 1020
 
 
 def test_each_finish_names_the_next_stage() -> None:
@@ -142,7 +152,8 @@ def test_each_finish_names_the_next_stage() -> None:
         ("sync", "merge"),
     ):
         state = log.run(stage).replay()
-        assert state.next == "start" and state.next_stage is not None
+        assert state.next == "start"
+        assert state.next_stage is not None
         assert state.next_stage.name == following
 
 
@@ -163,7 +174,9 @@ def test_finish_records_the_stage_facts() -> None:
 
 def test_a_failure_without_return_to_halts_with_fail_action() -> None:
     state = Log().run("implement", passed=False).replay()
-    assert state.next == "halt" and state.outcome == "failed" and state.halt == "fail_action"
+    assert state.next == "halt"
+    assert state.outcome == "failed"
+    assert state.halt == "fail_action"
     state = Log().run("implement").run("test").run("lint").run("sync", passed=False).replay()
     assert (state.outcome, state.halt) == ("failed", "fail_action")
 
@@ -171,13 +184,16 @@ def test_a_failure_without_return_to_halts_with_fail_action() -> None:
 def test_return_edge_reenters_the_target() -> None:
     log = Log().run("implement").run("test", passed=False)
     state = log.replay()
-    assert state.next == "return" and state.next_stage is not None
+    assert state.next == "return"
+    assert state.next_stage is not None
     assert state.next_stage.name == "implement"
     assert state.outcome is None
 
     state = log.ret("test", 1, "implement").replay()
-    assert state.next == "start" and state.next_stage is not None
-    assert state.next_stage.name == "implement" and state.attempts_of("implement") == 1
+    assert state.next == "start"
+    assert state.next_stage is not None
+    assert state.next_stage.name == "implement"
+    assert state.attempts_of("implement") == 1
     assert state.returns_used == {"test": 1}
 
     state = log.run("implement", 2).run("test", 2).run("lint").run("sync").run("merge").replay()
@@ -198,7 +214,8 @@ def test_return_budget_exhausted_needs_review() -> None:
     log = Log().run("implement").run("test", passed=False).ret("test", 1, "implement")
     state = log.run("implement", 2).run("test", 2, passed=False).replay()
     assert state.next == "halt"
-    assert state.outcome == "needs_review" and state.halt == "return_budget_exhausted"
+    assert state.outcome == "needs_review"
+    assert state.halt == "return_budget_exhausted"
     assert state.returns_used == {"test": 1}
 
 
@@ -221,30 +238,37 @@ def test_merge_returns_to_sync_until_its_budget_is_spent() -> None:
 def test_advisory_failure_is_stepped_over() -> None:
     log = Log().run("implement").run("test").run("lint", passed=False)
     state = log.replay()
-    assert state.next == "start" and state.next_stage is not None
+    assert state.next == "start"
+    assert state.next_stage is not None
     assert state.next_stage.name == "sync"
     state = log.run("sync").run("merge").replay()
-    assert state.outcome == "merged" and state.halt is None
+    assert state.outcome == "merged"
+    assert state.halt is None
     lint = state.executions_of("lint")[0]
-    assert lint.passed is False and lint.stage.advisory
+    assert lint.passed is False
+    assert lint.stage.advisory
 
 
 def test_a_flow_without_merge_ends_needing_review() -> None:
     state = Log().run("implement").run("check").replay(NOMERGE)
-    assert state.next == "done" and state.outcome == "needs_review" and state.halt is None
+    assert state.next == "done"
+    assert state.outcome == "needs_review"
+    assert state.halt is None
 
 
 def test_the_halted_row_settles_the_walk() -> None:
     log = passing_walk().halt(state="merged", halt=None, reason=None)
     state = log.replay()
-    assert state.outcome == "merged" and state.settled == {
+    assert state.outcome == "merged"
+    assert state.settled == {
         "state": "merged",
         "halt": None,
         "reason": None,
     }
     # An abort may end a walk between stages.
     state = Log().run("implement").halt(state="aborted", halt=None, reason="stop").replay()
-    assert state.settled is not None and state.settled["state"] == "aborted"
+    assert state.settled is not None
+    assert state.settled["state"] == "aborted"
     assert state.corrupt is None
 
 
@@ -365,22 +389,26 @@ def drive(flow: Flow, outcomes: list[bool]) -> Log:
 def test_driven_logs_replay_and_respect_the_flow(outcomes: list[bool]) -> None:
     log = drive(DEFAULT, outcomes)
     state = log.replay()
-    assert state.corrupt is None and state.settled is not None
+    assert state.corrupt is None
+    assert state.settled is not None
     assert state.outcome in ("merged", "failed", "needs_review")
     for stage in DEFAULT.stages:
         assert state.returns_used.get(stage.name, 0) <= stage.returns
         attempts = [e.attempt for e in state.executions_of(stage.name)]
         assert attempts == list(range(1, len(attempts) + 1))
     if state.outcome == "merged":
-        assert state.halt is None and state.executions[-1].stage.name == "merge"
+        assert state.halt is None
+        assert state.executions[-1].stage.name == "merge"
         assert state.executions[-1].passed is True
     elif state.outcome == "failed":
-        assert state.halt == "fail_action" and state.executions[-1].passed is False
+        assert state.halt == "fail_action"
+        assert state.executions[-1].passed is False
         assert state.executions[-1].stage.return_to is None
     else:
         assert state.halt == "return_budget_exhausted"
         last = state.executions[-1]
-        assert last.passed is False and last.stage.return_to is not None
+        assert last.passed is False
+        assert last.stage.return_to is not None
         assert state.returns_used.get(last.stage.name, 0) == last.stage.returns
 
 

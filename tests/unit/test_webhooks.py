@@ -93,8 +93,10 @@ def test_a_table_takes_its_defaults_and_its_secret_from_the_environment() -> Non
         2000,
         10000,
     )
-    assert only.on == {"merged", "gate_changed"} and only.secret == "hunter2"
-    assert "hunter2" not in repr(only) and "hunter2" not in repr(parsed)
+    assert only.on == {"merged", "gate_changed"}
+    assert only.secret == "hunter2"
+    assert "hunter2" not in repr(only)
+    assert "hunter2" not in repr(parsed)
     assert only.host == "hooks.example"
     assert target(url="http://127.0.0.1:8080/x").host == "127.0.0.1:8080"
     assert target(url="http://[::1]:9/x").host == "[::1]:9"
@@ -135,14 +137,17 @@ def test_the_link_fills_in_run_fields_percent_encoded() -> None:
 
 def test_the_json_body_names_the_event_and_cuts_long_reasons() -> None:
     body = orjson.loads(encode(target(), run_notice("x" * 5000), "d1"))
-    assert body["version"] == 1 and body["delivery"] == "d1" and body["on"] == "failed"
+    assert body["version"] == 1
+    assert body["delivery"] == "d1"
+    assert body["on"] == "failed"
     assert body["event"] == {
         "cursor": "17",
         "kind": "run_finished",
         "at_ms": 1_796_131_478_188,
         "at": "2026-12-01T13:24:38.188Z",
     }
-    assert len(body["run"]["reason"]) == REASON_MAX and body["run"]["reason"].endswith("…")
+    assert len(body["run"]["reason"]) == REASON_MAX
+    assert body["run"]["reason"].endswith("…")
     assert body["text"].startswith("fix-login#1 (R4) failed: xxx")
 
 
@@ -152,8 +157,10 @@ def test_the_slack_body_escapes_what_could_mention_or_link() -> None:
     body = slack_body(hook, hostile)
     assert set(body) == {"text", "blocks"}
     flat = orjson.dumps(body).decode()
-    assert "<!channel>" not in flat and "<https://evil.example" not in flat
-    assert "&lt;!channel&gt;" in body["text"] and "&amp; more" in body["text"]
+    assert "<!channel>" not in flat
+    assert "<https://evil.example" not in flat
+    assert "&lt;!channel&gt;" in body["text"]
+    assert "&amp; more" in body["text"]
     section = body["blocks"][0]["text"]["text"]
     assert section.startswith(
         ":x: *<https://ci.example/R4|fix-login#1>* failed\n> &lt;!channel&gt;"
@@ -173,7 +180,8 @@ def test_the_signature_is_the_hmac_of_the_timestamp_and_the_body() -> None:
         == f"sha256={expected}"
         == signature("k", 1_796_131_478, b'{"a":1}')
     )
-    assert headers["X-Sloop-Timestamp"] == "1796131478" and headers["X-Sloop-Delivery"] == "d1"
+    assert headers["X-Sloop-Timestamp"] == "1796131478"
+    assert headers["X-Sloop-Delivery"] == "d1"
     assert "X-Sloop-Signature" not in headers_for(
         Delivery("d", target(), "merged", "1", None, None, b""), 1
     )
@@ -210,7 +218,8 @@ def test_a_dead_receiver_holds_at_most_the_queue_limit_and_the_rest_is_dropped()
         ("d1", 0, "the daemon stopped"),
         ("d2", 0, "the daemon stopped"),
     ]
-    assert outcomes[10].delivery.id == "late" and outcomes[10].error == "the daemon is stopping"
+    assert outcomes[10].delivery.id == "late"
+    assert outcomes[10].error == "the daemon is stopping"
     assert all(o.kind == "notify_failed" and o.data()["dropped"] for o in outcomes)
 
 
@@ -237,5 +246,6 @@ def test_a_ticket_cannot_name_a_notify_target() -> None:
 def test_the_init_templates_commented_table_loads_when_switched_on() -> None:
     parsed = config.parse(tomllib.loads(uncommented(init_template.SLOOP_TOML)))
     (table,) = parsed.notify
-    assert table.format == "slack" and table.on == {"merged", "failed", "needs_review"}
+    assert table.format == "slack"
+    assert table.on == {"merged", "failed", "needs_review"}
     assert config.parse(tomllib.loads(init_template.SLOOP_TOML)).notify == ()

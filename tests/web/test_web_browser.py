@@ -29,7 +29,8 @@ pytestmark = pytest.mark.skipif(
 
 
 def socket_of(bench: Bench) -> Path:
-    assert bench.daemon is not None and bench.daemon.socket is not None
+    assert bench.daemon is not None
+    assert bench.daemon.socket is not None
     return bench.daemon.socket
 
 
@@ -132,7 +133,8 @@ def test_a_merged_run_shows_its_timeline_and_its_diff(bench: Bench, tmp_path: Pa
         # Drawn to scale: each bar starts where its execution started on the run's axis,
         # and the bars follow one another in walk order.
         starts = [left for _, left, _ in bars]
-        assert starts == sorted(starts) and starts[0] == 0
+        assert starts == sorted(starts)
+        assert starts[0] == 0
         diff = text_of(driver, "#diff")
         assert f"+hello from {merged['id']}" in diff
         assert "1 file changed, +1" in diff
@@ -180,24 +182,27 @@ def test_actions_are_refused_read_only_and_performed_with_allow_actions(
         assert driver.find_elements("css selector", "button.action") == []  # no buttons
         # Even a well-formed request from the page itself is refused.
         status, body = driver.execute_async_script(hold)
-        assert status == 403 and "--allow-actions" in body
+        assert status == 403
+        assert "--allow-actions" in body
         assert bench.ticket(ticket_id)["state"] == "ready"
         screenshot(driver, tmp_path, "read-only")
-    with gateway(socket_of(bench), tmp_path / "rw-token", "--allow-actions") as web:
-        with chromium() as driver:
-            driver.get(web.url)
-            driver.get(f"{web.base}/ticket/{ticket_id}")
-            button = wait_for(
-                driver, lambda d: d.find_elements("css selector", "button.action-hold")
-            )[0]
-            button.click()
-            wait_for(driver, has_text("main", "held"))
-            assert bench.ticket(ticket_id)["state"] == "held"
-            screenshot(driver, tmp_path, "held")
-            wait_for(driver, lambda d: d.find_elements("css selector", "button.action-ready"))[
-                0
-            ].click()
-            wait_for(driver, lambda _: bench.ticket(ticket_id)["state"] == "ready")
+    with (
+        gateway(socket_of(bench), tmp_path / "rw-token", "--allow-actions") as web,
+        chromium() as driver,
+    ):
+        driver.get(web.url)
+        driver.get(f"{web.base}/ticket/{ticket_id}")
+        button = wait_for(driver, lambda d: d.find_elements("css selector", "button.action-hold"))[
+            0
+        ]
+        button.click()
+        wait_for(driver, has_text("main", "held"))
+        assert bench.ticket(ticket_id)["state"] == "held"
+        screenshot(driver, tmp_path, "held")
+        wait_for(driver, lambda d: d.find_elements("css selector", "button.action-ready"))[
+            0
+        ].click()
+        wait_for(driver, lambda _: bench.ticket(ticket_id)["state"] == "ready")
 
 
 def test_ticket_text_with_markup_is_shown_as_text_and_never_run(

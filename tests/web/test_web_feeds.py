@@ -127,7 +127,8 @@ def test_a_holding_daemon_is_long_polled_and_never_polled() -> None:
             assert [r["text"] for r in (await next_of(sub, "records"))["records"]] == ["hello"]
         assert time.monotonic() - added < feeds.POLL_S  # pushed when it happened, not at a poll
         assert all("wait_ms" in args for args in logs_calls(daemon, quiet_since))
-        assert feed.mode == "long_poll" and registry.polls.refused == set()
+        assert feed.mode == "long_poll"
+        assert registry.polls.refused == set()
         assert [(f["key"], f["subscribers"]) for f in registry.describe()] == [("logs:R1:", 2)]
 
     asyncio.run(with_daemon(True, scenario))
@@ -161,7 +162,8 @@ def test_show_waits_on_the_epoch_or_falls_back_without_one() -> None:
         daemon.add("x")
         assert (await next_of(sub, "show", timeout=1.0))["count"] == 1
         shows = [args for _, verb, args in daemon.calls if verb == "show"]
-        assert shows[0] == {} and all(a.get("since") for a in shows[1:])
+        assert shows[0] == {}
+        assert all(a.get("since") for a in shows[1:])
 
     asyncio.run(with_daemon(True, holding))
 

@@ -23,7 +23,8 @@ MARKER = "zq-echo-marker-41"
 
 
 def socket_of(bench: Bench) -> Path:
-    assert bench.daemon is not None and bench.daemon.socket is not None
+    assert bench.daemon is not None
+    assert bench.daemon.socket is not None
     return bench.daemon.socket
 
 
@@ -118,7 +119,8 @@ def test_requests_without_the_token_or_from_elsewhere_are_refused(
             status, body = post_action(web, body_sent)
             assert (status, body) == (400, b"bad request\n"), body_sent
         status, answer = post_action(web, hold)
-        assert status == 200 and orjson.loads(answer)["ok"] is True
+        assert status == 200
+        assert orjson.loads(answer)["ok"] is True
         assert bench.ticket("private")["state"] == "held"
 
 
@@ -128,7 +130,8 @@ def test_read_only_refuses_every_action(bench: Bench, tmp_path: Path) -> None:
         assert web.session()["actions"] is False
         for verb, args in (("hold", {"ref": "calm"}), ("pause", {}), ("resume", {})):
             status, body = post_action(web, {"verb": verb, "args": args})
-            assert status == 403 and b"--allow-actions" in body, verb
+            assert status == 403, verb
+            assert b"--allow-actions" in body, verb
         assert bench.ticket("calm")["state"] == "ready"
         assert bench.dashboard()["gate"]["state"] == "open"
 
@@ -145,7 +148,8 @@ def test_a_loopback_address_is_required_unless_allowed(bench: Bench, tmp_path: P
             check=False,
         )
         assert done.returncode == 2, done.stderr
-        assert "not a loopback address" in done.stderr and "--allow-remote" in done.stderr
+        assert "not a loopback address" in done.stderr
+        assert "--allow-remote" in done.stderr
     assert [is_loopback(h) for h in ("127.0.0.1", "127.9.9.9", "::1", "localhost")] == [True] * 4
     assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.1", "localhost.evil"))
     assert parse_listen("[::1]:9000").url(9000) == "http://[::1]:9000"
