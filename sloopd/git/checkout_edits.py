@@ -2,7 +2,10 @@
 
 Every one of these runs hardened git in the checkout's sandbox (see
 ``sloopd.git.checkout``: once an agent has run, the checkout is hostile), so
-a hook, filter or fsmonitor the agent planted runs nothing on the host.
+a hook, filter or fsmonitor the agent planted runs nothing on the host; status and
+the auto-commit read the files through a git directory of the daemon's own (below),
+so nothing the agent set decides what they see.  ``sync`` runs in a checkout the
+daemon has just made from a commit (``sloopd.runs.branch.RunBranches.fresh``).
 """
 
 from __future__ import annotations
@@ -21,21 +24,46 @@ from sloopd.git.checkout import (
     run_in_checkout,
 )
 
+# The daemon's own view of a checkout's files.  After an agent ran, the checkout's
+# ``.git`` is the agent's: its config names filters, its ``info/exclude`` and
+# ``core.excludesFile`` hide files, its index carries skip-worktree bits.  So the
+# daemon reads the files through a git directory it makes itself, in its own git
+# HOME, whose ``objects`` is the checkout's object store (new objects land where
+# bring-back fetches them): an index built there obeys nothing the agent set.  Only
+# the branch tip is read from the agent's refs (rev-parse runs no program), and the
+# auto-commit moves that ref by compare-and-swap with hooks off.
+_SHADOW = """set -e
+work="$PWD"; shadow="$HOME/.sloop-shadow"; mode="$1"; branch="$2"
+parent=$({git} --git-dir="$work/.git" rev-parse --verify --quiet "refs/heads/$branch^{{commit}}")
+rm -rf "$shadow"
+{git} init -q --bare --template= "$shadow"
+rm -rf "$shadow/objects"; ln -s "$work/.git/objects" "$shadow/objects"
+view() {{ {git} --git-dir="$shadow" --work-tree="$work" "$@"; }}
+view read-tree "$parent"
+view add -A
+if [ "$mode" = list ]; then view diff --cached --name-only -z "$parent"; exit 0; fi
+if view diff --cached --quiet "$parent"; then exit 3; fi
+commit=$(view commit-tree "$(view write-tree)" -p "$parent" -m "$3")
+{git} --git-dir="$work/.git" update-ref "refs/heads/$branch" "$commit" "$parent"
+"""
 
-async def uncommitted(checkout: Path, isolation: Isolation, *, timeout: float) -> list[str]:
-    """Paths ``git status`` reports (untracked included); ``-z`` keeps odd names intact."""
-    args = ["status", "--porcelain", "-z", "--untracked-files=all"]
-    done = await run_in_checkout(checkout, args, isolation, timeout=timeout)
+
+def _shadow_script() -> str:
+    return _SHADOW.format(git=shlex.join(_hardened_git()))
+
+
+async def uncommitted(
+    checkout: Path, branch: str, isolation: Isolation, *, timeout: float
+) -> list[str]:
+    """Paths that differ from the branch tip (untracked included, ignored not), as the
+    daemon's own index sees them; the checkout's config, excludes and index play no part."""
+    argv, run_env, cwd = _in_checkout(
+        checkout, ["sh", "-c", _shadow_script(), "sh", "list", branch], isolation, None
+    )
+    done = await _run(argv, timeout=timeout, what=f"reading {checkout}", env=run_env, cwd=cwd)
     if done.returncode != 0:
-        raise CheckoutError(f"git status failed in {checkout}: {_reason(done.stderr)}.")
-    items = [item for item in done.stdout.split("\0") if item]
-    paths: list[str] = []
-    i = 0
-    while i < len(items):
-        paths.append(items[i][3:])
-        # A rename or copy is followed by its source path as a separate item.
-        i += 2 if items[i][0] in "RC" or items[i][1] in "RC" else 1
-    return paths
+        raise CheckoutError(f"cannot read the files of {checkout}: {_reason(done.stderr)}.")
+    return [item for item in done.stdout.split("\0") if item]
 
 
 def _identity_env(identity: tuple[str, str]) -> dict[str, str]:
@@ -48,21 +76,17 @@ def _identity_env(identity: tuple[str, str]) -> dict[str, str]:
 
 async def commit_all(
     checkout: Path,
+    branch: str,
     message: str,
     isolation: Isolation,
     *,
     identity: tuple[str, str],
     timeout: float,
 ) -> bool:
-    """``git add -A`` and commit in one sandbox; False when there was nothing to commit."""
-    git = shlex.join(_hardened_git())
-    script = (
-        f"set -e\n{git} add -A\nif {git} diff --cached --quiet; then exit 3; fi\n"
-        f'exec {git} commit -q --no-verify -m "$1"\n'
-    )
-    argv, run_env, cwd = _in_checkout(
-        checkout, ["sh", "-c", script, "sh", message], isolation, _identity_env(identity)
-    )
+    """Commit every file on the branch (``commit = "auto"``), built in the daemon's own
+    index and config; False when there was nothing to commit."""
+    script = ["sh", "-c", _shadow_script(), "sh", "commit", branch, message]
+    argv, run_env, cwd = _in_checkout(checkout, script, isolation, _identity_env(identity))
     done = await _run(argv, timeout=timeout, what=f"committing in {checkout}", env=run_env, cwd=cwd)
     if done.returncode == 3:
         return False

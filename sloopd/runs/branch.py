@@ -153,12 +153,13 @@ class RunBranches:
 
     async def uncommitted(self, facts: RunFacts) -> list[str]:
         return await checkout_edits.uncommitted(
-            facts.worktree, self.isolation(facts), timeout=GIT_TIMEOUT_S
+            facts.worktree, facts.branch, self.isolation(facts), timeout=GIT_TIMEOUT_S
         )
 
     async def commit_all(self, facts: RunFacts, message: str) -> bool:
         return await checkout_edits.commit_all(
             facts.worktree,
+            facts.branch,
             message,
             self.isolation(facts),
             identity=self.identity,

@@ -113,12 +113,16 @@ def test_create_refuses_a_bad_base_a_bad_branch_and_a_used_directory(setup: Setu
 def test_uncommitted_commit_all_and_bring_back(setup: Setup) -> None:
     (setup.work / "new file.txt").write_text("new\n")
     (setup.work / "a.txt").write_text("changed\n")
-    paths = run(edits.uncommitted(setup.work, setup.isolation, timeout=60))
+    paths = run(edits.uncommitted(setup.work, BRANCH, setup.isolation, timeout=60))
     assert sorted(paths) == ["a.txt", "new file.txt"]
-    made = run(edits.commit_all(setup.work, "auto", setup.isolation, identity=IDENTITY, timeout=60))
+    made = run(
+        edits.commit_all(setup.work, BRANCH, "auto", setup.isolation, identity=IDENTITY, timeout=60)
+    )
     assert made
-    assert run(edits.uncommitted(setup.work, setup.isolation, timeout=60)) == []
-    again = edits.commit_all(setup.work, "x", setup.isolation, identity=IDENTITY, timeout=60)
+    assert run(edits.uncommitted(setup.work, BRANCH, setup.isolation, timeout=60)) == []
+    again = edits.commit_all(
+        setup.work, BRANCH, "x", setup.isolation, identity=IDENTITY, timeout=60
+    )
     assert run(again) is False
     tip = head(setup.work)
     assert (
@@ -143,8 +147,7 @@ def test_merge_brings_main_in_and_aborts_a_conflict(setup: Setup) -> None:
     assert git(setup.work, "merge-base", "--is-ancestor", moved, "HEAD") == ""
 
     commit(setup.repo, {"a.txt": "main's a\n"}, "main edits a")
-    (setup.work / "a.txt").write_text("branch's a\n")
-    run(edits.commit_all(setup.work, "edit a", setup.isolation, identity=IDENTITY, timeout=60))
+    commit(setup.work, {"a.txt": "branch's a\n"}, "edit a")
     before = head(setup.work)
     conflicts = run(
         edits.merge(
@@ -153,12 +156,14 @@ def test_merge_brings_main_in_and_aborts_a_conflict(setup: Setup) -> None:
     )
     assert conflicts == ["a.txt"]
     assert head(setup.work) == before
-    assert run(edits.uncommitted(setup.work, setup.isolation, timeout=60)) == []
+    assert run(edits.uncommitted(setup.work, BRANCH, setup.isolation, timeout=60)) == []
 
 
 def test_bring_back_refuses_a_tip_that_does_not_descend_from_the_base(setup: Setup) -> None:
     (setup.work / "x.txt").write_text("x\n")
-    run(edits.commit_all(setup.work, "good", setup.isolation, identity=IDENTITY, timeout=60))
+    run(
+        edits.commit_all(setup.work, BRANCH, "good", setup.isolation, identity=IDENTITY, timeout=60)
+    )
     good = setup.bring_back()
     # The agent rewrites its branch onto the base's parent: history the base is not part of.
     parent = head(setup.repo, "main~1")
@@ -271,19 +276,27 @@ def test_a_hostile_checkout_runs_nothing_on_the_host(setup: Setup) -> None:
     # Every daemon-side operation on the checkout.
     (setup.work / "work.txt").write_text("agent output\n")
     iso = setup.isolation
-    run(edits.uncommitted(setup.work, iso, timeout=60))
-    assert run(edits.commit_all(setup.work, "auto", iso, identity=IDENTITY, timeout=60))
     commit(setup.repo, {"m.txt": "main\n"}, "main moves")
     assert (
         run(edits.merge(setup.work, head(setup.repo, "main"), iso, identity=IDENTITY, timeout=60))
         == []
     )
+    # The merge in the agent's own .git did run its filter, inside the sandbox:
+    # containment, not luck (the walk merges in a fresh checkout, never this one).
+    assert "filter" in (setup.work / ".payload-ran").read_text().split()
+    (setup.work / ".payload-ran").unlink()
+    # Status and the auto-commit read the files through the daemon's own git
+    # directory: the agent's filter, fsmonitor, hooks and excludes play no part.
+    paths = run(edits.uncommitted(setup.work, BRANCH, iso, timeout=60))
+    assert "work.txt" in paths
+    assert ".sloop-payload" in paths  # info/exclude is the agent's: not obeyed
+    assert run(edits.commit_all(setup.work, BRANCH, "auto", iso, identity=IDENTITY, timeout=60))
+    assert not (setup.work / ".payload-ran").exists()
     sha = setup.bring_back()
 
     assert list(markers.iterdir()) == [], "a payload ran outside the sandbox"
-    # The clean filter did run, inside the sandbox: containment, not luck.
-    assert "filter" in (setup.work / ".payload-ran").read_text().split()
     assert head(setup.repo, PRIVATE) == sha
+    assert git(setup.repo, "show", f"{sha}:work.txt") == "agent output"
 
 
 def test_a_commondir_pointing_at_the_main_repository_reaches_nothing(setup: Setup) -> None:
