@@ -1,4 +1,4 @@
-"""WHEN arguments of ``--at``, and the one reading of a duration (``20m``) in Sloop.
+"""WHEN arguments of ``--at``: a duration from now (``20m``) or an RFC 3339 time.
 
 The daemon only knows epoch milliseconds (``trigger.at_ms``); the client does
 the conversion so the wire stays free of time-zone and calendar questions.
