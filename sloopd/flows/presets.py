@@ -131,7 +131,7 @@ GEMINI = Preset(
     _sh(
         f"for f in {' '.join(GEMINI_OBEYS)}; do "
         'if [ -e "$f" ] || [ -L "$f" ]; then '
-        f'printf \'{GEMINI_REFUSAL}\\n\' "$f" >&2; exit 2; fi; done; '
+        f"printf '{GEMINI_REFUSAL}\\n' \"$f\" >&2; exit 2; fi; done; "
         # The run's HOME is shared by its stages: an earlier one may have left these.
         'rm -f "$HOME/.env" "$HOME/.gemini/.env"; '
         'set -e; mkdir -p "$HOME/.gemini"; auth=gemini-api-key; '
