@@ -8,6 +8,7 @@ follow each other.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,8 @@ DEFAULT_AGENT_COMMAND = CLAUDE.command
 # A ``python:<module>:<function>`` spec names any other parser (sloopd.vendor.usage).
 STREAMS = ("claude", "codex", "gemini", "none")
 PYTHON_STREAM = "python:"
+
+log = logging.getLogger(__name__)
 
 _AGENT_KEYS = {
     "preset",
@@ -147,10 +150,17 @@ def parse_agent(section: dict[str, Any]) -> AgentSettings:
 
 
 def preset_named(name: Any, key: str) -> Preset:
-    """The preset ``name`` names, for ``agent.preset`` and a stage's or seat's ``agent``."""
+    """The preset ``name`` names, for ``agent.preset`` and a stage's or seat's ``agent``.
+
+    Every preset sloop.toml selects passes here, so a preset's caveat (what its CLI
+    obeys in a checkout and cannot turn off) is logged here, at each load.
+    """
     if not isinstance(name, str) or name not in PRESETS:
         raise FlowError(f"'{key}' must be one of {' | '.join(PRESETS)}")
-    return PRESETS[name]
+    chosen = PRESETS[name]
+    if chosen.caveat:
+        log.warning("'%s' = %r: %s", key, name, chosen.caveat)
+    return chosen
 
 
 def _durations(section: dict[str, Any], defaults: AgentSettings) -> dict[str, int]:

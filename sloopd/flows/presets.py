@@ -11,7 +11,13 @@ a stand-in of its vendor's API (tests/integration/test_agent_<cli>.py):
   while it is fresh instead of hiding behind minutes of silent back-off;
 * it prints a JSON event per line (``stream``), which Sloop reads for tokens and cost
   and ``sloopctl logs`` renders for people;
-* telemetry, update checks and other traffic to the vendor's side hosts are off.
+* telemetry, update checks and other traffic to the vendor's side hosts are off;
+* what the checkout holds is content, never configuration for the CLI: after the first
+  stage any checkout may carry an agent's commits (a reviewer's always does), so in
+  every stage the CLI's project settings, hooks and MCP servers from the checkout (and
+  from the run's HOME, which every stage of a run shares) stay off, as far as the CLI
+  can turn them off (tests/integration/test_agent_project_settings.py).  Where it
+  cannot, the preset's ``caveat`` says so when sloop.toml selects it.
 
 Only variables named in ``env`` reach the CLI (credentials and base URLs, passed by
 name from the daemon's environment); the fixed settings are exported by the command
@@ -38,6 +44,9 @@ class Preset:
     # read-only in the run's HOME when they exist: `claude login`, `codex login`,
     # Gemini's Google sign-in work unattended as they do in a terminal.
     logins: tuple[str, ...] = ()
+    # What the CLI obeys in a checkout that the preset cannot turn off, and what the
+    # preset does about it: logged when sloop.toml selects the preset (docs/security.md).
+    caveat: str | None = None
 
 
 def _sh(script: str) -> tuple[str, ...]:
@@ -50,7 +59,10 @@ CLAUDE = Preset(
         "export IS_SANDBOX=1 DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1 "
         "DISABLE_AUTOUPDATER=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 "
         "CLAUDE_CODE_MAX_RETRIES=1; "
+        # No setting sources: neither the checkout's .claude/settings*.json (hooks, an
+        # apiKeyHelper, env) nor HOME's; no MCP server but --mcp-config's (none).
         "exec claude -p --output-format stream-json --verbose "
+        "--setting-sources '' --strict-mcp-config "
         f"--dangerously-skip-permissions {PROMPT_ON_STDIN}"
     ),
     (
@@ -68,7 +80,10 @@ CLAUDE = Preset(
 CODEX = Preset(
     "codex",
     _sh(
+        # The checkout is an untrusted project (no .codex/config.toml, hooks, rules);
+        # without HOME's config.toml nothing can mark it trusted, and hooks are off.
         "exec codex exec --json --dangerously-bypass-approvals-and-sandbox "
+        "--ignore-user-config --ignore-rules --disable hooks "
         "--disable unbounded_connection_retries --disable plugins --disable remote_plugin "
         "--disable apps --disable in_app_updates "
         "-c allow_login_shell=false -c analytics.enabled=false -c feedback.enabled=false "
@@ -100,9 +115,25 @@ GEMINI_SETTINGS: Final = (
     '"ide": {"enabled": false}}'
 )
 
+# Gemini CLI runs its tools (and git) only in a trusted folder, and in a trusted folder
+# it obeys the workspace's .gemini/settings.json (hooks, MCP servers, tool discovery
+# and call commands) and loads .gemini/.env and .env into its environment (BASH_ENV,
+# LD_PRELOAD, ...).  So the preset does not start in a checkout holding one of them.
+GEMINI_OBEYS: Final = (".gemini/settings.json", ".gemini/.env", ".env")
+GEMINI_REFUSAL: Final = (
+    "sloop: not starting Gemini CLI: the checkout holds %s, which Gemini CLI obeys in a "
+    "trusted folder (hooks, MCP servers, tool discovery commands, environment variables) "
+    "and cannot ignore while its tools are on; see docs/security.md"
+)
+
 GEMINI = Preset(
     "gemini",
     _sh(
+        f"for f in {' '.join(GEMINI_OBEYS)}; do "
+        'if [ -e "$f" ] || [ -L "$f" ]; then '
+        f"printf '{GEMINI_REFUSAL}\\n' \"$f\" >&2; exit 2; fi; done; "
+        # The run's HOME is shared by its stages: an earlier one may have left these.
+        'rm -f "$HOME/.env" "$HOME/.gemini/.env"; '
         'set -e; mkdir -p "$HOME/.gemini"; auth=gemini-api-key; '
         'if [ -z "${GEMINI_API_KEY:-}" ] && [ -s "$HOME/.gemini/oauth_creds.json" ]; '
         "then auth=oauth-personal; fi; "
@@ -111,13 +142,21 @@ GEMINI = Preset(
         'export GIT_AUTHOR_NAME="$(git config user.name)" '
         'GIT_AUTHOR_EMAIL="$(git config user.email)"; '
         'export GIT_COMMITTER_NAME="$GIT_AUTHOR_NAME" GIT_COMMITTER_EMAIL="$GIT_AUTHOR_EMAIL"; '
-        'exec gemini --yolo --model "${GEMINI_MODEL:-gemini-2.5-pro}" '
+        # --extensions none: none of HOME's ~/.gemini/extensions (hooks, MCP servers).
+        'exec gemini --yolo --extensions none --model "${GEMINI_MODEL:-gemini-2.5-pro}" '
         f"--output-format stream-json {PROMPT_ON_STDIN}"
     ),
     ("GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL", "GEMINI_MODEL"),
     "gemini",
     "Gemini CLI with --yolo (tools allowed), one attempt per request, a pinned model",
     ("~/.gemini/oauth_creds.json", "~/.gemini/google_accounts.json"),
+    caveat=(
+        "Gemini CLI cannot ignore a checkout's .gemini/settings.json, .gemini/.env or "
+        ".env while its tools are on (it obeys them in every folder it trusts, and it "
+        "runs no tool or git in one it does not): the gemini preset refuses to start "
+        "in a checkout that holds one, so an implementer that commits one fails every "
+        "later gemini stage (docs/security.md)"
+    ),
 )
 
 EXAMPLE = Preset(

@@ -7,8 +7,9 @@ answers:
 * ``POST models/<m>:streamGenerateContent?alt=sse``: the script, as server-sent events.
   Turn 1 (no ``functionResponse`` in the request yet) is a ``functionCall`` of the CLI's
   shell tool (``run_shell_command``, as the request's ``tools`` declare it) that writes
-  and commits ``hello.txt``; turn 2 (after the ``functionResponse``) is the text
-  ``Created and committed hello.txt.`` with ``finishReason: STOP``.
+  and commits ``hello.txt`` (or runs the stand-in's ``command``); turn 2 (after the
+  ``functionResponse``) is the text ``Created and committed hello.txt.`` with
+  ``finishReason: STOP``.
 * ``POST models/<m>:generateContent``: side calls the CLI makes (next-speaker checks,
   titles, routing): a short JSON text answer (``{}``-shaped when JSON is asked for).
 * ``POST models/<m>:countTokens``: a fixed ``totalTokens``; ``GET models``: one model.
@@ -154,6 +155,8 @@ class GeminiStandIn:
 
     mode: str = "normal"
     delay: float = 0.0
+    # The shell command turn 1 calls (the same for every session of the CLI).
+    command: str = COMMAND
     requests: list[Request] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
     _thread: threading.Thread | None = None
@@ -227,8 +230,8 @@ def _has_function_response(body: Any) -> bool:
     return False
 
 
-def turn(body: Any) -> list[dict[str, Any]]:
-    """The SSE chunks of one streamGenerateContent answer."""
+def turn(body: Any, command: str = COMMAND) -> list[dict[str, Any]]:
+    """The SSE chunks of one streamGenerateContent answer (turn 1 runs ``command``)."""
     if not _has_function_response(body):
         tools = _declared_tools(body)
         if SHELL_TOOL not in tools:
@@ -237,7 +240,7 @@ def turn(body: Any) -> list[dict[str, Any]]:
         call = {
             "functionCall": {
                 "name": SHELL_TOOL,
-                "args": {"command": COMMAND, "description": "Create and commit hello.txt"},
+                "args": {"command": command, "description": "Create and commit hello.txt"},
             }
         }
         return [_candidate([call], "STOP")]
@@ -316,7 +319,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(status, error)
             return
         if path.endswith(":streamGenerateContent"):
-            self._sse(turn(body))
+            self._sse(turn(body, self.standin.command))
         elif path.endswith(":generateContent"):
             self._json(200, side_answer(body))
         else:
