@@ -9,8 +9,9 @@ operator cares about afterwards: main holds no backdoor, only the seat itself
 decided its verdict, nothing appeared in the operator's repository, another
 instance's files never reached an agent, the brief names a path the agent sees.
 
-Each failed on 0.7.0 (reproduced before the fix).  One still marked
-``xfail(strict=True)`` is a route the fix has not closed yet: its mark goes when it does.
+Each failed on 0.7.0 (reproduced before the fix).  The committed Claude hook is
+closed by the claude preset's flags (``--setting-sources ''``, ``--strict-mcp-config``),
+which the seat here runs with.
 """
 
 from __future__ import annotations
@@ -107,7 +108,6 @@ def test_the_implementer_cannot_cast_a_seats_verdict(bench: Bench, where: str) -
     assert all(vote.get("ok") is not True for vote in rigged), rigged
 
 
-@pytest.mark.xfail(strict=True, reason="issue 22: a seat's CLI runs the implementer's hook")
 def test_a_committed_claude_hook_cannot_cast_a_seats_verdict(bench: Bench) -> None:
     """The implementer commits the backdoor and a project ``.claude/settings.json``.
 

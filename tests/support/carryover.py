@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sloopd.flows.presets import CLAUDE
 from tests.support.agents import Bench
 from tests.support.daemon import wait_until
 
@@ -262,10 +263,10 @@ CLAUDE_ENV = {
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     "CLAUDE_CODE_MAX_RETRIES": "1",
 }
-CLAUDE_SCRIPT = (
-    'exec "$0" -p --output-format stream-json --verbose '
-    '--dangerously-skip-permissions < "$SLOOP_PROMPT_FILE"'
-)
+# The claude preset's own command line (its flags are what is under test), with the
+# pinned CLI's path in place of the name on PATH.
+CLAUDE_SCRIPT = CLAUDE.command[2].replace("exec claude ", 'exec "$0" ', 1)
+assert CLAUDE.command[2] != CLAUDE_SCRIPT, "the claude preset no longer execs claude"
 
 
 def claude_env(url: str) -> dict[str, str]:
