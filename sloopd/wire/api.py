@@ -21,7 +21,7 @@ from typing import Any, Final
 
 PROTOCOL_VERSION: Final = 1
 SUPPORTED_VERSIONS: Final = (1,)
-SOFTWARE_VERSION: Final = "0.7.0"
+SOFTWARE_VERSION: Final = "0.8.0"
 
 # A request line longer than this is answered with invalid_request and skipped
 # up to its newline; the connection stays usable.  Ticket bodies travel as

@@ -118,7 +118,7 @@ def test_scrape_after_a_walk(bench: Bench) -> None:
     assert (current.value("sloop_log_records_total") or 0) > 0
     assert (current.value("sloop_events_total") or 0) > 0
     assert current.value("sloop_queue_wait_seconds_count") == 2
-    assert current.value("sloop_build_info", version="0.7.0") == 1
+    assert current.value("sloop_build_info", version="0.8.0") == 1
     assert current.value("sloop_gate_state", state="open") == 1
     assert current.value("sloop_gate_state", state="cooldown") == 0
     assert current.value("sloop_gate_state", state="paused") == 0

@@ -83,7 +83,7 @@ def test_an_empty_dashboard_has_every_field(op: Operator) -> None:
     assert (board["recent"], board["recent_total"], board["recent_limit"]) == ([], 0, 10)
     assert board.get("next_wake") is None
     assert board["gate"]["state"] == "open"
-    assert board["daemon"]["version"] == "0.7.0"
+    assert board["daemon"]["version"] == "0.8.0"
     assert op.dashboard(limit=3)["recent_limit"] == 3
 
 
