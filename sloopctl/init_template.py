@@ -104,6 +104,10 @@ command_timeout = "30m"
 transient_retries = 3
 transient_backoff = "1m"
 transient_backoff_max = "30m"
+# The worker token is in the file SLOOP_TOKEN_FILE names; false keeps it out of
+# the children's environment too (SLOOP_TOKEN), where every process they start
+# inherits it and every environment dump shows it.
+token_env = true
 # The JSON event stream agent stages print, for tokens and cost: claude | codex
 # | gemini | none.  A preset sets it; name it for your own command.
 # stream = "claude"

@@ -4,8 +4,9 @@ Order for the operator socket: ``--socket``, ``$SLOOP_OPERATOR_SOCKET``, the
 ``daemon.json`` a running daemon left in the repository's state directory, and
 finally the path a daemon would use by default (``sloopd.wire.api``'s rule, so both
 sides agree without talking).  Inside a run the daemon hands the agent
-``SLOOP_SOCKET``/``SLOOP_TOKEN`` and no operator socket, so the worker verbs go
-there.
+``SLOOP_SOCKET`` and its token (``SLOOP_TOKEN``, and the file ``SLOOP_TOKEN_FILE``
+names; with ``agent.token_env = false`` only the file) and no operator socket, so
+the worker verbs go there.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from sloopd.wire import api
 OPERATOR_SOCKET_ENV: Final = "SLOOP_OPERATOR_SOCKET"
 WORKER_SOCKET_ENV: Final = "SLOOP_SOCKET"
 WORKER_TOKEN_ENV: Final = "SLOOP_TOKEN"
+WORKER_TOKEN_FILE_ENV: Final = "SLOOP_TOKEN_FILE"
+# A token is 43 characters; a file much larger than that is not one.
+_TOKEN_FILE_MAX: Final = 4096
 # Where the daemon's Prometheus endpoint is, for ``doctor``'s metrics check.  Here
 # with the other endpoints' variables, so the command (``sloopctl.doctor``) and its
 # check (``sloopctl.diagnosis.metrics``) share it without importing each other.
@@ -126,22 +130,42 @@ def _operator_endpoint(
     return Endpoint(default, None, "default")
 
 
-def in_run(environ: Mapping[str, str] | None = None) -> bool:
-    """True inside a run: the daemon set both worker variables for this process."""
+def worker_token(environ: Mapping[str, str] | None = None) -> str | None:
+    """The run's token: ``SLOOP_TOKEN``, else the file ``SLOOP_TOKEN_FILE`` names."""
     env = os.environ if environ is None else environ
-    return bool(env.get(WORKER_SOCKET_ENV)) and bool(env.get(WORKER_TOKEN_ENV))
+    token = env.get(WORKER_TOKEN_ENV)
+    if token:
+        return token
+    path = env.get(WORKER_TOKEN_FILE_ENV)
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as f:
+            read = f.read(_TOKEN_FILE_MAX + 1)
+    except OSError:
+        return None
+    text = read.decode("ascii", errors="replace").strip()
+    return text if text and len(read) <= _TOKEN_FILE_MAX else None
+
+
+def in_run(environ: Mapping[str, str] | None = None) -> bool:
+    """True inside a run: the daemon set the worker socket and a token for this process."""
+    env = os.environ if environ is None else environ
+    return bool(env.get(WORKER_SOCKET_ENV)) and worker_token(env) is not None
 
 
 def worker_endpoint(option: str | None, environ: Mapping[str, str] | None = None) -> Endpoint:
     """The run's worker socket and token; ``--socket`` may only override the path."""
     env = os.environ if environ is None else environ
-    if not in_run(env):
+    token = worker_token(env)
+    if not env.get(WORKER_SOCKET_ENV) or token is None:
         raise LocateError(
             f"this command is for agents inside a run: {WORKER_SOCKET_ENV} and "
-            f"{WORKER_TOKEN_ENV} must be set (the daemon sets them for its children)"
+            f"{WORKER_TOKEN_ENV} (or {WORKER_TOKEN_FILE_ENV}) must be set (the daemon "
+            "sets them for its children)"
         )
     socket = option or env[WORKER_SOCKET_ENV]
-    return Endpoint(Path(socket), env[WORKER_TOKEN_ENV], "--socket" if option else "worker")
+    return Endpoint(Path(socket), token, "--socket" if option else "worker")
 
 
 def show_endpoint(option: str | None, environ: Mapping[str, str] | None = None) -> Endpoint:

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 _AGENT_KEYS = {
     "preset",
+    "token_env",
     "command",
     "stall_after",
     "stall_kill_after",
@@ -95,6 +96,10 @@ class AgentSettings:
     # The JSON event stream agent stages print (their usage is read from it).
     stream: str = DEFAULT_PRESET.stream or "none"
     budget: Budget = Budget()
+    # Whether the worker token is also in the child's environment (SLOOP_TOKEN), where
+    # every process it starts inherits it and every environment dump shows it; it is
+    # always in the file SLOOP_TOKEN_FILE names.  True: what agents before 0.8.0 read.
+    token_env: bool = True
 
 
 def parse_agent(section: dict[str, Any]) -> AgentSettings:
@@ -124,6 +129,9 @@ def parse_agent(section: dict[str, Any]) -> AgentSettings:
         raise FlowError(f"'agent.max_log_bytes': {exc}") from exc
     if max_bytes < 1024:
         raise FlowError("'agent.max_log_bytes' must be at least 1KiB")
+    token_env = section.get("token_env", defaults.token_env)
+    if not isinstance(token_env, bool):
+        raise FlowError("'agent.token_env' must be true or false")
     retries = section.get("transient_retries", defaults.transient_retries)
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise FlowError("'agent.transient_retries' must be an integer of at least 0")
@@ -146,6 +154,7 @@ def parse_agent(section: dict[str, Any]) -> AgentSettings:
         stream=stream(section.get("stream", default_stream), "agent.stream"),
         logins=() if "command" in section else chosen.logins,
         budget=budget(section, "agent"),
+        token_env=token_env,
     )
 
 

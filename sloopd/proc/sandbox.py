@@ -26,8 +26,9 @@ private view of the machine rather than the machine itself:
 * **The stage's own paths** are at fixed places: the checkout read-write at ``/sloop/work``
   (a path with no ``.git`` component, so no parent repository is discovered), a private
   ``HOME`` at ``/sloop/home``, the worker socket at ``/sloop/worker.sock``, the prompt
-  read-only at ``/sloop/prompt.md``, and the main repository's ``.git/objects`` read-only at
-  its host path so the checkout's ``objects/info/alternates`` resolves.  ``hide`` masks host
+  read-only at ``/sloop/prompt.md``, the worker token read-only at ``/sloop/token``,
+  and the main repository's ``.git/objects`` read-only at its host path so the
+  checkout's ``objects/info/alternates`` resolves.  ``hide`` masks host
   paths (the main repository, the state and socket directories, other checkouts) with empty
   tmpfs; it is applied after the system binds and before ``objects`` and the explicit binds,
   so the objects inside a hidden repository are exposed again and nothing else of it is.
@@ -80,6 +81,7 @@ CHECKOUT_PATH = "/sloop/work"
 HOME_PATH = "/sloop/home"
 WORKER_SOCKET_PATH = "/sloop/worker.sock"
 PROMPT_PATH = "/sloop/prompt.md"
+TOKEN_PATH = "/sloop/token"
 
 # The top-level host entries a stage sees, read-only: programs, libraries, configuration.
 # An allowlist, not a denylist: a directory an image or an operator adds at the top
@@ -118,6 +120,7 @@ class SandboxSpec:
     home: Path
     worker_socket: Path | None = None
     prompt_file: Path | None = None
+    token_file: Path | None = None
     objects: Path | None = None
     hide: tuple[Path, ...] = ()
     ro_mounts: tuple[Mount, ...] = ()
@@ -274,6 +277,8 @@ def _explicit_binds(spec: SandboxSpec) -> list[str]:
         args += ["--ro-bind", _absolute(spec.worker_socket), WORKER_SOCKET_PATH]
     if spec.prompt_file is not None:
         args += ["--ro-bind", _absolute(spec.prompt_file), PROMPT_PATH]
+    if spec.token_file is not None:
+        args += ["--ro-bind", _absolute(spec.token_file), TOKEN_PATH]
     for mount in (*spec.ro_mounts, *spec.rw_mounts):
         if not mount.target.startswith("/"):
             raise ValueError(f"mount target must be absolute: {mount.target!r}")

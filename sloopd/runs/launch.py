@@ -158,7 +158,10 @@ class HostLauncher(Generic[ChildT]):
         sloop = {**launch.variables, "SLOOP_WORKTREE": checkout}
         if launch.worker_socket is not None and launch.token is not None:
             sloop["SLOOP_SOCKET"] = self._inside(launch.worker_socket, sandbox.WORKER_SOCKET_PATH)
-            sloop["SLOOP_TOKEN"] = launch.token
+            if launch.token_env:
+                sloop["SLOOP_TOKEN"] = launch.token
+            if launch.token_file is not None:
+                sloop["SLOOP_TOKEN_FILE"] = self._inside(launch.token_file, sandbox.TOKEN_PATH)
         if launch.prompt_file is not None:
             sloop["SLOOP_PROMPT_FILE"] = self._inside(launch.prompt_file, sandbox.PROMPT_PATH)
         return child_environment(os.environ, passed=launch.passed, home=home, sloop=sloop)
@@ -242,6 +245,7 @@ class SandboxLauncher(HostLauncher[ChildT]):
             checkout=launch.checkout,
             home=launch.home,
             worker_socket=launch.worker_socket if launch.token else None,
+            token_file=launch.token_file if launch.token else None,
             prompt_file=launch.prompt_file,
             objects=self.common_dir / "objects",
             hide=protected,

@@ -9,6 +9,7 @@ is its lines, on the loop, and its ``StageEnd``.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -88,6 +89,16 @@ class ChildStarter:
         )
         return home
 
+    def _token_file(self, run_id: str, token: str) -> Path:
+        """The child's token in a file only the daemon user reads, made anew per child
+        (the previous child's token is dead by now; its file goes with it)."""
+        path = self.run_dir(run_id) / "token"
+        path.unlink(missing_ok=True)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+        with os.fdopen(descriptor, "w", encoding="ascii") as out:
+            out.write(token)
+        return path
+
     def launch(
         self,
         active: ActiveRun,
@@ -133,6 +144,8 @@ class ChildStarter:
             rw_mounts=agent.rw_mounts,
             worker_socket=self.socket_path(facts.run_id),
             token=token,
+            token_file=self._token_file(facts.run_id, token),
+            token_env=agent.token_env,
             prompt_file=prompt_file,
             network=stage.network,
         )

@@ -66,6 +66,10 @@ class StageLaunch:
     rw_mounts: tuple[str, ...] = ()
     worker_socket: Path | None = None  # where the child's worker verbs are answered
     token: str | None = None  # the credential minted for this child alone
+    # The same token in a file of its own (0400), shown read-only to the child; and
+    # whether the token is in its environment too (agent.token_env).
+    token_file: Path | None = None
+    token_env: bool = True
     prompt_file: Path | None = None
     network: bool = True
 

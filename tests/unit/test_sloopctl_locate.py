@@ -127,3 +127,27 @@ def test_startup_imports_stay_light() -> None:
     assert not loaded & {"asyncio", "sqlite3", "apsw", "uvloop", "sloopctl.start"}
     schema = {"sloopd.wire", "sloopd.wire.api"}
     assert not {m for m in loaded if m.startswith("sloopd.") and m not in schema}
+
+
+def test_the_token_comes_from_its_file_when_not_in_the_environment(tmp_path: Path) -> None:
+    """``[agent] token_env = false``: only SLOOP_TOKEN_FILE names the token (0.8.0)."""
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret")
+    env = {"SLOOP_SOCKET": "/w.sock", "SLOOP_TOKEN_FILE": str(token_file)}
+    assert locate.in_run(env)
+    assert locate.worker_endpoint(None, env).token == "s3cret"
+    # The environment's token wins when both are there (what 0.7.0 agents read).
+    assert locate.worker_token({**env, "SLOOP_TOKEN": "from-env"}) == "from-env"
+
+
+@pytest.mark.parametrize("content", [None, "", "x" * 5000])
+def test_a_missing_empty_or_oversized_token_file_is_no_token(
+    tmp_path: Path, content: str | None
+) -> None:
+    token_file = tmp_path / "token"
+    if content is not None:
+        token_file.write_text(content)
+    env = {"SLOOP_SOCKET": "/w.sock", "SLOOP_TOKEN_FILE": str(token_file)}
+    assert not locate.in_run(env)
+    with pytest.raises(locate.LocateError, match="SLOOP_TOKEN_FILE"):
+        locate.worker_endpoint(None, env)
