@@ -21,6 +21,7 @@ from sloopd.core.logsink import LogSink
 from sloopd.core.paths import Layout
 from sloopd.core.state import Daemon
 from sloopd.proc.children import Child, ProcessGroups
+from sloopd.proc.stage_io import Launcher
 from sloopd.runs.branch import RunBranches
 from sloopd.runs.execute import StageExecutor
 from sloopd.runs.launch import HostLauncher, SandboxLauncher, protected_paths
@@ -28,7 +29,6 @@ from sloopd.runs.records import RunRecords
 from sloopd.runs.runner import RunManager, sandboxed_as_admitted
 from sloopd.runs.runstate import ActiveRun
 from sloopd.runs.spawning import ChildStarter
-from sloopd.runs.stage_io import Launcher
 from sloopd.runs.worker_verbs import WorkerVerbs
 from sloopd.worker.credentials import Credentials
 from sloopd.worker.dispatcher import WorkerDispatcher, WorkerHandler

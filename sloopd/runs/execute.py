@@ -16,11 +16,11 @@ from sloopd import vendor
 from sloopd.core.state import Daemon
 from sloopd.flows import walk
 from sloopd.flows.flow import Stage
+from sloopd.flows.results import StageResult, daemon_diagnosis
 from sloopd.git import ops as gitops
 from sloopd.git.checkout import CheckoutError
 from sloopd.runs.branch import RunBranches, produces
 from sloopd.runs.records import RunRecords
-from sloopd.runs.results import StageResult, daemon_diagnosis
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.runs.spawning import ChildStarter
 from sloopd.runs.stop import TIMED_OUT, cancelled, child_stopped, stops_children

@@ -27,7 +27,7 @@ from sloopd.proc import sandbox
 from sloopd.proc.children import ChildSpawnError
 from sloopd.proc.environment import child_environment
 from sloopd.proc.lines import OnLines
-from sloopd.runs.stage_io import LaunchRefused, StageEnd, StageLaunch
+from sloopd.proc.stage_io import LaunchRefused, StageEnd, StageLaunch
 
 # Turns (argv, the child's complete environment) into the command that runs it sandboxed.
 Wrap = Callable[[list[str], dict[str, str]], list[str]]

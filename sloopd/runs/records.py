@@ -21,8 +21,8 @@ from sloopd.core.state import Daemon
 from sloopd.flows import walk
 from sloopd.flows.explain import agent_exit_code, run_diagnosis, run_reason
 from sloopd.flows.flow import Stage
+from sloopd.flows.results import StageResult
 from sloopd.flows.stagelog import append_step, flow_of, read_log, replay_run
-from sloopd.runs.results import StageResult
 from sloopd.runs.runstate import RunFacts
 from sloopd.store import Store, StoreUnavailable
 from sloopd.util.clock import now_ms

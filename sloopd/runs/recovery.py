@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from sloopd.flows.results import StageResult
 from sloopd.git import ops as gitops
 from sloopd.runs.records import RunRecords
-from sloopd.runs.results import StageResult
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,10 @@ from sloopd import vendor
 from sloopd.core.state import Daemon
 from sloopd.flows import walk
 from sloopd.flows.flow import Stage
+from sloopd.flows.results import StageResult
 from sloopd.git import checkout
 from sloopd.git import ops as gitops
+from sloopd.proc.stage_io import Launcher
 from sloopd.queue import gate
 from sloopd.runs import retries, watchdog
 from sloopd.runs import stop as stops
@@ -28,9 +30,7 @@ from sloopd.runs.branch import RunBranches
 from sloopd.runs.execute import StageExecutor
 from sloopd.runs.records import RunRecords
 from sloopd.runs.recovery import Recovery
-from sloopd.runs.results import StageResult
 from sloopd.runs.runstate import ActiveRun, RunFacts
-from sloopd.runs.stage_io import Launcher
 from sloopd.store import Store, StoreUnavailable
 from sloopd.util.clock import now_ms
 from sloopd.worker.credentials import Credentials

@@ -10,7 +10,7 @@ from typing import Any
 
 from sloopd.core.config import Config
 from sloopd.flows.flow import Budget, Flow
-from sloopd.runs.stage_io import RunningChild
+from sloopd.proc.stage_io import RunningChild
 from sloopd.runs.stop import Stop, after_seat, after_stage, stop_with
 from sloopd.vendor.tail import OutputTail
 from sloopd.vendor.usage import Usage, total

@@ -3,7 +3,7 @@
 Every agent, command and panel seat starts here, so every one gets the same
 treatment: a credential minted for it that dies with it, an allowlisted
 environment, its run's own HOME, and the launcher's sandbox.  What the launcher
-is handed is one ``StageLaunch`` value (sloopd.runs.stage_io); what comes back
+is handed is one ``StageLaunch`` value (sloopd.proc.stage_io); what comes back
 is its lines, on the loop, and its ``StageEnd``.
 """
 
@@ -17,11 +17,11 @@ from pathlib import Path
 from sloopd.core.paths import Layout
 from sloopd.flows.flow import Stage
 from sloopd.proc.lines import OutputBudget
+from sloopd.proc.stage_io import Launcher, LaunchRefused, Limits, StageLaunch
 from sloopd.runs import budget as budgets
 from sloopd.runs.branch import repository_identity
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
-from sloopd.runs.stage_io import Launcher, LaunchRefused, Limits, StageLaunch
 from sloopd.runs.stop import stops_children
 from sloopd.store import TicketExtra
 from sloopd.util import memory, trees

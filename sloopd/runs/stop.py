@@ -33,8 +33,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
 from sloopd.flows.flow import Stage
+from sloopd.flows.results import StageResult, daemon_diagnosis
 from sloopd.flows.walk import Walk
-from sloopd.runs.results import StageResult, daemon_diagnosis
 
 StopKind = Literal["stalled", "timed_out", "budget_exceeded", "cancel", "halt"]
 BUDGET_EXCEEDED: Final = "budget_exceeded"

@@ -5,7 +5,7 @@
 (argv, working directory, environment, owner, the sandboxed command line) and
 plays each child from a ``Script`` (its lines, its exit, what it does before
 exiting) on the event loop, as a real child's output would arrive.
-``FakeLauncher`` is a ``Launcher`` (``sloopd.runs.stage_io``) that records every
+``FakeLauncher`` is a ``Launcher`` (``sloopd.proc.stage_io``) that records every
 ``StageLaunch`` (argv, the commit, the mounts, the allowlist) and starts its
 child through the real ``HostLauncher`` over fake groups, so what the groups
 record as the environment is what a real child would get.
@@ -27,8 +27,8 @@ from pathlib import Path
 
 from sloopd.proc.children import ChildSpawnError
 from sloopd.proc.lines import OnLines
+from sloopd.proc.stage_io import LaunchRefused, StageLaunch
 from sloopd.runs.launch import HostLauncher, LocalChild, Wrap
-from sloopd.runs.stage_io import LaunchRefused, StageLaunch
 
 # A stopped fake child dies as a real one does of the SIGTERM: -15.
 STOPPED_EXIT = -signal.SIGTERM

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from sloopd.core.paths import Layout
+from sloopd.proc.stage_io import LaunchRefused, Limits, StageLaunch
 from sloopd.runs.launch import SandboxLauncher
-from sloopd.runs.stage_io import LaunchRefused, Limits, StageLaunch
 from tests.support.fakes import FakeChild, FakeProcessGroups
 
 LIMITS = Limits(timeout_ms=60_000, max_log_lines=100, max_log_bytes=1 << 20)

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from sloopd.runs.results import StageResult, daemon_diagnosis
+from sloopd.flows.results import StageResult, daemon_diagnosis
 
 USAGE = {"input_tokens": 3, "output_tokens": 4, "cached_tokens": 0, "cost_usd": None}
 LEFT = {"reviewer": 0, "commit": "def", "paths": ["a.py"]}

@@ -24,8 +24,8 @@ import pytest
 from sloopd.core.config import Config
 from sloopd.flows import walk
 from sloopd.flows.flow import Stage, parse
+from sloopd.flows.results import StageResult, daemon_diagnosis
 from sloopd.runs import stop as stops
-from sloopd.runs.results import StageResult, daemon_diagnosis
 from sloopd.runs.runstate import ActiveRun
 from sloopd.runs.stop import Stop
 
