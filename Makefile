@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := test
-.PHONY: venv test test-long lint typecheck unit demo bench clean
+.PHONY: venv test test-long lint typecheck unit coverage demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,14 +28,19 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# The suite under coverage (reported, not gated): every daemon and CLI the tests start
-# is measured too (pyproject's [tool.coverage.run]).
+# The suite under coverage of the test process (reported, not gated); `make coverage`
+# measures the daemons and CLIs the tests start too (slower: every daemon is traced).
 unit: $(STAMP)
 	rm -rf .coverage-data && mkdir -p .coverage-data
 	$(BIN)/coverage run -m pytest -q
-	-$(BIN)/coverage combine -q && $(BIN)/coverage report --format=total \
-	  | sed 's/^/coverage of sloopd and sloopctl (percent of lines): /'
-	-$(BIN)/coverage report > .coverage-data/report.txt && tail -n 25 .coverage-data/report.txt
+	-@$(BIN)/coverage combine -q && $(BIN)/coverage report --format=total \
+	  | sed 's/^/coverage of sloopd and sloopctl in the test process (percent of lines): /'
+
+coverage: $(STAMP) .debian-packages .agent-clis
+	rm -rf .coverage-data && mkdir -p .coverage-data
+	$(BIN)/coverage run --rcfile=scripts/coverage-subprocess.toml -m pytest -q
+	$(BIN)/coverage combine -q --rcfile=scripts/coverage-subprocess.toml
+	$(BIN)/coverage report --rcfile=scripts/coverage-subprocess.toml
 
 # The real agent CLIs the tests run, at pinned versions (tests/support/agent_clis.py),
 # into a cache outside the repository (~/.cache/sloop/agent-clis), reused when present.
