@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import shutil
 import subprocess
 import sys
@@ -116,12 +117,16 @@ def test_sloopctl_imports_nothing_from_sloopd_but_api() -> None:
 
 def test_startup_imports_stay_light() -> None:
     code = "import sys, sloopctl.cli; print(' '.join(sorted(sys.modules)))"
+    # Without coverage's variables: `make coverage` starts coverage (and its sqlite3)
+    # in every subprocess, which is not what sloopctl itself imports.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE_")}
     done = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         cwd=PACKAGE.parent,
         check=True,
+        env=env,
     )
     loaded = set(done.stdout.split())
     assert not loaded & {"asyncio", "sqlite3", "apsw", "uvloop", "sloopctl.start"}
