@@ -24,6 +24,7 @@ run's claimed/started/finished times and the agent's two log lines.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import threading
@@ -57,11 +58,11 @@ AGENT = ["sh", "-c", AGENT_SCRIPT]
 REFERENCE = "0.7.0 here: 4.43 runs/s, show p50/p99 19/63 ms; 0.4.0 unsandboxed 10.1 runs/s"
 
 
-def toml_config() -> str:
+def toml_config(parallel: int) -> str:
     """sloop.toml, the agent's script as a TOML literal string (it holds double quotes)."""
     argv = ", ".join(f"'''{a}'''" for a in AGENT)
     return (
-        f'sandbox = "bwrap"\n\n[repo]\nparallel = {PARALLEL}\n\n[agent]\ncommand = [{argv}]\n\n'
+        f'sandbox = "bwrap"\n\n[repo]\nparallel = {parallel}\n\n[agent]\ncommand = [{argv}]\n\n'
         '[[flows.default.stages]]\nname = "implement"\naction = "agent"\n\n'
         '[[flows.default.stages]]\nname = "sync"\naction = "sync"\n\n'
         '[[flows.default.stages]]\nname = "merge"\naction = "ff_only"\n'
@@ -103,9 +104,12 @@ class ShowProbe(threading.Thread):
         self.client.close()
 
 
-def drain_daemon(root: Path, tickets: int, timeout: float) -> tuple[float, list[float], Phases]:
+def drain_daemon(
+    root: Path, tickets: int, timeout: float, parallel: int = PARALLEL
+) -> tuple[float, list[float], Phases]:
     """(wall seconds resume → last settled, show round trips, phases from the store)."""
-    repo = make_repo(root, {"sloop.toml": toml_config(), ".gitignore": "tickets/\n"})
+    files = {"sloop.toml": toml_config(parallel), ".gitignore": "tickets/\n"}
+    repo = make_repo(root, files)
     paths = write_tickets(repo, tickets)
     with sandbox() as box:
         daemon = start_daemon(box, repo, root)
@@ -129,8 +133,20 @@ def drain_daemon(root: Path, tickets: int, timeout: float) -> tuple[float, list[
     return phases.wall_s, probe.samples, phases
 
 
-def run(quick: bool) -> Table:
+def sizes(quick: bool) -> tuple[int, int]:
+    """(tickets through the daemon, tickets of each floor and of the parallel-1 daemon).
+
+    ``BENCH_DRAIN_TICKETS`` overrides the first (a loaded machine drains 2,000 slowly)."""
     tickets, sample = (100, 20) if quick else (2000, 200)
+    wanted = os.environ.get("BENCH_DRAIN_TICKETS")
+    if wanted:
+        tickets = int(wanted)
+        sample = min(sample, max(10, tickets // 4))
+    return tickets, sample
+
+
+def run(quick: bool) -> Table:
+    tickets, sample = sizes(quick)
     table = Table(
         f"11. drain: {tickets} no-op tickets, implement → sync → ff_only, parallel"
         f" {PARALLEL}, bwrap, through a real daemon"
@@ -141,8 +157,9 @@ def run(quick: bool) -> Table:
         return table
     table.notes.append(f"load average at start: {load_average()}")
     with sandbox() as box:
-        wall, shows, phases = drain_daemon(box.tmpdir("dr"), tickets, timeout=tickets * 5 + 120)
+        wall, shows, phases = drain_daemon(box.tmpdir("dr"), tickets, timeout=tickets * 10 + 120)
         table.notes.append(f"load average after the daemon's drain: {load_average()}")
+        serial_wall, _, serial = drain_daemon(box.tmpdir("d1"), sample, sample * 10 + 120, 1)
         floors = {}
         for workers in (1, PARALLEL):
             root = box.tmpdir("df")
@@ -160,6 +177,16 @@ def run(quick: bool) -> Table:
                 ratio(rate, floor.rate),
             )
         )
+    serial_rate = sample / serial_wall
+    table.add(
+        Row(
+            "runs/s through sloopd, parallel 1",
+            f"{serial_rate:.2f}/s",
+            "floor: the steps, no daemon, back to back",
+            f"{floors[1].rate:.2f}/s",
+            ratio(serial_rate, floors[1].rate),
+        )
+    )
     for label, q in (("p50", 50), ("p99", 99)):
         table.add(Row(f"`show` round trip while draining ({label})", millis(percentile(shows, q))))
     table.add(Row("runs settled merged", f"{phases.merged}/{tickets}"))
@@ -178,6 +205,8 @@ def run(quick: bool) -> Table:
         )
     table.notes.append("where a run's milliseconds go (mean per run, sloopd):")
     table.notes += [f"  {line}" for line in phases.lines()]
+    table.notes.append(f"the same, sloopd with parallel 1 ({sample} tickets):")
+    table.notes += [f"  {line}" for line in serial.lines()]
     table.notes.append(f"agent: {shlex.join(AGENT)}")
     table.notes.append(f"reference, not this run: {REFERENCE}")
     return table
