@@ -1,7 +1,8 @@
 """``python -m benchmarks [NAME ...] [--quick] [--markdown FILE]``: run, print one table each.
 
-Names: ingest, logs, events, throughput, dashboard, sandbox, memory, longpoll, rss (or
-their numbers 1-9); none = all.  After the tables, issue 15's table gathered from them.
+Names: ingest, logs, events, throughput, dashboard, sandbox, memory, longpoll, rss,
+stagestart, drain (or their numbers 1-11); none = all.  After the tables, issue 15's
+table gathered from them.
 ``--quick`` shrinks sizes and windows for a smoke run (about a minute).
 Exit status: 0 when every benchmark ran (goals met or not; the tables say), 1 when one
 failed to run, 3 when a feed query's plan sorts in a temporary B-tree.
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from benchmarks import (
     dashboard,
+    drain,
     events,
     ingest,
     logs,
@@ -25,6 +27,7 @@ from benchmarks import (
     memory,
     rss,
     sandbox_start,
+    stagestart,
     throughput,
 )
 from benchmarks.common import Table, load_average, machine
@@ -40,6 +43,8 @@ BENCHMARKS: dict[str, Callable[[bool], Table]] = {
     "memory": memory.run,
     "longpoll": longpoll.run,
     "rss": rss.run,
+    "stagestart": stagestart.run,
+    "drain": drain.run,
 }
 NUMBERS = {str(i): name for i, name in enumerate(BENCHMARKS, 1)}
 
