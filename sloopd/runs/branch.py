@@ -14,7 +14,10 @@ commit main gets is the one the last gating stage ran on, byte for byte.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +29,7 @@ from sloopd.git import checkout, checkout_edits, runner
 from sloopd.git import ops as gitops
 from sloopd.git.checkout import CheckoutError, Isolation
 from sloopd.runs.runstate import RunFacts
+from sloopd.util import trees
 
 # Every git call on a checkout or for it has this deadline; a hook or a huge
 # repository that takes longer fails the stage with a reason instead of hanging it.
@@ -77,6 +81,9 @@ class RunBranches:
         # Runs whose checkout ``create`` made and no child has entered yet: the first
         # execution may start in it as it is (it is exactly what ``fresh`` would make).
         self._untouched: dict[str, str] = {}
+        # Checkouts set aside by ``fresh``, deleted off the stage's critical path.
+        self.trash = layout.state_dir / "trash"
+        self._sweeping: set[asyncio.Task[None]] = set()
 
     def isolation(self, facts: RunFacts) -> Isolation:
         home = self.layout.state_dir / "runs" / facts.run_id / "git-home"
@@ -125,10 +132,34 @@ class RunBranches:
         """
         if self._untouched.pop(facts.run_id, None) == commit:
             return
-        await checkout.remove(facts.worktree)
+        self._set_aside(facts.worktree)
         await checkout.create(
             self.layout.repo, facts.worktree, facts.branch, commit, timeout=GIT_TIMEOUT_S
         )
+
+    def untouched(self, facts: RunFacts, commit: str) -> None:
+        """Only the daemon's own git has worked in the checkout since ``fresh`` made it, and
+        it stands at ``commit`` (a passing ``sync``): the next execution may start in it
+        as it is, as the retries of a sync whose merge lost a race to main do."""
+        self._untouched[facts.run_id] = commit
+
+    def _set_aside(self, worktree: Path) -> None:
+        """Move the previous checkout out of the way at once (a rename) and delete it, with
+        whatever earlier ones a crash left there, off the loop and off the stage's path."""
+        if not worktree.exists() and not worktree.is_symlink():
+            return
+        if worktree.is_symlink() or not worktree.is_dir():
+            raise CheckoutError(f"refusing to delete {worktree}: it is not a directory.")
+        self.trash.mkdir(mode=0o700, exist_ok=True)
+        worktree.rename(self.trash / f"{worktree.name}-{uuid.uuid4().hex}")
+        task = asyncio.get_running_loop().create_task(asyncio.to_thread(self._sweep))
+        self._sweeping.add(task)
+        task.add_done_callback(self._sweeping.discard)
+
+    def _sweep(self) -> None:
+        for entry in self.trash.iterdir():
+            with contextlib.suppress(OSError, trees.NotAFolder):
+                trees.remove_blocking(entry)
 
     async def base(self, facts: RunFacts) -> str:
         sha = await gitops.rev_parse(self.layout.repo, self.ref(facts, "base"))

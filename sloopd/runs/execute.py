@@ -85,6 +85,9 @@ class StageExecutor:
             if result.passed:
                 commit = await self.branches.bring_back(facts, name)
                 await self.branches.advance(facts, commit)
+                # Only the daemon's git worked here: a retry (main moved again) may merge
+                # in this checkout as it stands.
+                self.branches.untouched(facts, commit)
                 result = result.but(commit=commit)
             return result
         tip = self._pinned(facts, await self.branches.base(facts))
