@@ -52,8 +52,8 @@ def main() -> None:
     """Sloop's operator client: one request to the repository's daemon per command.
 
     Start the daemon with 'sloopctl daemon'.  Inside a run (SLOOP_SOCKET and
-    SLOOP_TOKEN set) brief, note, verdict and show talk to the run's worker
-    socket.
+    SLOOP_TOKEN, or the file SLOOP_TOKEN_FILE names, set) brief, note, verdict
+    and show talk to the run's worker socket.
     """
 
 
