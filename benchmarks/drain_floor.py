@@ -125,7 +125,7 @@ async def one_ticket(
     spec = SandboxSpec(checkout=work, home=home, objects=objects, hide=(repo,), env=env)
     await _agent(spec, command)
     clock.lap("implement: the agent in bwrap")
-    if await checkout_edits.uncommitted(work, iso, timeout=TIMEOUT):
+    if await checkout_edits.uncommitted(work, branch, iso, timeout=TIMEOUT):
         raise RuntimeError(f"the agent left uncommitted changes in {work}")
     commit = await _bring_back(repo, work, branch, f"refs/floor/{run}/0-1", base, iso)
     await gitops.update_ref(repo, f"refs/heads/{branch}", commit)
@@ -133,7 +133,7 @@ async def one_ticket(
     for attempt in range(1, 100):
         await checkout.remove(work)
         await checkout.create(repo, work, branch, commit, timeout=TIMEOUT)
-        if await checkout_edits.uncommitted(work, iso, timeout=TIMEOUT):
+        if await checkout_edits.uncommitted(work, branch, iso, timeout=TIMEOUT):
             raise RuntimeError(f"a fresh checkout of {commit[:12]} is dirty")
         main = await gitops.rev_parse(repo, "main")
         assert main is not None
