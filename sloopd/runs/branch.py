@@ -143,6 +143,11 @@ class RunBranches:
         as it is, as the retries of a sync whose merge lost a race to main do."""
         self._untouched[facts.run_id] = commit
 
+    def forget(self, run_id: str) -> None:
+        """The run's driver ended: nothing is kept for it (a run that merged right after
+        a passing sync never asks for a fresh checkout again)."""
+        self._untouched.pop(run_id, None)
+
     def _set_aside(self, worktree: Path) -> None:
         """Move the previous checkout out of the way at once (a rename) and delete it, with
         whatever earlier ones a crash left there, off the loop and off the stage's path."""

@@ -135,6 +135,7 @@ class RunManager:
             await self.worker_sockets.close(run_id)
             self.active.pop(run_id, None)
             self.sink.forget(run_id)
+            self.branches.forget(run_id)
             self.on_settled()
 
     async def _step_durably(self, active: ActiveRun, facts: RunFacts) -> bool:

@@ -53,6 +53,8 @@ def test_the_walk_reaches_settle_and_merges_the_work(machinery: Machinery) -> No
     assert launches[1].commit == produced  # the command ran on the agent's work
     assert git(machinery.daemon.layout.repo, "rev-parse", "main") == produced
     assert machinery.runs.active == {}  # the driver is done and gone from the registry
+    # Nor does the run leave a reusable-checkout mark behind (its sync passed last).
+    assert machinery.runs.branches._untouched == {}
     assert machinery.log_texts(run_id, "stdout") == ["tests pass"]
 
 
