@@ -9,9 +9,11 @@ no store, scheduler, log sink, credentials, worker socket, events or read model.
 2. the agent (the same ``sh`` one-liner the daemon runs) in bwrap, network on;
 3. ``uncommitted`` (a sandboxed ``git status``), ``bring_back`` (fetch through the
    sandboxed upload-pack), the run's branch moved;
-4. sync: a fresh checkout of that commit, ``uncommitted``, ``merge`` of main's tip in
-   the sandbox, ``bring_back``;
-5. ``ff_only`` under one lock; when ``main`` moved since the sync, back to 4;
+4. sync, holding main's slot (one lock, as ``sloopd.runs.merge_slot``): main's tip merged
+   into the work in the daemon's scratch repository (``sloopd.git.scratch``), the
+   execution's ref and the run's branch moved;
+5. ``ff_only`` in the same hold, then the lock given back; when ``main`` moved anyway
+   (it cannot here), back to 4;
 6. the checkout removed.
 
 ``workers`` tickets go through at once: 1 is the steps back to back, 8 the daemon's
@@ -29,6 +31,7 @@ from pathlib import Path
 from sloopd.git import checkout, checkout_edits
 from sloopd.git import ops as gitops
 from sloopd.git.checkout import Isolation
+from sloopd.git.scratch import ScratchRepository
 from sloopd.proc import sandbox as bwrap_sandbox
 from sloopd.proc.sandbox import CHECKOUT_PATH, HOME_PATH, SandboxSpec
 
@@ -101,6 +104,7 @@ async def one_ticket(
     n: int,
     command: list[str],
     lock: asyncio.Lock,
+    scratch: ScratchRepository,
     floor: Floor,
 ) -> None:
     clock = _Clock(floor)
@@ -131,21 +135,20 @@ async def one_ticket(
     await gitops.update_ref(repo, f"refs/heads/{branch}", commit)
     clock.lap("implement: uncommitted + bring back")
     for attempt in range(1, 100):
-        await checkout.remove(work)
-        await checkout.create(repo, work, branch, commit, timeout=TIMEOUT)
-        if await checkout_edits.uncommitted(work, branch, iso, timeout=TIMEOUT):
-            raise RuntimeError(f"a fresh checkout of {commit[:12]} is dirty")
-        main = await gitops.rev_parse(repo, "main")
-        assert main is not None
-        conflicts = await checkout_edits.merge(work, main, iso, identity=IDENTITY, timeout=TIMEOUT)
-        if conflicts:
-            raise RuntimeError(f"sync conflicts in {', '.join(conflicts)}")
-        tip = await _bring_back(repo, work, branch, f"refs/floor/{run}/1-{attempt}", base, iso)
-        await gitops.update_ref(repo, f"refs/heads/{branch}", tip)
-        clock.lap("sync: fresh checkout + merge + bring back")
         async with lock:
+            main = await gitops.rev_parse(repo, "main")
+            assert main is not None
+            merged = await scratch.merge(
+                commit, main, "Merge main", identity=IDENTITY, timeout=TIMEOUT
+            )
+            if merged.commit is None:
+                raise RuntimeError(f"sync conflicts in {', '.join(merged.conflicts)}")
+            tip = merged.commit
+            await gitops.update_ref(repo, f"refs/floor/{run}/1-{attempt}", tip)
+            await gitops.update_ref(repo, f"refs/heads/{branch}", tip)
+            clock.lap("sync: the merge in the scratch repository, refs")
             outcome = await gitops.ff_only(repo, tip, "main", timeout=TIMEOUT)
-        clock.lap("ff_only")
+            clock.lap("ff_only")
         if outcome.ok:
             break
         if outcome.final:
@@ -161,6 +164,7 @@ async def _drain(repo: Path, root: Path, tickets: int, workers: int, command: li
     objects = await checkout.objects_dir(repo, timeout=60)
     floor = Floor(tickets=tickets)
     lock = asyncio.Lock()
+    scratch = ScratchRepository(root / "merge.git", objects)
     queue: asyncio.Queue[int] = asyncio.Queue()
     for n in range(1, tickets + 1):
         queue.put_nowait(n)
@@ -168,7 +172,7 @@ async def _drain(repo: Path, root: Path, tickets: int, workers: int, command: li
     async def worker() -> None:
         while not queue.empty():
             n = queue.get_nowait()
-            await one_ticket(repo, root, objects, n, command, lock, floor)
+            await one_ticket(repo, root, objects, n, command, lock, scratch, floor)
 
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(workers)))

@@ -27,7 +27,7 @@ PHASES: tuple[tuple[str, str], ...] = (
     ("spawn", "implement start → agent's first line: HOME, credential, prompt, bwrap, sh"),
     ("agent", "the agent: first → last line (git add + commit in the sandbox)"),
     ("collect", "agent's last line → implement finished: exit, git status, bring back"),
-    ("sync", "sync executions: fresh checkout, git status, merge in bwrap, bring back"),
+    ("sync", "sync executions: the merge in the scratch repository, refs (main's slot held)"),
     ("merge", "ff_only executions (under the merge lock)"),
     ("gaps", "between stages: step writes, replay, returned"),
     ("settle", "last stage finished → settled: checkout removed, settle"),

@@ -12,7 +12,6 @@ launchers (``tests.support.fakes``).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import resource
 from collections.abc import Mapping
@@ -25,6 +24,7 @@ from sloopd.proc.stage_io import Launcher
 from sloopd.runs.branch import RunBranches
 from sloopd.runs.execute import StageExecutor
 from sloopd.runs.launch import HostLauncher, SandboxLauncher, protected_paths
+from sloopd.runs.merge_slot import MergeSlot
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runner import RunManager, sandboxed_as_admitted
 from sloopd.runs.runstate import ActiveRun
@@ -111,7 +111,7 @@ def run_manager(
         records,
         children,
         branches,
-        merge_lock=asyncio.Lock(),  # merges are serialised across runs
+        merge_slot=MergeSlot(),  # one run at a time moves main (its sync, then ff_only)
     )
     return RunManager(
         daemon,

@@ -4,8 +4,9 @@ Every one of these runs hardened git in the checkout's sandbox (see
 ``sloopd.git.checkout``: once an agent has run, the checkout is hostile), so
 a hook, filter or fsmonitor the agent planted runs nothing on the host; status and
 the auto-commit read the files through a git directory of the daemon's own (below),
-so nothing the agent set decides what they see.  ``sync`` runs in a checkout the
-daemon has just made from a commit (``sloopd.runs.branch.RunBranches.fresh``).
+so nothing the agent set decides what they see.  A ``sync`` rebase runs in a checkout
+the daemon has just made from a commit (``sloopd.runs.branch.RunBranches.fresh``); a
+``sync`` merge needs no checkout at all (``sloopd.git.scratch``).
 """
 
 from __future__ import annotations
@@ -95,23 +96,6 @@ async def commit_all(
     return True
 
 
-async def merge(
-    checkout: Path,
-    sha: str,
-    isolation: Isolation,
-    *,
-    identity: tuple[str, str],
-    timeout: float,
-) -> list[str]:
-    """Merge ``sha`` (main's tip, read through alternates); the conflicting paths, if any.
-
-    A conflict is aborted, so the branch stays as the agent left it.
-    """
-    args = ["merge", "--no-edit", "--no-verify", "-q", sha]
-    what = f"merging {sha[:12]} in {checkout}"
-    return await _bring_in(checkout, args, isolation, what, identity=identity, timeout=timeout)
-
-
 async def rebase(
     checkout: Path,
     sha: str,
@@ -135,7 +119,7 @@ async def _bring_in(
     identity: tuple[str, str],
     timeout: float,
 ) -> list[str]:
-    """Run a merge or rebase; on a conflict list the paths and abort it."""
+    """Run a rebase; on a conflict list the paths and abort it."""
     deadline = _Deadline(timeout)
     env = _identity_env(identity)
     done = await run_in_checkout(checkout, args, isolation, timeout=deadline.left(what), env=env)

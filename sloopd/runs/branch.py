@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import uuid
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from typing import Any, Literal
 
 from sloopd.core.paths import Layout, git_common_dir
 from sloopd.flows.flow import Stage
-from sloopd.git import checkout, checkout_edits, runner
+from sloopd.git import checkout, checkout_edits, runner, scratch
 from sloopd.git import ops as gitops
 from sloopd.git.checkout import CheckoutError, Isolation
 from sloopd.runs.runstate import RunFacts
@@ -44,6 +45,12 @@ def repository_identity(repo: Path) -> tuple[str, str]:
         done = runner.run_blocking(runner.git(repo, "config", "--get", key))
         values.append(done.stdout.strip() or fallback)
     return values[0], values[1]
+
+
+def _conflicted(doing: str, conflicts: tuple[str, ...]) -> gitops.GitResult:
+    return gitops.GitResult(
+        ok=False, reason=f"{doing} conflicts in: {', '.join(conflicts)}", paths=conflicts
+    )
 
 
 def produces(stage: Stage) -> bool:
@@ -84,6 +91,10 @@ class RunBranches:
         # Checkouts set aside by ``fresh``, deleted off the stage's critical path.
         self.trash = layout.state_dir / "trash"
         self._sweeping: set[asyncio.Task[None]] = set()
+        # Where sync's merges are computed: no checkout, no agent's settings.
+        self.scratch = scratch.ScratchRepository(
+            layout.state_dir / "merge.git", self.common_dir / "objects"
+        )
 
     def isolation(self, facts: RunFacts) -> Isolation:
         home = self.layout.state_dir / "runs" / facts.run_id / "git-home"
@@ -132,7 +143,8 @@ class RunBranches:
         """
         if self._untouched.pop(facts.run_id, None) == commit:
             return
-        self._set_aside(facts.worktree)
+        if not self._set_aside(facts.worktree):
+            await checkout.remove(facts.worktree)
         await checkout.create(
             self.layout.repo, facts.worktree, facts.branch, commit, timeout=GIT_TIMEOUT_S
         )
@@ -148,18 +160,25 @@ class RunBranches:
         a passing sync never asks for a fresh checkout again)."""
         self._untouched.pop(run_id, None)
 
-    def _set_aside(self, worktree: Path) -> None:
-        """Move the previous checkout out of the way at once (a rename) and delete it, with
-        whatever earlier ones a crash left there, off the loop and off the stage's path."""
+    def _set_aside(self, worktree: Path) -> bool:
+        """Move a checkout (or a run's state folder) out of the way at once (a rename) and
+        delete it, with whatever earlier ones a crash left there, off the loop and off the
+        stage's path; False when it cannot be renamed (another file system): delete it."""
         if not worktree.exists() and not worktree.is_symlink():
-            return
+            return True
         if worktree.is_symlink() or not worktree.is_dir():
             raise CheckoutError(f"refusing to delete {worktree}: it is not a directory.")
         self.trash.mkdir(mode=0o700, exist_ok=True)
-        worktree.rename(self.trash / f"{worktree.name}-{uuid.uuid4().hex}")
+        try:
+            worktree.rename(self.trash / f"{worktree.name}-{uuid.uuid4().hex}")
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            return False
         task = asyncio.get_running_loop().create_task(asyncio.to_thread(self._sweep))
         self._sweeping.add(task)
         task.add_done_callback(self._sweeping.discard)
+        return True
 
     def _sweep(self) -> None:
         for entry in self.trash.iterdir():
@@ -216,41 +235,59 @@ class RunBranches:
         return Discarded(tip if tip != pinned else None, paths)
 
     async def sync(
-        self, facts: RunFacts, main: str, mode: Literal["merge", "rebase"]
+        self, facts: RunFacts, main: str, mode: Literal["merge", "rebase"], work: str, name: str
     ) -> gitops.GitResult:
-        """Bring main into the checkout; the result's ``head`` is the commit brought back."""
-        dirty = await self.uncommitted(facts)
-        if dirty:
-            return gitops.GitResult(
-                ok=False,
-                reason=f"the checkout {facts.worktree} has uncommitted changes in: "
-                f"{', '.join(dirty)}",
-            )
+        """Bring main into the work (commit ``work``); the result's ``head`` is the commit
+        recorded as execution ``name`` and now the run's branch.
+
+        A merge is computed in the daemon's scratch repository (``sloopd.git.scratch``):
+        no checkout, so nothing an agent left in one applies.  A rebase (git has no
+        rebase without a working tree before ``git replay``) runs in a checkout the
+        daemon has just made from ``work``, so no driver or attribute an agent named in
+        a ``.git`` of its own applies there either.
+        """
         sha = await gitops.rev_parse(self.layout.repo, main)
         if sha is None:
             raise gitops.GitError(f"cannot sync: {main!r} names no commit")
-        isolation = self.isolation(facts)
         if mode == "merge":
-            conflicts = await checkout_edits.merge(
-                facts.worktree, sha, isolation, identity=self.identity, timeout=GIT_TIMEOUT_S
-            )
-            doing = f"merging {main} into the branch"
-        else:
-            conflicts = await checkout_edits.rebase(
-                facts.worktree, sha, isolation, identity=self.identity, timeout=GIT_TIMEOUT_S
-            )
-            doing = f"rebasing the branch onto {main}"
+            try:
+                merged = await self.scratch.merge(
+                    work,
+                    sha,
+                    f"Merge branch '{main}' into {facts.branch}",
+                    identity=self.identity,
+                    timeout=GIT_TIMEOUT_S,
+                )
+            except scratch.ScratchError as exc:
+                raise gitops.GitError(str(exc)) from exc
+            if merged.commit is None:
+                return _conflicted(f"merging {main} into the branch", merged.conflicts)
+            await gitops.update_ref(self.layout.repo, self.ref(facts, name), merged.commit)
+            await self.advance(facts, merged.commit)
+            return gitops.GitResult(ok=True, head=merged.commit)
+        await self.fresh(facts, work)
+        conflicts = await checkout_edits.rebase(
+            facts.worktree,
+            sha,
+            self.isolation(facts),
+            identity=self.identity,
+            timeout=GIT_TIMEOUT_S,
+        )
         if conflicts:
-            return gitops.GitResult(
-                ok=False,
-                reason=f"{doing} conflicts in: {', '.join(conflicts)}",
-                paths=tuple(conflicts),
-            )
-        return gitops.GitResult(ok=True)
+            return _conflicted(f"rebasing the branch onto {main}", tuple(conflicts))
+        commit = await self.bring_back(facts, name)
+        await self.advance(facts, commit)
+        # Only the daemon's git worked here: a retry (main moved again) may rebase in
+        # this checkout as it stands.
+        self.untouched(facts, commit)
+        return gitops.GitResult(ok=True, head=commit)
 
     async def remove(self, path: Path) -> None:
-        """A run's checkout, or (from a 0.4 store) its git worktree."""
+        """A run's checkout or state folder, or (from a 0.4 store) its git worktree: gone
+        from its place at once, deleted in the background (a merged run settles without
+        waiting for thousands of unlinks)."""
         if (path / ".git").is_file():
             await gitops.remove_worktree(self.layout.repo, path)
             return
-        await checkout.remove(path)
+        if not self._set_aside(path):
+            await checkout.remove(path)

@@ -8,7 +8,6 @@ producing work, ended on), what a reviewing stage discarded, and a diagnosis.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime
 from typing import Any, Literal
 
@@ -20,6 +19,7 @@ from sloopd.flows.results import StageResult, daemon_diagnosis
 from sloopd.git import ops as gitops
 from sloopd.git.checkout import CheckoutError
 from sloopd.runs.branch import RunBranches, produces
+from sloopd.runs.merge_slot import MergeSlot
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.runs.spawning import ChildStarter
@@ -39,17 +39,20 @@ class StageExecutor:
         children: ChildStarter,
         branches: RunBranches,
         *,
-        merge_lock: asyncio.Lock,
+        merge_slot: MergeSlot,
     ) -> None:
         self.daemon = daemon
         self.records = records
         self.children = children
         self.branches = branches
-        self.merge_lock = merge_lock
+        self.merge_slot = merge_slot
 
     async def execute(
         self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
     ) -> StageResult:
+        if stage.action != "ff_only":
+            # The slot a sync took is for the ff_only right after it, nothing else.
+            self.merge_slot.give_back(facts.run_id)
         try:
             if stage.action in ("agent", "command"):
                 return await self._run_child(active, facts, stage, attempt)
@@ -77,19 +80,7 @@ class StageExecutor:
         main = active.config.repo.main
         name = self.branches.execution_name(facts, stage, attempt, None)
         if stage.action == "sync":
-            mode: Literal["merge", "rebase"] = "rebase" if stage.mode == "rebase" else "merge"
-            # Merged in a checkout the daemon just made from the work's commit: no
-            # driver, filter or attribute an agent named in a .git of its own applies.
-            await self.branches.fresh(facts, self._pinned(facts, await self.branches.base(facts)))
-            result = _git_result(await self.branches.sync(facts, main, mode))
-            if result.passed:
-                commit = await self.branches.bring_back(facts, name)
-                await self.branches.advance(facts, commit)
-                # Only the daemon's git worked here: a retry (main moved again) may merge
-                # in this checkout as it stands.
-                self.branches.untouched(facts, commit)
-                result = result.but(commit=commit)
-            return result
+            return await self._sync(facts, stage, main, name)
         tip = self._pinned(facts, await self.branches.base(facts))
 
         def announce(old: str, new: str) -> bool:
@@ -107,7 +98,8 @@ class StageExecutor:
             )
             return True
 
-        async with self.merge_lock:
+        await self.merge_slot.take(facts.run_id)
+        try:
             outcome = await gitops.ff_only(
                 self.daemon.layout.repo,
                 tip,
@@ -116,7 +108,27 @@ class StageExecutor:
                 timeout=active.config.repo.git_timeout_ms / 1000,
                 before_move=announce,
             )
+        finally:
+            self.merge_slot.give_back(facts.run_id)
         return _git_result(outcome).but(commit=tip)
+
+    async def _sync(self, facts: RunFacts, stage: Stage, main: str, name: str) -> StageResult:
+        """Main merged into the work; the merge slot kept for an ``ff_only`` right after
+        (sloopd.runs.merge_slot), so main cannot move between the merge and the merge."""
+        mode: Literal["merge", "rebase"] = "rebase" if stage.mode == "rebase" else "merge"
+        keeps_slot = _followed_by_ff_only(facts, stage)
+        if keeps_slot:
+            await self.merge_slot.take(facts.run_id)
+        kept = False
+        try:
+            work = self._pinned(facts, await self.branches.base(facts))
+            outcome = await self.branches.sync(facts, main, mode, work, name)
+            kept = keeps_slot and outcome.ok
+        finally:
+            if not kept:
+                self.merge_slot.give_back(facts.run_id)
+        result = _git_result(outcome)
+        return result.but(commit=outcome.head) if outcome.ok else result
 
     def diagnose(self, active: ActiveRun) -> dict[str, Any]:
         """Why an agent failed, in vendor terms, from its own recent output."""
@@ -269,6 +281,12 @@ class StageExecutor:
                 confidence=verdict.get("confidence"),
             )
         return StageResult.checked("panel", False, "panel stages need reviewer seats", code)
+
+
+def _followed_by_ff_only(facts: RunFacts, stage: Stage) -> bool:
+    stages = facts.flow.stages
+    position = facts.flow.index(stage.name) + 1
+    return position < len(stages) and stages[position].action == "ff_only"
 
 
 def _exit_reason(code: int) -> str:

@@ -20,7 +20,6 @@ from sloopd.core.state import Daemon
 from sloopd.flows import walk
 from sloopd.flows.flow import Stage
 from sloopd.flows.results import StageResult
-from sloopd.git import checkout
 from sloopd.git import ops as gitops
 from sloopd.proc.stage_io import Launcher
 from sloopd.queue import gate
@@ -41,6 +40,8 @@ log = logging.getLogger(__name__)
 STALL_CHECK_SECONDS = 1.0
 # A stall tick later than this means the daemon was stopped or held, not the agents.
 PAUSE_TOLERANCE_SECONDS = 0.5
+# How long a sandbox probe that passed stands for the runs started after it.
+SANDBOX_PROBE_REUSE_SECONDS = 5.0
 
 
 class SandboxUnavailable(Exception):
@@ -85,7 +86,9 @@ class RunManager:
         self.records = records
         self.sink = records.sink
         self.active = active
+        # Serialises removing checkouts (a 0.4 store's git worktrees share git's list).
         self.worktree_lock = asyncio.Lock()
+        self._sandbox_known_until = 0.0
         self.on_settled = on_settled
         self.credentials = credentials
         self.worker_sockets = worker_sockets
@@ -136,6 +139,8 @@ class RunManager:
             self.active.pop(run_id, None)
             self.sink.forget(run_id)
             self.branches.forget(run_id)
+            # A run stopped between its sync and its ff_only must not keep main's slot.
+            self.executor.merge_slot.give_back(run_id)
             self.on_settled()
 
     async def _step_durably(self, active: ActiveRun, facts: RunFacts) -> bool:
@@ -155,10 +160,14 @@ class RunManager:
 
     async def _prepare(self, active: ActiveRun, facts: RunFacts) -> str:
         """The run's checkout, branch and worker socket; the commit its branch starts at."""
-        if active.config.sandbox != "none":
+        if active.config.sandbox != "none" and time.monotonic() >= self._sandbox_known_until:
             launcher = self.launchers[active.config.sandbox]
             missing = await asyncio.to_thread(launcher.unavailable)
             self.daemon.sandbox_problem = missing
+            if missing is None:
+                # A sandbox that just started is not probed again for every run of a
+                # busy queue (a bwrap per run); a failed probe is always repeated.
+                self._sandbox_known_until = time.monotonic() + SANDBOX_PROBE_REUSE_SECONDS
             if missing is not None:
                 raise SandboxUnavailable(
                     f"the sandbox cannot start, so no stage of this run was started: {missing} "
@@ -168,8 +177,9 @@ class RunManager:
             await self.remove_worktree(old_id)
         facts.worktree.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         await self.worker_sockets.open(facts.run_id)
-        async with self.worktree_lock:
-            base = await self.branches.create(facts, active.config.repo.main)
+        # Not under worktree_lock: a checkout is a repository of its own, and its branch
+        # is created by compare-and-swap in the main one (two runs cannot both make it).
+        base = await self.branches.create(facts, active.config.repo.main)
         with self.store.writer.transaction() as tx:
             tx.run("run_set_worktree", (str(facts.worktree), facts.run_id))
             tx.run("run_started", {"id": facts.run_id, "now": now_ms()})
@@ -305,7 +315,7 @@ class RunManager:
         async with self.worktree_lock:
             await self.branches.remove(facts.worktree)
             # The run's own HOME, git home and prompts go with its checkout.
-            await checkout.remove(self.daemon.layout.state_dir / "runs" / run_id)
+            await self.branches.remove(self.daemon.layout.state_dir / "runs" / run_id)
         with self.store.writer.transaction() as tx:
             tx.run("run_clear_worktree", (run_id,))
 

@@ -138,27 +138,6 @@ def test_uncommitted_commit_all_and_bring_back(setup: Setup) -> None:
     assert git(setup.repo, "show", f"{PRIVATE}:a.txt") == "changed"
 
 
-def test_merge_brings_main_in_and_aborts_a_conflict(setup: Setup) -> None:
-    commit(setup.repo, {"m.txt": "from main\n"}, "main moves")
-    moved = head(setup.repo, "main")
-    conflicts = run(edits.merge(setup.work, moved, setup.isolation, identity=IDENTITY, timeout=60))
-    assert conflicts == []
-    assert (setup.work / "m.txt").read_text() == "from main\n"
-    assert git(setup.work, "merge-base", "--is-ancestor", moved, "HEAD") == ""
-
-    commit(setup.repo, {"a.txt": "main's a\n"}, "main edits a")
-    commit(setup.work, {"a.txt": "branch's a\n"}, "edit a")
-    before = head(setup.work)
-    conflicts = run(
-        edits.merge(
-            setup.work, head(setup.repo, "main"), setup.isolation, identity=IDENTITY, timeout=60
-        )
-    )
-    assert conflicts == ["a.txt"]
-    assert head(setup.work) == before
-    assert run(edits.uncommitted(setup.work, BRANCH, setup.isolation, timeout=60)) == []
-
-
 def test_bring_back_refuses_a_tip_that_does_not_descend_from_the_base(setup: Setup) -> None:
     (setup.work / "x.txt").write_text("x\n")
     run(
@@ -278,11 +257,12 @@ def test_a_hostile_checkout_runs_nothing_on_the_host(setup: Setup) -> None:
     iso = setup.isolation
     commit(setup.repo, {"m.txt": "main\n"}, "main moves")
     assert (
-        run(edits.merge(setup.work, head(setup.repo, "main"), iso, identity=IDENTITY, timeout=60))
+        run(edits.rebase(setup.work, head(setup.repo, "main"), iso, identity=IDENTITY, timeout=60))
         == []
     )
-    # The merge in the agent's own .git did run its filter, inside the sandbox:
-    # containment, not luck (the walk merges in a fresh checkout, never this one).
+    # The rebase in the agent's own .git did run its filter, inside the sandbox:
+    # containment, not luck (the walk rebases in a fresh checkout and merges in the
+    # daemon's scratch repository, never here).
     assert "filter" in (setup.work / ".payload-ran").read_text().split()
     (setup.work / ".payload-ran").unlink()
     # Status and the auto-commit read the files through the daemon's own git

@@ -141,3 +141,62 @@ def test_a_launcher_that_cannot_start_children_fails_the_run_before_anything_is_
         assert not (bench.daemon.layout.state_dir / "checkouts" / run_id).exists()
     finally:
         bench.close()
+
+
+RACE_FLOW: list[dict[str, Any]] = [
+    {"name": "implement", "action": "agent"},
+    {"name": "sync", "action": "sync"},
+    {"name": "merge", "action": "ff_only", "return_to": "sync", "returns": 20},
+]
+
+
+def test_runs_at_once_each_merge_after_one_sync(sandbox: Path, repo: Path) -> None:
+    """A sync followed by ff_only keeps main's slot until the merge: no run loses the race
+    to another and goes back to sync (0.8.0 before the slot: 5.5 syncs per run)."""
+    bench = Machinery.create(sandbox, repo, {"default": RACE_FLOW}, extra="[repo]\nparallel = 6")
+    try:
+        names = [f"t{i}" for i in range(6)]
+
+        def own_file(spawn: Spawn) -> None:
+            commit(spawn.cwd, {f"{spawn.env['SLOOP_RUN']}.txt": "x\n"}, "work")
+
+        bench.launcher.script(*(Script(act=own_file) for _ in names))
+
+        async def scenario() -> list[str]:
+            ids = [bench.claim(name) for name in names]
+            for run_id in ids:
+                bench.runs.start(run_id)
+            tasks = [bench.runs.active[run_id].task for run_id in ids]
+            await asyncio.gather(*(t for t in tasks if t is not None))
+            return ids
+
+        ids = asyncio.run(scenario())
+        for run_id in ids:
+            assert bench.shown(run_id)["state"] == "merged"
+            syncs = [e for e in bench.walk(run_id).executions if e.stage.name == "sync"]
+            assert len(syncs) == 1, f"{run_id} synced {len(syncs)} times"
+        main = bench.daemon.layout.repo
+        for run_id in ids:
+            assert git(main, "cat-file", "-t", f"main:{run_id}.txt") == "blob"
+        assert bench.runs.executor.merge_slot.holder is None
+    finally:
+        bench.close()
+
+
+def test_a_run_stopped_between_sync_and_merge_gives_main_back(sandbox: Path, repo: Path) -> None:
+    """The slot is held across one stage boundary only: a run that ends there (here its
+    ff_only fails: nothing beyond main) leaves it free for the next run."""
+    flow = [{"name": "sync", "action": "sync"}, {"name": "merge", "action": "ff_only"}]
+    bench = Machinery.create(sandbox, repo, {"default": flow})
+    try:
+
+        async def scenario() -> tuple[str, str]:
+            first = await bench.drive("one")
+            assert bench.runs.executor.merge_slot.holder is None
+            second = await asyncio.wait_for(bench.drive("two"), timeout=60)
+            return first, second
+
+        for run_id in asyncio.run(scenario()):
+            assert bench.shown(run_id)["state"] == "failed"
+    finally:
+        bench.close()

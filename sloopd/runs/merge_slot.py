@@ -1,0 +1,36 @@
+"""Who may move main: one run at a time, from its ``sync`` through the ``ff_only`` after it.
+
+``ff_only`` moves main only from the commit ``sync`` merged; if another run merged in
+between, it fails and the flow returns to ``sync``.  With eight runs at a time that race
+was lost most of the time (5.5 ``sync`` executions per run in the drain benchmark), each
+loss a whole execution spent for nothing.  So a ``sync`` whose next stage is an
+``ff_only`` takes the slot and keeps it across that one stage boundary: nothing can move
+main between the merge and the fast-forward, and the ``ff_only`` finds main where
+``sync`` left it.  Any other stage, the end of the ``ff_only``, a failed ``sync`` and the
+end of the run's driver give the slot back, so no run holds it while it waits for
+anything but the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class MergeSlot:
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self.holder: str | None = None
+
+    async def take(self, run_id: str) -> None:
+        """Hold the slot (at once when this run holds it already)."""
+        if self.holder == run_id:
+            return
+        await self._lock.acquire()
+        self.holder = run_id
+
+    def give_back(self, run_id: str) -> None:
+        """Release the slot if this run holds it; harmless otherwise."""
+        if self.holder != run_id:
+            return
+        self.holder = None
+        self._lock.release()
