@@ -78,8 +78,15 @@ def in_flight_rows(daemon: Daemon, snapshot: Snapshot) -> list[dict[str, Any]]:
 
 
 def live_total(daemon: Daemon, snapshot: Snapshot) -> dict[str, Any] | None:
-    """Every run's usage: the settled runs' summed, plus each run in flight's, live."""
-    live = [active.usage_total() for active in daemon.active_runs.values()]
+    """Every run's usage: the settled runs' summed, plus each run in flight's, live.
+
+    A run the model has settled (its usage already in the sum) whose driver has not let
+    go yet is counted once: the sum has it, so its live figure is left out."""
+    live = [
+        active.usage_total()
+        for run_id, active in daemon.active_runs.items()
+        if run_id in snapshot.in_flight
+    ]
     return rows.usage_sum([snapshot.usage.row(), *live])
 
 

@@ -15,6 +15,10 @@ from typing import Any
 
 import pytest
 
+from sloopd.core.model import derive
+from sloopd.runs.runstate import ActiveRun
+from sloopd.vendor.usage import Usage
+from sloopd.views import board
 from tests.support.fakes import Script, Spawn
 from tests.support.gitrepo import commit, git
 from tests.support.machinery import Machinery
@@ -200,3 +204,17 @@ def test_a_run_stopped_between_sync_and_merge_gives_main_back(sandbox: Path, rep
             assert bench.shown(run_id)["state"] == "failed"
     finally:
         bench.close()
+
+
+def test_a_settled_run_whose_driver_has_not_let_go_is_counted_once(machinery: Machinery) -> None:
+    """The dashboard's usage total counted a run twice (3,600 tokens for 1,800) while its
+    driver, after the settle, still awaited the close of its worker socket."""
+
+    machinery.launcher.script(Script(act=work), Script())
+    run_id = asyncio.run(machinery.drive("one"))
+    snapshot = derive(machinery.store, 10)
+    settled_sum = board.live_total(machinery.daemon, snapshot)
+    lingering = ActiveRun(run_id, machinery.daemon.config)
+    lingering.spent = Usage(input_tokens=1800)
+    machinery.daemon.active_runs[run_id] = lingering  # settled, driver not gone yet
+    assert board.live_total(machinery.daemon, snapshot) == settled_sum
