@@ -216,5 +216,5 @@ def test_a_settled_run_whose_driver_has_not_let_go_is_counted_once(machinery: Ma
     settled_sum = board.live_total(machinery.daemon, snapshot)
     lingering = ActiveRun(run_id, machinery.daemon.config)
     lingering.spent = Usage(input_tokens=1800)
-    machinery.daemon.active_runs[run_id] = lingering  # settled, driver not gone yet
+    machinery.runs.active[run_id] = lingering  # settled, its driver not gone yet
     assert board.live_total(machinery.daemon, snapshot) == settled_sum
