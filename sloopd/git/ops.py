@@ -160,6 +160,18 @@ async def update_ref(repo: Path, ref: str, sha: str, expect: str | None = None) 
     await _git(repo, *args)
 
 
+async def update_refs(repo: Path, moves: dict[str, str], message: str = "sloop") -> None:
+    """Point every ref at its sha in one transaction: all move, or none does."""
+    lines = "".join(f"update {ref} {sha}\n" for ref, sha in moves.items()).encode()
+    argv = runner.git(repo, "update-ref", "-m", message, "--stdin")
+    try:
+        done = await runner.run(argv, timeout=QUICK_TIMEOUT, stdin=lines)
+    except runner.TimedOut:
+        raise GitTimeout(f"{shlex.join(argv)} did not finish within {QUICK_TIMEOUT:g} s") from None
+    if done.returncode != 0:
+        raise GitError(f"{shlex.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
+
+
 async def list_worktrees(repo: Path) -> list[tuple[Path, str | None]]:
     """(path, branch ref or None when detached or bare), the main working tree first."""
     _, out, _ = await _git(repo, "worktree", "list", "--porcelain")

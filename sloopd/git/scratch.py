@@ -85,11 +85,11 @@ class ScratchRepository:
         except runner.TimedOut:
             raise ScratchError(f"{shlex.join(argv)} did not finish within {timeout:g} s") from None
 
-    async def _is_ancestor(self, older: str, newer: str, timeout: float) -> bool:
-        done = await self._git(["merge-base", "--is-ancestor", older, newer], timeout, None)
+    async def _merge_base(self, ours: str, theirs: str, timeout: float) -> str | None:
+        done = await self._git(["merge-base", ours, theirs], timeout, None)
         if done.returncode not in (0, 1):
-            raise ScratchError(f"cannot compare {older[:12]} and {newer[:12]}: {_said(done)}")
-        return done.returncode == 0
+            raise ScratchError(f"cannot compare {ours[:12]} and {theirs[:12]}: {_said(done)}")
+        return done.stdout.strip() or None
 
     async def merge(
         self,
@@ -104,9 +104,10 @@ class ScratchRepository:
         ``ours`` itself when it already holds ``theirs``, ``theirs`` when ``ours`` is behind
         it (a fast-forward), else a new two-parent commit or the conflicting paths."""
         await self._ensure(timeout)
-        if await self._is_ancestor(theirs, ours, timeout):
+        base = await self._merge_base(ours, theirs, timeout)
+        if base == theirs:
             return Merged(ours)
-        if await self._is_ancestor(ours, theirs, timeout):
+        if base == ours:
             return Merged(theirs)
         listed = ["merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", ours, theirs]
         done = await self._git(listed, timeout, None)

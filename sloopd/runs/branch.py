@@ -186,6 +186,8 @@ class RunBranches:
                 trees.remove_blocking(entry)
 
     async def base(self, facts: RunFacts) -> str:
+        if facts.base:
+            return facts.base  # the driver's facts carry it from create: no git needed
         sha = await gitops.rev_parse(self.layout.repo, self.ref(facts, "base"))
         if sha is None:
             raise CheckoutError(f"{facts.run_id} has no recorded base commit")
@@ -262,8 +264,12 @@ class RunBranches:
                 raise gitops.GitError(str(exc)) from exc
             if merged.commit is None:
                 return _conflicted(f"merging {main} into the branch", merged.conflicts)
-            await gitops.update_ref(self.layout.repo, self.ref(facts, name), merged.commit)
-            await self.advance(facts, merged.commit)
+            # The execution's record and the run's branch move together.
+            moves = {
+                self.ref(facts, name): merged.commit,
+                f"refs/heads/{facts.branch}": merged.commit,
+            }
+            await gitops.update_refs(self.layout.repo, moves, "sloop: sync")
             return gitops.GitResult(ok=True, head=merged.commit)
         await self.fresh(facts, work)
         conflicts = await checkout_edits.rebase(
