@@ -304,7 +304,9 @@ async def ff_only(
         return GitResult(ok=False, reason=f"{main} was not moved: the run was stopped first")
     timed_out: GitTimeout | None = None
     try:
-        code, _, err = await _git(where, *command, identity=True, check=False, timeout=timeout)
+        # A fast-forward writes no commit (its reflog entry needs no strict identity), so
+        # no identity lookup is spent inside main's slot.
+        code, _, err = await _git(where, *command, check=False, timeout=timeout)
     except GitTimeout as exc:
         timed_out, code, err = exc, -1, str(exc)
 
@@ -320,6 +322,18 @@ async def ff_only(
     raise GitError(f"git -C {where} {shlex.join(command)} exited {code}: {err.strip()}")
 
 
+# Whether a repository is bare, asked once per path: a repository does not turn bare
+# under a running daemon, and the question was one git per merge inside main's slot.
+_BARE: dict[Path, bool] = {}
+
+
+async def _is_bare(repo: Path) -> bool:
+    if repo not in _BARE:
+        _, bare, _ = await _git(repo, "rev-parse", "--is-bare-repository")
+        _BARE[repo] = bare.strip() == "true"
+    return _BARE[repo]
+
+
 async def _plan_fast_forward(
     repo: Path, tip: str, main: str, ref: str
 ) -> GitResult | tuple[str, Path, list[str]]:
@@ -327,8 +341,7 @@ async def _plan_fast_forward(
 
     "Nothing to merge" comes back with ``head`` set to ``tip`` so ``allow_empty`` can pass it.
     """
-    _, bare, _ = await _git(repo, "rev-parse", "--is-bare-repository")
-    if bare.strip() == "true":
+    if await _is_bare(repo):
         raise GitError(f"cannot fast-forward {main}: {repo} is a bare repository")
     old = await rev_parse(repo, ref)
     if old is None:
