@@ -15,7 +15,7 @@ moment, again and again.  After every restart the invariants hold:
 
 At the end one daemon walks every ticket to ``merged``: nothing was lost.  The seed
 is printed; ``SLOOP_CRASH_SEED=<seed>`` replays it, ``SLOOP_CRASH_KILLS`` sets the
-number of kills (``make test-long`` runs 200).
+number of kills (20 in ``make test``; ``make test-long`` runs 200).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import pytest
 from tests.support.agents import Bench, processes_with, sloop_toml, ticket_text
 from tests.support.daemon import git, query, wait_until
 
-KILLS = int(os.environ.get("SLOOP_CRASH_KILLS", "50"))
+KILLS = int(os.environ.get("SLOOP_CRASH_KILLS", "20"))
 LONG_KILLS = 200
 
 HOOK = """#!/bin/sh
