@@ -30,6 +30,7 @@ from sloopd.proc.children import ProcessGroups
 from sloopd.proc.sandbox import probe as sandbox_probe
 from sloopd.queue import gate
 from sloopd.queue.scheduler import Scheduler
+from sloopd.runs import leftovers
 from sloopd.runs.runner import RunManager
 from sloopd.runs.runstate import ActiveRun
 from sloopd.store import Store, StoreLock, StoreTooNew, StoreUnavailable
@@ -226,7 +227,11 @@ class Server:
             worker_connections=compose.worker_connection_budget(),
         )
         self.runs.worker_sockets.clear_stale()
-        scheduler = Scheduler(self.daemon, self.runs.start)
+        # Before any claim: a store restored from an older backup numbers past what the
+        # runs it forgot left in git and in the state directory.
+        found = leftovers.survey(self.layout)
+        leftovers.number_past(self.daemon.store, found)
+        scheduler = Scheduler(self.daemon, self.runs.start, attempt_floor=found.attempt_floor)
         # The one late wiring step (see Daemon.connect): before recovery settles anything.
         self.daemon.connect(poke=scheduler.poke, events_appended=self.notices.poke)
         for run_id, outcome in await self.runs.recover():

@@ -25,10 +25,23 @@ log = logging.getLogger(__name__)
 IDLE_SECONDS = 60.0
 
 
+def _no_floor(_stem: str) -> int:
+    return 0
+
+
 class Scheduler:
-    def __init__(self, daemon: Daemon, start_run: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        daemon: Daemon,
+        start_run: Callable[[str], None],
+        attempt_floor: Callable[[str], int] = _no_floor,
+    ) -> None:
+        """``attempt_floor`` says, for a branch stem (``sloop/fix-login``), the highest
+        attempt a branch already has that the store may not know of (a store restored
+        from an older backup: sloopd.runs.leftovers); a claim numbers past it."""
         self.daemon = daemon
         self._start_run = start_run
+        self._attempt_floor = attempt_floor
         self._poked = asyncio.Event()
 
     def poke(self) -> None:
@@ -127,7 +140,21 @@ class Scheduler:
         """Turn one trigger into a run with a snapshot of its flow; the run's id."""
         settings = self.daemon.config
         name, flow = named
-        attempt = int(last) + 1
+        stem = f"{settings.repo.branch_prefix}{name}"
+        # Past both the store's last attempt and any branch an attempt it forgot left:
+        # reusing a number would find that branch and fail the run at its start.
+        floor = self._attempt_floor(stem)
+        attempt = max(int(last), floor) + 1
+        if floor > int(last):
+            log.warning(
+                "%s: branch %s/%d exists but the store knows no such attempt (a store "
+                "restored from an older backup?); the branch stays, this run is %s#%d",
+                name,
+                stem,
+                floor,
+                name,
+                attempt,
+            )
         run_id = tx.scalar(
             "run_insert",
             {
@@ -137,7 +164,7 @@ class Scheduler:
                 "trigger": trigger_id,
                 "flow": flow.name,
                 "snapshot": orjson.dumps(flow.to_json()).decode(),
-                "branch": f"{settings.repo.branch_prefix}{name}/{attempt}",
+                "branch": f"{stem}/{attempt}",
                 "now": now,
             },
         )

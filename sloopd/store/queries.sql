@@ -176,6 +176,17 @@ VALUES ('', :alias, :ticket, :attempt, 'claimed', :trigger, :flow, :snapshot, :b
 UPDATE runs SET id = 'R' || ordinal WHERE ordinal = last_insert_rowid()
 RETURNING id
 
+-- name: runs_ordinal_next
+-- The ordinal the next run gets: AUTOINCREMENT's, past both the sequence and the rows.
+SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'runs'), 0),
+           coalesce((SELECT max(ordinal) FROM runs), 0)) + 1
+
+-- name: runs_ordinal_at_least
+-- Run ids seen outside the store (a restored older backup) are never handed out again.
+INSERT INTO sqlite_sequence (name, seq)
+SELECT 'runs', 0 WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'runs');
+UPDATE sqlite_sequence SET seq = max(seq, :floor) WHERE name = 'runs'
+
 -- name: run_set_worktree
 UPDATE runs SET worktree = ? WHERE id = ?
 
