@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 
 from sloopd.store import GateRow, RunRow, Store, TicketRow, TriggerRow, UsageRow
+from sloopd.util import quoting
 from sloopd.vendor import usage
 from sloopd.wire.api import TERMINAL_RUN_STATES, TERMINAL_TICKET_STATES
 
@@ -153,7 +154,9 @@ def run_row_of(record: RunRow) -> dict[str, Any]:
         "finished_at_ms": finished,
         "agent_exit_code": agent_exit_code,
         "halt": halt,
-        "reason": reason,
+        # Bounded here too, for runs a 0.7 daemon settled with every path in it: the
+        # dashboard carries this row for every recent run.
+        "reason": quoting.clip(reason, quoting.REASON_CHARS) if reason else reason,
         "classification": diagnosis.get("classification") if diagnosis else None,
         "diagnosis": diagnosis,
         "stall": None,

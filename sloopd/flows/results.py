@@ -10,8 +10,11 @@ today's keys exactly: a key written only when it says something stays so.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
+
+from sloopd.util import quoting
 
 
 def daemon_diagnosis(classification: str, detail: str) -> dict[str, Any]:
@@ -40,7 +43,10 @@ class StageResult:
     verdict_source: str | None = None
     # Written with a reported verdict only (null when the worker gave none).
     confidence: str | None = None
+    # Bounded (quoting.listed_paths: an agent chooses how many and how long);
+    # paths_omitted counts the ones left out.
     paths: tuple[str, ...] = ()
+    paths_omitted: int = 0
     # Failed for a reason no return can mend: the run ends failed.
     final: bool = False
     # Recovery only: git could not tell whether main moved.
@@ -68,6 +74,11 @@ class StageResult:
     def but(self, **changes: Any) -> StageResult:
         return replace(self, **changes)
 
+    def naming(self, paths: Sequence[str]) -> StageResult:
+        """The same result listing ``paths``, as many as the cap keeps, the rest counted."""
+        kept, omitted = quoting.listed_paths(paths)
+        return replace(self, paths=kept, paths_omitted=omitted)
+
     def to_row(self) -> dict[str, Any]:
         """The stage_finished row's data: optional keys only when they carry a fact."""
         row: dict[str, Any] = {"passed": self.passed}
@@ -79,6 +90,8 @@ class StageResult:
             row["confidence"] = self.confidence
         if self.paths:
             row["paths"] = list(self.paths)
+        if self.paths_omitted:
+            row["paths_omitted"] = self.paths_omitted
         if self.final:
             row["final"] = True
         if self.undetermined:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 from sloopd.git import runner
+from sloopd.util import quoting
 
 # Fallback identity for the merge commits ``sync`` makes on CI hosts with no git identity.
 FALLBACK_NAME = "sloop"
@@ -251,7 +252,7 @@ async def sync(
     if abort_code != 0:
         raise GitError(f"cannot abort {mode} in {worktree}: {abort_err.strip()}")
     return GitResult(
-        ok=False, reason=f"{doing} conflicts in: {', '.join(conflicts)}", paths=conflicts
+        ok=False, reason=f"{doing} conflicts in: {quoting.quote_names(conflicts)}", paths=conflicts
     )
 
 

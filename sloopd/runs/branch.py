@@ -30,7 +30,7 @@ from sloopd.git import checkout, checkout_edits, runner, scratch
 from sloopd.git import ops as gitops
 from sloopd.git.checkout import CheckoutError, Isolation
 from sloopd.runs.runstate import RunFacts
-from sloopd.util import trees
+from sloopd.util import quoting, trees
 
 # Every git call on a checkout or for it has this deadline; a hook or a huge
 # repository that takes longer fails the stage with a reason instead of hanging it.
@@ -48,8 +48,10 @@ def repository_identity(repo: Path) -> tuple[str, str]:
 
 
 def _conflicted(doing: str, conflicts: tuple[str, ...]) -> gitops.GitResult:
+    # The agent's branch chose these paths: quoted a few, the rest counted (the stage
+    # row lists them, bounded).
     return gitops.GitResult(
-        ok=False, reason=f"{doing} conflicts in: {', '.join(conflicts)}", paths=conflicts
+        ok=False, reason=f"{doing} conflicts in: {quoting.quote_names(conflicts)}", paths=conflicts
     )
 
 
@@ -68,7 +70,12 @@ class Discarded:
     paths: tuple[str, ...]
 
     def row(self, seat: int | None) -> dict[str, Any]:
-        entry: dict[str, Any] = {"commit": self.commit, "paths": list(self.paths)}
+        """The stage row's ``discarded`` entry: the paths as many as the cap keeps (a
+        reviewer chooses how many it leaves), ``paths_omitted`` counting the rest."""
+        listed, omitted = quoting.listed_paths(self.paths)
+        entry: dict[str, Any] = {"commit": self.commit, "paths": list(listed)}
+        if omitted:
+            entry["paths_omitted"] = omitted
         if seat is not None:
             entry["reviewer"] = seat
         return entry

@@ -24,6 +24,7 @@ from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.runs.spawning import ChildStarter
 from sloopd.runs.stop import TIMED_OUT, cancelled, child_stopped, stops_children
+from sloopd.util import quoting
 from sloopd.util.clock import now_ms
 from sloopd.vendor.usage import Usage
 from sloopd.vendor.usage import total as usage_total
@@ -164,7 +165,7 @@ class StageExecutor:
             result = result.but(usage=usage.row())
         if active.refused_tools:
             # A headless CLI that refuses a tool still exits 0: say what it refused.
-            refused = "the agent's CLI refused tools: " + ", ".join(active.refused_tools)
+            refused = "the agent's CLI refused tools: " + quoting.quote_names(active.refused_tools)
             result = result.but(reason=f"{result.reason}; {refused}" if result.reason else refused)
         name = self.branches.execution_name(facts, stage, attempt, None)
         if not produces(stage):
@@ -185,13 +186,15 @@ class StageExecutor:
                 )
                 await self.branches.commit_all(facts, message)
             elif dirty and result.passed:
+                # The first few paths quoted, the rest counted: an agent chooses how many
+                # files it leaves and how long their names are, and every client reads
+                # this reason.
                 result = result.but(
                     passed=False,
                     reason="the agent left uncommitted changes in: "
-                    + ", ".join(dirty)
+                    + quoting.quote_names(dirty)
                     + ' (commit them, or set commit = "auto" on the stage)',
-                    paths=tuple(dirty),
-                )
+                ).naming(dirty)
         commit = await self.branches.bring_back(facts, name)
         await self.branches.advance(facts, commit)
         return result.but(commit=commit)
@@ -301,6 +304,5 @@ def _git_result(outcome: gitops.GitResult) -> StageResult:
         exit_code=None,
         verdict_source="git",
         reason=outcome.reason,
-        paths=tuple(outcome.paths or ()),
         final=bool(outcome.final),
-    )
+    ).naming(outcome.paths or ())

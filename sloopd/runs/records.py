@@ -25,6 +25,7 @@ from sloopd.flows.results import StageResult
 from sloopd.flows.stagelog import append_step, flow_of, read_log, replay_run
 from sloopd.runs.runstate import RunFacts
 from sloopd.store import Store, StoreUnavailable
+from sloopd.util import quoting
 from sloopd.util.clock import now_ms
 
 log = logging.getLogger(__name__)
@@ -195,6 +196,10 @@ class RunRecords:
             state = self.replay(facts)
         if outcome != "merged" and reason is None:
             reason = run_reason(state, outcome, halt, facts.branch)
+        if reason is not None:
+            # Every run row, event and notification carries it: bounded whatever a
+            # stage's reason quoted of what an agent printed or named.
+            reason = quoting.clip(reason, quoting.REASON_CHARS)
         diagnosis = run_diagnosis(state) if outcome != "merged" else None
         now = now_ms()
         with self.store.writer.transaction() as tx:
