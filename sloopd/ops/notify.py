@@ -6,6 +6,8 @@ import logging
 import os
 import time
 
+from sloopd.util import quoting
+
 log = logging.getLogger(__name__)
 
 
@@ -44,10 +46,12 @@ class Notifier:
             self._failing = False
 
     def ready(self, status: str) -> None:
-        self.send(f"READY=1\nSTATUS={status}")
+        self.send(f"READY=1\nSTATUS={quoting.one_line(status)}")
 
     def status(self, status: str) -> None:
-        self.send(f"STATUS={status}")
+        # A message is one assignment a line: a line break in the status (a repository
+        # path, a store's refusal) would make the rest another assignment systemd obeys.
+        self.send(f"STATUS={quoting.one_line(status)}")
 
     def reloading(self) -> None:
         self.send(f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")

@@ -5,6 +5,13 @@ event was committed), so this module knows no store and no daemon.  Text that
 came from agents or tickets (a run's ``reason``, a gate's) is cut to a bounded
 length and, in Slack bodies, escaped so that it can neither mention anyone
 (``<!channel>``) nor forge a link.
+
+Every string a body carries is also one line of plain characters
+(``quoting.one_line``: line breaks become a space, other control characters and
+bidi overrides U+FFFD).  A reason quotes what an agent named or printed; on 0.7.0 a
+file named ``x\n\n:white_check_mark: *t1#1* merged`` gave a failed run's Slack
+message a second, "merged" headline, and its fallback text (what a phone shows)
+too.  So the daemon's own headline is always the only first line.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from typing import Any, Final
 import orjson
 
 from sloopd.ops.webhook_targets import Target
+from sloopd.util import quoting
 
 BODY_VERSION: Final = 1
 # A reason longer than this is cut (with "…"): a body stays small whatever an
@@ -50,21 +58,37 @@ def moment(at_ms: int) -> str:
 
 
 def cut(value: Any, limit: int = REASON_MAX) -> str | None:
+    """A reason for a body: one line, at most ``limit`` characters."""
     if value is None:
         return None
-    words = str(value)
-    return words if len(words) <= limit else words[: limit - 1] + "…"
+    return quoting.clip(plain(value), limit)
+
+
+def plain(value: Any) -> str:
+    """Any text a body interpolates (an alias, a state, a name): one line, no controls."""
+    return quoting.one_line(str(value))
+
+
+def _plain_tree(value: Any) -> Any:
+    """A row for a JSON body with every string in it (keys too) one line, no controls."""
+    if isinstance(value, str):
+        return quoting.one_line(value)
+    if isinstance(value, dict):
+        return {_plain_tree(k): _plain_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain_tree(v) for v in value]
+    return value
 
 
 def summary(notice: Notice) -> str:
     """One plain sentence: ``fix-login#1 (R4) failed: stage 'test' failed …``."""
     if notice.run is not None:
         run = notice.run
-        line = f"{run.get('alias')} ({run.get('id')}) {run.get('state')}"
+        line = f"{plain(run.get('alias'))} ({plain(run.get('id'))}) {plain(run.get('state'))}"
         reason = cut(run.get("reason"))
         return line + (f": {reason}" if reason else "")
     gate = notice.gate or {}
-    line = f"gate {gate.get('from')} -> {gate.get('state')}"
+    line = f"gate {plain(gate.get('from'))} -> {plain(gate.get('state'))}"
     until = gate.get("until_ms")
     if isinstance(until, int):
         line += f" until {moment(until)}"
@@ -73,10 +97,12 @@ def summary(notice: Notice) -> str:
 
 
 def json_body(target: Target, notice: Notice, delivery: str) -> dict[str, Any]:
-    run = dict(notice.run) if notice.run is not None else None
+    # A receiver may print any field as it is (a chat bridge, a log line): none of them
+    # may start a line of its own.
+    run = _plain_tree(notice.run) if notice.run is not None else None
     if run is not None:
         run["reason"] = cut(run.get("reason"))
-    gate = dict(notice.gate) if notice.gate is not None else None
+    gate = _plain_tree(notice.gate) if notice.gate is not None else None
     if gate is not None:
         gate["reason"] = cut(gate.get("reason"))
     return {
@@ -89,7 +115,7 @@ def json_body(target: Target, notice: Notice, delivery: str) -> dict[str, Any]:
             "at_ms": notice.at_ms,
             "at": moment(notice.at_ms),
         },
-        "repo": notice.repo,
+        "repo": plain(notice.repo),
         "run": run,
         "gate": gate,
         "link": target.link_for(notice.run),
@@ -115,26 +141,27 @@ def slack_body(target: Target, notice: Notice) -> dict[str, Any]:
     """``{"text", "blocks"}``: an incoming webhook's message, text as the fallback."""
     mark = _MARKS.get(notice.on, "")
     link = target.link_for(notice.run)
-    facts = [notice.repo]
+    facts = [plain(notice.repo)]
     if notice.run is not None:
         run = notice.run
-        name = slack_escape(str(run.get("alias")))
+        name = slack_escape(plain(run.get("alias")))
         title = f"<{link}|{name}>" if link else name
-        head = f"{mark} *{title}* {slack_escape(str(run.get('state')))}"
+        head = f"{mark} *{title}* {slack_escape(plain(run.get('state')))}"
         reason = cut(run.get("reason"))
-        facts += [str(run.get("id")), f"ticket {run.get('ticket')}"]
+        facts += [plain(run.get("id")), f"ticket {plain(run.get('ticket'))}"]
         usage = usage_words(run.get("usage"))
         if usage:
             facts.append(usage)
     else:
         gate = notice.gate or {}
-        head = f"{mark} gate *{gate.get('from')}* → *{gate.get('state')}*"
+        head = f"{mark} gate *{plain(gate.get('from'))}* → *{plain(gate.get('state'))}*"
         until = gate.get("until_ms")
         if isinstance(until, int):
             head += f" until {moment(until)}"
         reason = cut(gate.get("reason"))
         if link:
             head += f" (<{link}|details>)"
+    # The only line break of the message: the daemon's headline, then the quoted reason.
     section = head + (f"\n> {slack_escape(reason)}" if reason else "")
     return {
         "text": slack_escape(summary(notice)),
