@@ -100,7 +100,7 @@ function stages(rows) {
         ]))));
   const discarded = rows.filter((s) => s.discarded?.length).map((stage) =>
     h("p", {class: "muted"}, `${stageLabel(stage)} left work that was not merged: `,
-      stage.discarded.map((d) => `${(d.paths ?? []).join(", ")}${d.commit ? ` (${String(d.commit).slice(0, 12)})` : ""}`).join("; ")));
+      stage.discarded.map((d) => `${(d.paths ?? []).join(", ")}${d.paths_omitted ? ` … and ${d.paths_omitted} more` : ""}${d.commit ? ` (${String(d.commit).slice(0, 12)})` : ""}`).join("; ")));
   return section("Stage executions",
     table(["Execution", "Started", "Took", "Exit", "Verdict", "Commit", "Usage"], body),
     seats, discarded);
