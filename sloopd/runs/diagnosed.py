@@ -27,7 +27,7 @@ TRANSIENT_CLASSES: Final = frozenset({"overloaded", "network"})
 OFFLINE_DETAIL: Final = (
     "the stage sets network = false, so its agent cannot reach its vendor's API "
     "(the sandbox has only a loopback of its own); not retried: remove network = false "
-    "from the stage, or point the agent at a vendor it can reach without a network"
+    "from the stage to let its agent reach its vendor"
 )
 
 
