@@ -30,7 +30,7 @@ from sloopd.proc.children import ProcessGroups
 from sloopd.proc.sandbox import probe as sandbox_probe
 from sloopd.queue import gate
 from sloopd.queue.scheduler import Scheduler
-from sloopd.runs import leftovers
+from sloopd.runs import cli_sight, leftovers
 from sloopd.runs.runner import RunManager
 from sloopd.runs.runstate import ActiveRun
 from sloopd.store import Store, StoreLock, StoreTooNew, StoreUnavailable
@@ -137,6 +137,7 @@ class Server:
             metrics=self.metrics,
             active_runs=self._active,
         )
+        self._check_clis()
         if store is not None:
             try:
                 scheduler: Scheduler | None = await self._reconcile()
@@ -353,12 +354,20 @@ class Server:
         try:
             self.daemon.config = config.load(self.layout.repo)
             log.info("configuration reloaded")
+            self._check_clis()
             self.daemon.changes.bump()  # parallel and the flows decide tickets' 'waiting'
             self.daemon.poke()  # a higher parallel or a restored flow may free work
         except config.ConfigError as exc:
             log.error("reload refused, keeping the last good configuration: %s", exc)
         self._last_status = self._status_line()
         self.notifier.ready(self._last_status)
+
+    def _check_clis(self) -> None:
+        """Each configured preset's CLI must resolve inside the sandbox: say which does not."""
+        assert self.daemon is not None
+        self.daemon.unseen_clis = cli_sight.configured_unseen(self.daemon.config)
+        for row in self.daemon.unseen_clis:
+            log.warning("agent preset %r: %s", row["preset"], row["problem"])
 
     async def _close_clients(self) -> None:
         """Held requests answer first (show, then logs/events), then connections close."""

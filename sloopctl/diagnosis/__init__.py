@@ -12,7 +12,7 @@ Loaded only when doctor runs, so it may import what it likes; ``tomllib`` and
 - ``report``: ``Check`` and ``Findings``, the lines of the report
 - ``host``: what is read without the daemon (daemon.json, git, /proc, groups)
 - ``facts``: ``Doctor``, the facts every check reads, and the socket probe
-- ``daemon_checks``: socket, version, store, clock
+- ``daemon_checks``: socket, version, sandbox, clis, store, clock
 - ``local_checks``: git, worktrees, process groups
 - ``metrics``: the Prometheus series, else the dashboard's counts
 """
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Final
 
 from sloopctl.diagnosis.daemon_checks import (
+    check_clis,
     check_clock,
     check_sandbox,
     check_socket,
@@ -53,6 +54,7 @@ CHECKS: Final[tuple[tuple[str, Callable[[Doctor], Check]], ...]] = (
     ("socket", check_socket),
     ("version", check_version),
     ("sandbox", check_sandbox),
+    ("clis", check_clis),
     ("store", check_store),
     ("git", check_git),
     ("worktrees", check_worktrees),

@@ -16,7 +16,14 @@ from typing import Final
 
 from sloopctl.client import FIX as START_FIX
 from sloopctl.diagnosis.facts import Doctor
-from sloopctl.diagnosis.report import NOT_REACHABLE, START, Check, Findings, first_line
+from sloopctl.diagnosis.report import (
+    NOT_REACHABLE,
+    START,
+    Check,
+    Findings,
+    Status,
+    first_line,
+)
 from sloopctl.layout import span
 from sloopd.wire import api
 
@@ -91,6 +98,35 @@ def check_sandbox(d: Doctor) -> Check:
             "install bubblewrap and allow user namespaces (docs/deploy.md)",
         )
     return Check(name, "ok", "every agent and command runs in a bubblewrap sandbox")
+
+
+def check_clis(d: Doctor) -> Check:
+    """Whether each configured preset's CLI resolves inside the sandbox, as the daemon
+    found at its start (or last reload): one it hides fails every run with exit 127."""
+    name = "clis"
+    if not d.up:
+        return Check(name, "warn", NOT_REACHABLE)
+    info = d.daemon.get("sandbox")
+    rows = info.get("clis") if isinstance(info, dict) else None
+    if not isinstance(rows, list):
+        return Check(name, "warn", "the daemon does not say whether its agents' CLIs are there")
+    if not rows:
+        return Check(name, "ok", "every configured preset's CLI resolves inside the sandbox")
+    found = Findings()
+    for row in rows:
+        if not isinstance(row, dict):
+            continue
+        # A CLI found on the daemon's PATH but hidden is a configuration to fix; one
+        # found nowhere may simply be a preset this host does not run yet.
+        status: Status = "fail" if row.get("path") else "warn"
+        found.add(
+            status,
+            f"preset {row.get('preset')!r}: {row.get('problem')}",
+            "add the folder named to agent.ro_mounts in sloop.toml, then reload"
+            if status == "fail"
+            else f"install {row.get('cli')} for the daemon's user, then restart the daemon",
+        )
+    return found.result(name, "")
 
 
 def check_store(d: Doctor) -> Check:

@@ -16,6 +16,7 @@ from typing import Any
 
 from sloopd.flows.flow import AgentSettings, Flow, FlowError, default_flow
 from sloopd.flows.flow import parse as parse_flows
+from sloopd.flows.uses import warn_offline
 from sloopd.ops.webhook_targets import NotifyConfigError, Target, parse_targets
 from sloopd.util.names import ref_problem
 from sloopd.vendor import Pattern, VendorConfigError, patterns_from_config
@@ -102,6 +103,7 @@ def parse(
     except FlowError as exc:
         raise ConfigError(f"{where}{exc}") from exc
     _check_streams(parsed.agent, parsed.flows, where)
+    warn_offline(parsed.agent, parsed.flows.values())
     try:
         notify = parse_targets(
             document.get("notify", []), os.environ if environ is None else environ

@@ -59,6 +59,9 @@ class Daemon:
     metrics: Metrics | None = None
     # Why a sandbox cannot start on this host (the last probe), None when it can.
     sandbox_problem: str | None = None
+    # The configured presets whose CLI the sandbox would not find (sloopd.runs.cli_sight),
+    # checked at start and on each reload: daemon.sandbox.clis.
+    unseen_clis: list[dict[str, Any]] = field(default_factory=list)
     # The read model (None until derived after recovery, and on a refused store) and
     # its epoch, which every ``show`` reply carries.
     model: ReadModel | None = None
@@ -147,7 +150,13 @@ class Daemon:
             warning = f"no stage can start: {self.sandbox_problem}"
         else:
             warning = None
-        return {"mode": mode, "available": self.sandbox_problem is None, "warning": warning}
+        return {
+            "mode": mode,
+            "available": self.sandbox_problem is None,
+            "warning": warning,
+            # Additive in 0.8.0: each configured preset whose CLI the sandbox cannot see.
+            "clis": list(self.unseen_clis),
+        }
 
     def queue_facts(self, queued: list[TriggerRow] | None = None) -> QueueFacts:
         """``queued``: the triggers_queued rows, when the caller already read them."""

@@ -27,7 +27,9 @@ def run_reason(state: Walk, outcome: str, halt: str | None, branch: str) -> str 
     if diagnosis is not None and diagnosis.get("classification") not in (None, "unknown"):
         failure = _last_halting_failure(state)
         assert failure is not None
-        detail = diagnosis.get("evidence") or diagnosis.get("detail") or ""
+        # Both when both were stored: the CLI's words and the daemon's finding on them
+        # (a network failure of a stage that sets network = false).
+        detail = "; ".join(d for d in (diagnosis.get("evidence"), diagnosis.get("detail")) if d)
         return (
             f"stage '{failure.stage.name}' failed on execution {failure.attempt}: "
             f"{diagnosis['classification']}" + (f" ({detail})" if detail else "")

@@ -47,6 +47,11 @@ class Preset:
     # What the CLI obeys in a checkout that the preset cannot turn off, and what the
     # preset does about it: logged when sloop.toml selects the preset (docs/security.md).
     caveat: str | None = None
+    # The program the command runs from PATH (sloopd.runs.cli_sight checks at start
+    # that the sandbox shows it), and the vendor API it talks to: an agent stage with
+    # network = false cannot reach it (warned at load, sloopd.flows.uses).
+    cli: str | None = None
+    api: str | None = None
 
 
 def _sh(script: str) -> tuple[str, ...]:
@@ -75,6 +80,8 @@ CLAUDE = Preset(
     "claude",
     "Claude Code in headless mode, tools allowed (IS_SANDBOX=1: Sloop's sandbox is the boundary)",
     ("~/.claude/.credentials.json",),
+    cli="claude",
+    api="the Anthropic API (ANTHROPIC_BASE_URL)",
 )
 
 CODEX = Preset(
@@ -101,6 +108,8 @@ CODEX = Preset(
     ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_MODEL"),
     "codex",
     "Codex exec, its own sandbox off (Sloop's is the boundary), commands in a plain shell",
+    cli="codex",
+    api="the OpenAI Responses API (OPENAI_BASE_URL)",
     # No login: the preset's own provider (which caps the retries) reads OPENAI_API_KEY;
     # a ChatGPT sign-in (~/.codex/auth.json) needs the built-in provider (docs/agents.md).
 )
@@ -157,6 +166,8 @@ GEMINI = Preset(
         "in a checkout that holds one, so an implementer that commits one fails every "
         "later gemini stage (docs/security.md)"
     ),
+    cli="gemini",
+    api="the Gemini API (GOOGLE_GEMINI_BASE_URL)",
 )
 
 EXAMPLE = Preset(
@@ -177,3 +188,8 @@ def preset(name: str) -> Preset:
         return PRESETS[name]
     except KeyError:
         raise KeyError(f"unknown agent preset {name!r} (known: {', '.join(PRESETS)})") from None
+
+
+def preset_of(command: tuple[str, ...] | None) -> Preset | None:
+    """The preset whose command line this is (a stage's, a seat's, ``[agent]``'s), if any."""
+    return next((p for p in PRESETS.values() if p.command == command), None)

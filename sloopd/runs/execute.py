@@ -18,6 +18,7 @@ from sloopd.flows.flow import Stage
 from sloopd.flows.results import StageResult, daemon_diagnosis
 from sloopd.git import ops as gitops
 from sloopd.git.checkout import CheckoutError
+from sloopd.runs import cli_sight
 from sloopd.runs.branch import RunBranches, produces
 from sloopd.runs.merge_slot import MergeSlot
 from sloopd.runs.records import RunRecords
@@ -161,6 +162,8 @@ class StageExecutor:
         if isinstance(code, str):
             return StageResult.checked("exit_code", False, code)
         result = self._judge(facts, stage, attempt, code)
+        if code == 127 and not result.passed:
+            result = _unseen_program(active, command, result)
         if usage is not None:
             result = result.but(usage=usage.row())
         if active.refused_tools:
@@ -290,6 +293,20 @@ def _followed_by_ff_only(facts: RunFacts, stage: Stage) -> bool:
     stages = facts.flow.stages
     position = facts.flow.index(stage.name) + 1
     return position < len(stages) and stages[position].action == "ff_only"
+
+
+def _unseen_program(
+    active: ActiveRun, command: tuple[str, ...], result: StageResult
+) -> StageResult:
+    """Exit 127 is the shell's "not found": say which program the sandbox hid, and the fix."""
+    agent = active.config.agent
+    hint = cli_sight.explain_exit_127(
+        active.recent_output,
+        command,
+        (*agent.ro_mounts, *agent.rw_mounts),
+        sandboxed=active.config.sandbox != "none",
+    )
+    return result if hint is None else result.but(reason=f"{result.reason}: {hint}")
 
 
 def _exit_reason(code: int) -> str:

@@ -12,18 +12,19 @@ ended on a transient failure (runs a restart aborted are passed over).  Once
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 import orjson
 
 from sloopd.flows.agent_settings import AgentSettings
+from sloopd.runs.diagnosed import TRANSIENT_CLASSES
 from sloopd.runs.runstate import RunFacts
 from sloopd.runs.stop import Stop, halt
 from sloopd.store import Store
 from sloopd.util.clock import now_ms
 from sloopd.util.durations import format_ms
 
-TRANSIENT_CLASSES: Final = frozenset({"overloaded", "network"})
+__all__ = ["TRANSIENT_CLASSES", "after_transient", "backoff_ms", "retries_used"]
 
 
 def retries_used(store: Store, ticket: str, run_id: str) -> int:

@@ -26,6 +26,7 @@ from sloopd.queue import gate
 from sloopd.runs import retries, watchdog
 from sloopd.runs import stop as stops
 from sloopd.runs.branch import RunBranches
+from sloopd.runs.diagnosed import is_transient
 from sloopd.runs.execute import StageExecutor
 from sloopd.runs.records import RunRecords
 from sloopd.runs.recovery import Recovery
@@ -287,7 +288,9 @@ class RunManager:
         kind = diagnosis.get("classification")
         if kind in vendor.LIMIT_CLASSES:
             return self._vendor_limit(facts, diagnosis)
-        if kind in retries.TRANSIENT_CLASSES and not stage.advisory:
+        # Not a network failure the stage's own network = false explains: that one is
+        # final (sloopd.runs.diagnosed), so the ticket is not queued again for it.
+        if is_transient(stage, diagnosis):
             settings = active.config.agent
             return retries.after_transient(
                 self.store, settings, facts, stage.name, attempt, diagnosis

@@ -35,6 +35,7 @@ from typing import Any, Final, Literal
 from sloopd.flows.flow import Stage
 from sloopd.flows.results import StageResult, daemon_diagnosis
 from sloopd.flows.walk import Walk
+from sloopd.runs.diagnosed import diagnosed
 
 StopKind = Literal["stalled", "timed_out", "budget_exceeded", "cancel", "halt"]
 BUDGET_EXCEEDED: Final = "budget_exceeded"
@@ -163,7 +164,8 @@ def judged(
     classify: Callable[[], dict[str, Any]],
 ) -> StageResult:
     """A stage's result with the run's stop over it; ``classify`` reads a failed
-    agent's output, and is asked only when no stop explains the failure."""
+    agent's output, and is asked only when no stop explains the failure (its
+    words then reach the reason: sloopd.runs.diagnosed)."""
     aborted = cancelled(stop)
     if aborted is not None:
         if merged_despite(stop, stage, result) is not None:
@@ -178,7 +180,7 @@ def judged(
             silence = _duration(stall.stalled_after_ms)
             detail = f"no output for {silence} (stall_kill_after); stopped"
             return result.but(diagnosis=daemon_diagnosis(STALLED, detail))
-        return result.but(diagnosis=classify())
+        return diagnosed(result, stage, classify())
     return result
 
 

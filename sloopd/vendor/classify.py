@@ -211,6 +211,9 @@ def _from_fields(statements: list[Statement], now_ms: int, tz: tzinfo | None) ->
 
     Claude Code's ``api_error_type``/``api_error_status`` and Gemini CLI's error
     class name say what failed even when the message is a wording no pattern knows.
+    When no field names a class either, the failure is ``unknown`` but not mute: the
+    last error event's message is its evidence, so the stage's reason can quote what
+    the CLI said instead of only its exit status.
     """
     for statement in reversed(statements):
         if statement.classification is None:
@@ -222,6 +225,9 @@ def _from_fields(statements: list[Statement], now_ms: int, tz: tzinfo | None) ->
             reset = parse_reset(statement.message, now_ms, tz)
             classification = _throttled(classification, statement.message, reset, now_ms)
         return Diagnosis(classification, evidence, statement.vendor, reset)
+    said = next((s for s in reversed(statements) if s.message), None)
+    if said is not None:
+        return Diagnosis("unknown", said.message[:EVIDENCE_MAX], said.vendor, None)
     return UNKNOWN
 
 

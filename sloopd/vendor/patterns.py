@@ -171,6 +171,8 @@ DEFAULT_PATTERNS: Final[tuple[Pattern, ...]] = (
     _p("auth_failed", "codex", r"refresh token (?:has )?(?:expired|was already used|revoked)"),
     _p("auth_failed", "codex", r"access token could not be refreshed|log out and sign in again"),
     _p("auth_failed", "codex", r"(?:last|unexpected) status:? 40[13]\b"),
+    # Its provider's env_key unset: "Missing environment variable: `OPENAI_API_KEY`."
+    _p("auth_failed", "codex", r"missing environment variable:? \W?\w*(?:KEY|TOKEN)\b"),
     _p("auth_failed", "gemini", r"api key not valid|API_KEY_INVALID|UNAUTHENTICATED"),
     _p("auth_failed", "gemini", r"invalid authentication credentials|PERMISSION_DENIED"),
     _p("auth_failed", "gemini", r"you must specify the GEMINI_API_KEY environment variable"),

@@ -225,6 +225,8 @@ SAMPLES: list[tuple[str, str, str | None]] = [
         "auth_failed",
         "codex",
     ),
+    # Codex 0.171.0 with its provider's env_key unset (issue 24).
+    ("Missing environment variable: `OPENAI_API_KEY`.", "auth_failed", "codex"),
     (
         'unexpected status 400 Bad Request: {"error":{"message":"Your input exceeds the context '
         'window of this model.","code":"context_length_exceeded"}}',

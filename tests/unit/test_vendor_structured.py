@@ -103,3 +103,44 @@ def test_hostile_events_never_raise() -> None:
     for line in lines:
         error_statement(line)
     assert classify(lines, NOW_MS).classification == "unknown"
+
+
+CODEX_NO_KEY = [
+    '{"type":"thread.started","thread_id":"01a234a8-c59d-78f0-bb55-54430666008f"}',
+    '{"type":"turn.started"}',
+    '{"type":"error","message":"Missing environment variable: `OPENAI_API_KEY`."}',
+    '{"type":"turn.failed","error":{"message":"Missing environment variable: `OPENAI_API_KEY`."}}',
+]
+
+
+def test_codex_without_its_key_is_an_auth_failure() -> None:
+    # Codex 0.171.0's exact stream when its provider's env_key is unset (issue 24, item 7).
+    diagnosis = classify(CODEX_NO_KEY, NOW_MS)
+    assert diagnosis.classification == "auth_failed"
+    assert diagnosis.vendor == "codex"
+    assert diagnosis.evidence == "Missing environment variable: `OPENAI_API_KEY`."
+
+
+UNRECOGNISED = "The frobnicator declined: 42"
+# One error event per CLI whose message no pattern knows and whose fields name no class.
+UNKNOWN_EVENTS = {
+    "claude": claude_result(result=UNRECOGNISED),
+    "codex": json.dumps({"type": "turn.failed", "error": {"message": UNRECOGNISED}}),
+    "gemini": json.dumps(
+        {"type": "result", "status": "error", "error": {"type": "Error", "message": UNRECOGNISED}}
+    ),
+}
+
+
+def test_an_unknown_failure_keeps_the_words_of_its_error_event() -> None:
+    """``unknown`` is not mute: the last error event's message is its evidence."""
+    for vendor, line in UNKNOWN_EVENTS.items():
+        diagnosis = classify(["working", line, "bye"], NOW_MS)
+        assert diagnosis.classification == "unknown", vendor
+        assert diagnosis.evidence == UNRECOGNISED, vendor
+        assert diagnosis.vendor == vendor
+        assert diagnosis.reset_at_ms is None
+
+
+def test_without_an_error_event_unknown_has_no_evidence() -> None:
+    assert classify(["it broke", '{"type":"turn.started"}'], NOW_MS).evidence is None
