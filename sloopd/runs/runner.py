@@ -287,6 +287,8 @@ class RunManager:
         kind = diagnosis.get("classification")
         if kind in vendor.LIMIT_CLASSES:
             return self._vendor_limit(facts, diagnosis)
+        if stage.action == "agent":
+            gate.limit_lifted(self.daemon)  # this agent got past any limit
         if kind in retries.TRANSIENT_CLASSES and not stage.advisory:
             settings = active.config.agent
             return retries.after_transient(
@@ -306,8 +308,14 @@ class RunManager:
         """
         kind = diagnosis["classification"].replace("_", " ")
         reason = f"{kind} reported by the agent of {facts.run_id}"
-        # Capped at agent.max_cooldown (the reason then says so).
-        until = gate.cool_down_for_limit(self.daemon, diagnosis.get("reset_at_ms"), reason)
+        # Capped at agent.max_cooldown (the reason then says so); with no reset named,
+        # a probe (sloopd.queue.gate).
+        until = gate.cool_down_for_limit(
+            self.daemon,
+            diagnosis.get("reset_at_ms"),
+            reason,
+            diagnosis.get("retry_after_ms"),
+        )
         return stops.halt(None, requeue_at_ms=until)
 
     async def remove_worktree(self, run_id: str) -> None:
