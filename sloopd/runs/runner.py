@@ -287,8 +287,10 @@ class RunManager:
         kind = diagnosis.get("classification")
         if kind in vendor.LIMIT_CLASSES:
             return self._vendor_limit(facts, diagnosis)
-        if stage.action == "agent":
-            gate.limit_lifted(self.daemon)  # this agent got past any limit
+        if stage.action == "agent" and kind not in retries.TRANSIENT_CLASSES:
+            # Its vendor answered (an unreachable or overloaded one says nothing of a
+            # limit): the next limit with no named reset is probed from the start.
+            gate.limit_lifted(self.daemon)
         if kind in retries.TRANSIENT_CLASSES and not stage.advisory:
             settings = active.config.agent
             return retries.after_transient(
