@@ -72,8 +72,12 @@ stall_after = "20m"
 # Not shorter than stall_after.
 stall_kill_after = "2h"
 # When an agent fails on a vendor rate or usage limit, the gate closes: nothing
-# is claimed until the reset time the vendor's message names, or, when it names
-# none, for this long.  The ticket is queued again for when the gate reopens.
+# is claimed until the reset time the vendor's message names.  When it names
+# none, the gate reopens after probe_cooldown to try again, doubling the wait
+# each time the limit is met again (1m, 2m, 4m, ...) up to cooldown; an agent
+# stage that gets through starts it over.  The ticket is queued again for when
+# the gate reopens.
+probe_cooldown = "1m"
 cooldown = "30m"
 # A reset time further ahead than this ("resets in 31 days") is capped: the gate
 # reopens after max_cooldown and its reason says so.

@@ -53,6 +53,9 @@ class Daemon:
     refused: str | None = None
     started_at_ms: int = field(default_factory=now_ms)
     gate: Gate = field(default_factory=Gate)
+    # Probes in a row that met a vendor limit with no named reset again
+    # (sloopd.queue.gate): each doubles the next wait.  Not stored: a restart starts over.
+    limit_probes: int = 0
     # Runs in flight: the registry the RunManager adds to and drops from, passed to
     # both at construction; read by show for live fields.
     active_runs: Mapping[str, LiveRun] = field(default_factory=dict)

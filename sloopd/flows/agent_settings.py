@@ -35,6 +35,7 @@ _AGENT_KEYS = {
     "stall_after",
     "stall_kill_after",
     "cooldown",
+    "probe_cooldown",
     "max_cooldown",
     "max_log_lines",
     "max_log_bytes",
@@ -69,7 +70,7 @@ class AgentSettings:
     command: tuple[str, ...] = DEFAULT_AGENT_COMMAND
     stall_after_ms: int = 20 * 60_000
     stall_kill_after_ms: int = 2 * 3_600_000
-    # How long the gate stays closed after a vendor limit that names no reset time.
+    # The longest the gate stays closed after a vendor limit that names no reset time.
     cooldown_ms: int = 30 * 60_000
     # Variables passed through to every child by name (the rest is an allowlist).
     env: tuple[str, ...] = DEFAULT_PRESET.env
@@ -96,6 +97,9 @@ class AgentSettings:
     # The JSON event stream agent stages print (their usage is read from it).
     stream: str = DEFAULT_PRESET.stream or "none"
     budget: Budget = Budget()
+    # The first wait after a limit that names no reset, doubled on each repeat up to
+    # cooldown_ms (sloopd.queue.gate: the gate probes whether the limit lifted).
+    probe_cooldown_ms: int = 60_000
     # Whether the worker token is also in the child's environment (SLOOP_TOKEN), where
     # every process it starts inherits it and every environment dump shows it; it is
     # always in the file SLOOP_TOKEN_FILE names.  True: what agents before 0.8.0 read.
@@ -155,6 +159,7 @@ def parse_agent(section: dict[str, Any]) -> AgentSettings:
         logins=() if "command" in section else chosen.logins,
         budget=budget(section, "agent"),
         token_env=token_env,
+        probe_cooldown_ms=durations["probe_cooldown"],
     )
 
 
@@ -179,6 +184,7 @@ def _durations(section: dict[str, Any], defaults: AgentSettings) -> dict[str, in
         ("stall_after", defaults.stall_after_ms),
         ("stall_kill_after", defaults.stall_kill_after_ms),
         ("cooldown", defaults.cooldown_ms),
+        ("probe_cooldown", defaults.probe_cooldown_ms),
         ("max_cooldown", defaults.max_cooldown_ms),
         ("agent_timeout", defaults.agent_timeout_ms),
         ("command_timeout", defaults.command_timeout_ms),
@@ -191,7 +197,7 @@ def _durations(section: dict[str, Any], defaults: AgentSettings) -> dict[str, in
         raise FlowError("'agent.stall_kill_after' must not be shorter than 'agent.stall_after'")
     if durations["max_cooldown"] < 1000:
         raise FlowError("'agent.max_cooldown' must be at least 1s")
-    for key in ("agent_timeout", "command_timeout", "transient_backoff"):
+    for key in ("agent_timeout", "command_timeout", "transient_backoff", "probe_cooldown"):
         if durations[key] < 1000:
             raise FlowError(f"'agent.{key}' must be at least 1s")
     if durations["transient_backoff_max"] < durations["transient_backoff"]:

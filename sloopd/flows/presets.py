@@ -7,8 +7,9 @@ a stand-in of its vendor's API (tests/integration/test_agent_<cli>.py):
   ticket over 128 KiB would not fit);
 * the CLI's own permission system is switched off: Sloop's sandbox is the boundary,
   and a headless CLI that asks for permission refuses every tool and exits 0;
-* its own retries are capped at one, so a vendor limit reaches Sloop's classifier
-  while it is fresh instead of hiding behind minutes of silent back-off;
+* its own retries are capped at one (none for Codex, which sleeps out any
+  ``retry-after``), so a vendor limit reaches Sloop's classifier while it is fresh
+  instead of hiding behind minutes of silent back-off;
 * it prints a JSON event per line (``stream``), which Sloop reads for tokens and cost
   and ``sloopctl logs`` renders for people;
 * telemetry, update checks and other traffic to the vendor's side hosts are off;
@@ -99,8 +100,12 @@ CODEX = Preset(
         '-c "model_providers.sloop.base_url=\\"${OPENAI_BASE_URL:-https://api.openai.com/v1}\\"" '
         '-c model_providers.sloop.wire_api=\\"responses\\" '
         '-c model_providers.sloop.env_key=\\"OPENAI_API_KEY\\" '
-        "-c model_providers.sloop.request_max_retries=1 "
-        "-c model_providers.sloop.stream_max_retries=1 "
+        # No retries of its own: Codex sleeps out whatever retry-after the API sends
+        # (stream retries on a 429, request retries on a 5xx), silent, holding the
+        # run's slot; the stage fails at once instead, the gate closes on a 429 and
+        # Sloop's transient retries take the 5xx (issue 24).
+        "-c model_providers.sloop.request_max_retries=0 "
+        "-c model_providers.sloop.stream_max_retries=0 "
         '-c model_provider=\\"sloop\\" '
         '${CODEX_MODEL:+-m "$CODEX_MODEL"} '
         f"- {PROMPT_ON_STDIN}"

@@ -4,6 +4,13 @@
 reopens by itself; ``paused`` is closed by an operator until they reopen it.
 The gate lives in the store, so a restart keeps it and its deadline, and
 every change is a repository-wide ``gate_changed`` event.
+
+A limit whose reset nothing names is *probed*: the gate reopens after
+``agent.probe_cooldown``, and each time a run meets the limit again after a
+reopening the wait doubles, up to ``agent.cooldown``; an agent stage that gets
+through starts the probe over (``limit_lifted``).  A wait of a fixed 30 minutes
+kept the queue idle 25 minutes past a 5-minute limit (issue 24).  The count of
+failed probes is the daemon's own, not the store's: a restart starts over.
 """
 
 from __future__ import annotations
@@ -82,12 +89,54 @@ def limit_deadline(
     return cap, f" ({said}; capped at max_cooldown {format_ms(max_cooldown_ms)})"
 
 
-def cool_down_for_limit(daemon: Daemon, reset_at_ms: int | None, reason: str) -> int:
+def probe_wait_ms(
+    failed_probes: int, probe_ms: int, cooldown_ms: int, retry_after_ms: int | None = None
+) -> int:
+    """How long a limit with no named reset closes the gate.
+
+    ``probe_ms`` doubled for each probe in a row that met the limit again, never
+    longer than ``cooldown_ms``, and never shorter than the retry delay the CLI
+    relayed for it (``retry_after_ms``) while that fits under ``cooldown_ms``.
+    """
+    doublings = min(max(failed_probes, 0), 32)  # past 2**32 every wait is capped anyway
+    # Whole seconds up: the reason reads "6s", not Claude's jittered "5s465ms".
+    relayed = -(-(retry_after_ms or 0) // 1000) * 1000
+    return min(max(probe_ms << doublings, relayed), cooldown_ms)
+
+
+def cool_down_for_limit(
+    daemon: Daemon, reset_at_ms: int | None, reason: str, retry_after_ms: int | None = None
+) -> int:
     """A vendor limit: close the gate until its (capped) deadline; the deadline."""
     agent = daemon.config.agent
-    until, note = limit_deadline(now_ms(), reset_at_ms, agent.cooldown_ms, agent.max_cooldown_ms)
+    now = now_ms()
+    if reset_at_ms is not None and reset_at_ms > now:
+        until, note = limit_deadline(now, reset_at_ms, agent.cooldown_ms, agent.max_cooldown_ms)
+    else:
+        wait = probe_wait_ms(
+            _next_probe(daemon), agent.probe_cooldown_ms, agent.cooldown_ms, retry_after_ms
+        )
+        until, note = limit_deadline(now, None, wait, agent.max_cooldown_ms)
+        note = note or f" (no reset named: trying again after {format_ms(wait)})"
     cool_down(daemon, until, reason + note)
     return until
+
+
+def _next_probe(daemon: Daemon) -> int:
+    """Failed probes so far; counted once per reopening, not once per run that met it.
+
+    Runs in flight when a limit strikes meet it together: only the first, with
+    the gate still open, counts; the others find the gate closed and reuse its wait.
+    """
+    if daemon.gate.state == "open":
+        daemon.limit_probes += 1
+        return daemon.limit_probes - 1
+    return max(daemon.limit_probes - 1, 0)
+
+
+def limit_lifted(daemon: Daemon) -> None:
+    """An agent stage got through without a limit: the next one is probed from the start."""
+    daemon.limit_probes = 0
 
 
 def _moment(ms: int) -> str:

@@ -288,6 +288,10 @@ class RunManager:
         kind = diagnosis.get("classification")
         if kind in vendor.LIMIT_CLASSES:
             return self._vendor_limit(facts, diagnosis)
+        if stage.action == "agent" and kind not in retries.TRANSIENT_CLASSES:
+            # Its vendor answered (an unreachable or overloaded one says nothing of a
+            # limit): the next limit with no named reset is probed from the start.
+            gate.limit_lifted(self.daemon)
         # Not a network failure the stage's own network = false explains: that one is
         # final (sloopd.runs.diagnosed), so the ticket is not queued again for it.
         if is_transient(stage, diagnosis):
@@ -309,8 +313,14 @@ class RunManager:
         """
         kind = diagnosis["classification"].replace("_", " ")
         reason = f"{kind} reported by the agent of {facts.run_id}"
-        # Capped at agent.max_cooldown (the reason then says so).
-        until = gate.cool_down_for_limit(self.daemon, diagnosis.get("reset_at_ms"), reason)
+        # Capped at agent.max_cooldown (the reason then says so); with no reset named,
+        # a probe (sloopd.queue.gate).
+        until = gate.cool_down_for_limit(
+            self.daemon,
+            diagnosis.get("reset_at_ms"),
+            reason,
+            diagnosis.get("retry_after_ms"),
+        )
         return stops.halt(None, requeue_at_ms=until)
 
     async def remove_worktree(self, run_id: str) -> None:

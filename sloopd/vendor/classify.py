@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import tzinfo
 from typing import Any, Final
 
 from sloopd.vendor.patterns import CLASSES, DEFAULT_PATTERNS, Pattern
 from sloopd.vendor.prefilter import Prefilter
 from sloopd.vendor.reset import clean_line, parse_reset
+from sloopd.vendor.retry_hint import RetryHint
 from sloopd.vendor.structured import Statement, is_content, json_event, statement_of
 from sloopd.vendor.tail import bounded
 
@@ -65,14 +66,20 @@ class Diagnosis:
     evidence: str | None
     vendor: str | None
     reset_at_ms: int | None
+    # A limit's last retry delay the CLI relayed (sloopd.vendor.retry_hint) when
+    # nothing names its reset: a floor for the gate's probe, not a reset time.
+    retry_after_ms: int | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        found: dict[str, Any] = {
             "classification": self.classification,
             "evidence": self.evidence,
             "vendor": self.vendor,
             "reset_at_ms": self.reset_at_ms,
         }
+        if self.retry_after_ms is not None:
+            found["retry_after_ms"] = self.retry_after_ms
+        return found
 
 
 UNKNOWN: Final = Diagnosis("unknown", None, None, None)
@@ -168,8 +175,11 @@ def classify(
     """
     flat: list[str] = []
     statements: list[Statement] = []
+    hint = RetryHint()
     for line in bounded(lines):
         event = json_event(line)
+        if event is not None:
+            hint.observe(event)
         if event is not None and is_content(event):
             # Read by its structure, not by the words its raw text holds: retry
             # chatter names the error it retries, an assistant event quotes what
@@ -187,7 +197,7 @@ def classify(
     prefilter = Prefilter(patterns)
     found = _last_match(flat, len(flat) - 1, 0, prefilter, patterns)
     if found is None:
-        return _from_fields(statements, now_ms, tz)
+        return _with_hint(_from_fields(statements, now_ms, tz), hint)
     index, line, pattern, match = found
     if pattern.vendor is None:
         # A generic status line ("status: 429") printed after the CLI's own, more
@@ -203,7 +213,20 @@ def classify(
         following = flat[index + 1 : index + 1 + RESET_LOOKAHEAD_LINES]
         reset = _reset_near(line, following, now_ms, tz)
         classification = _throttled(classification, line, reset, now_ms)
-    return Diagnosis(classification, _evidence(line, match), pattern.vendor, reset)
+    return _with_hint(
+        Diagnosis(classification, _evidence(line, match), pattern.vendor, reset), hint
+    )
+
+
+def _with_hint(diagnosis: Diagnosis, hint: RetryHint) -> Diagnosis:
+    """A limit that names no reset keeps the retry delay its stream relayed, if any."""
+    if (
+        diagnosis.classification in LIMIT_CLASSES
+        and diagnosis.reset_at_ms is None
+        and hint.delay_ms is not None
+    ):
+        return replace(diagnosis, retry_after_ms=hint.delay_ms)
+    return diagnosis
 
 
 def _from_fields(statements: list[Statement], now_ms: int, tz: tzinfo | None) -> Diagnosis:

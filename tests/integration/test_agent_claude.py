@@ -157,6 +157,76 @@ def test_a_vendor_429_fails_the_run_rate_limited_and_closes_the_gate(
     assert result_event(lines)["is_error"] is True
 
 
+def gate_closings(bench: Bench) -> list[dict[str, Any]]:
+    """Every time the gate closed for a limit: its ``gate_changed`` data, in order."""
+    changes = [e["data"] for e in bench.ok("events", {})["events"] if e["kind"] == "gate_changed"]
+    return [c for c in changes if c["state"] == "cooldown"]
+
+
+def test_a_429_naming_no_reset_is_probed_with_a_doubling_wait(
+    bench: Bench, api: AnthropicStandIn
+) -> None:
+    """Issue 24 item 4: no reset named, so the gate probes (2s, 4s) instead of 30 minutes.
+
+    ``retry-after: 3600`` is past the 60 s Claude Code waits for, so it fails at
+    once with ``API Error: Request rejected (429) · …`` and no reset anywhere.
+    """
+    api.mode = "rate_limit"
+    tickets = {"limited": ticket_text("Add hello.txt"), "later": ticket_text("Add hello.txt")}
+    start_claude(bench, api, tickets, 'probe_cooldown = "2s"\n')
+    bench.post("limited")
+    first = bench.wait_run("limited#1", timeout=CLAUDE_TIMEOUT_S)
+    assert first["classification"] == "rate_limited", first
+    assert first["diagnosis"]["reset_at_ms"] is None, first["diagnosis"]
+    assert "retry_after_ms" not in first["diagnosis"], first["diagnosis"]
+    # The gate reopens after the probe, the ticket's next run meets the limit again.
+    second = bench.wait_run("limited#2", timeout=CLAUDE_TIMEOUT_S)
+    assert second["classification"] == "rate_limited", second
+    closings = gate_closings(bench)
+    assert [c["reason"].rsplit("(", 1)[-1] for c in closings] == [
+        "no reset named: trying again after 2s)",
+        "no reset named: trying again after 4s)",
+    ], closings
+    assert second["claimed_at_ms"] >= closings[0]["until_ms"], (second, closings)
+    for run, closing in zip((first, second), closings, strict=True):
+        assert run["id"] in closing["reason"], closing
+        assert closing["until_ms"] - run["finished_at_ms"] <= 4000, (run, closing)
+
+    api.mode = "normal"  # the limit lifts: the third run gets through and merges
+    third = bench.wait_run("limited#3", timeout=CLAUDE_TIMEOUT_S)
+    assert third["state"] == "merged", third
+    assert third["claimed_at_ms"] >= closings[1]["until_ms"], (third, closings)
+    # ... so the next limit is probed from the start again.
+    api.mode = "rate_limit"
+    bench.post("later")
+    later = bench.wait_run("later#1", timeout=CLAUDE_TIMEOUT_S)
+    assert later["classification"] == "rate_limited", later
+    last = gate_closings(bench)[-1]
+    assert last["reason"].endswith("(no reset named: trying again after 2s)"), last
+
+
+def test_the_retry_delay_claude_relays_is_the_least_the_gate_waits(
+    bench: Bench, api: AnthropicStandIn
+) -> None:
+    """A 429 with ``retry-after: 5``: Claude waits it out once (its ``api_retry``
+    event says so), meets the 429 again and gives up; the gate waits at least that."""
+    api.mode, api.retry_after_s = "rate_limit", 5
+    start_claude(bench, api, {"limited": ticket_text("Add hello.txt")}, 'probe_cooldown = "1s"\n')
+    bench.post("limited")
+    run = bench.wait_run("limited#1", timeout=CLAUDE_TIMEOUT_S)
+    lines = agent_lines(bench, run["id"])
+    assert run["classification"] == "rate_limited", (run, lines[-5:])
+    retries = [json.loads(line) for line in lines if '"subtype":"api_retry"' in line]
+    assert [r["error_status"] for r in retries] == [429], lines
+    relayed = run["diagnosis"]["retry_after_ms"]
+    assert relayed == retries[0]["retry_delay_ms"], (run["diagnosis"], retries)
+    assert relayed >= 5000, relayed
+    closing = gate_closings(bench)[0]
+    implement = run["stages"][0]
+    assert closing["until_ms"] - implement["finished_at_ms"] >= relayed, (closing, implement)
+    assert "no reset named: trying again after" in closing["reason"], closing
+
+
 @pytest.mark.parametrize(
     ("mode", "classification"),
     [("auth", "auth_failed"), ("overloaded", "overloaded"), ("too_long", "context_length")],

@@ -125,6 +125,42 @@ def test_the_codex_preset_merges_and_counts_tokens(
     assert usage["cost_usd"] is None, usage  # Codex reports no cost
 
 
+def test_the_codex_preset_does_not_sleep_out_a_long_retry_after(bench: Bench) -> None:
+    """Issue 24 item 3: a 429 saying ``retry-after: 300`` fails the stage at once.
+
+    With ``stream_max_retries=1`` Codex printed "Reconnecting... 1/1" and slept the
+    300 s out, holding its slot with the gate open.  The stage must fail promptly,
+    ``rate_limited``, and the gate must close; the bound only tells "promptly" from
+    "waited the 300 s".
+    """
+    with openai.OpenAIStandin(mode=openai.Mode.RATE_LIMITED, retry_after_s=300) as api:
+        on_path(bench, ["codex"])
+        bench.env.update(
+            OPENAI_API_KEY="sk-standin-key", OPENAI_BASE_URL=api.base_url, CODEX_MODEL="gpt-5.5"
+        )
+        bench.setup(preset_toml(bench, "codex", ["codex"]), {"limited": ticket_text("Hello")})
+        bench.start()
+        bench.post("limited")
+        run = bench.wait_run("limited#1", timeout=90)  # far under the 300 s
+        requests = len(api.turns())
+    logs = [r["text"] for r in bench.ok("logs", {"run": run["id"]})["records"]][-10:]
+    assert run["state"] == "failed", (run, logs)
+    assert run["classification"] == "rate_limited", (run["diagnosis"], logs)
+    assert requests == 1, logs  # no retry of its own, so no sleep before one
+    assert not any("Reconnecting" in text for text in logs), logs
+    gate = bench.dashboard()["gate"]
+    assert gate["state"] == "cooldown", gate
+    assert run["id"] in gate["reason"], gate
+    # Codex names no reset ("exceeded retry limit, last status: 429 Too Many
+    # Requests"): the gate probes after agent.probe_cooldown (1m), not 30 minutes.
+    assert run["diagnosis"]["reset_at_ms"] is None, run["diagnosis"]
+    assert "no reset named: trying again after 1m" in gate["reason"], gate
+    assert gate["until_ms"] <= run["finished_at_ms"] + 60_000, (gate, run["finished_at_ms"])
+    ticket = bench.ticket("limited")
+    assert ticket["state"] == "ready", ticket
+    assert ticket["trigger"]["due_at_ms"] == gate["until_ms"], (ticket, gate)
+
+
 def test_the_gemini_preset_merges_and_counts_tokens(
     bench: Bench, gemini_api: gemini.GeminiStandIn
 ) -> None:

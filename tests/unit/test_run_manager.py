@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from sloopd.core.model import derive
+from sloopd.core.rows import Gate
 from sloopd.runs.runstate import ActiveRun
 from sloopd.vendor.usage import Usage
 from sloopd.views import board
@@ -218,3 +219,29 @@ def test_a_settled_run_whose_driver_has_not_let_go_is_counted_once(machinery: Ma
     lingering.spent = Usage(input_tokens=1800)
     machinery.runs.active[run_id] = lingering  # settled, its driver not gone yet
     assert board.live_total(machinery.daemon, snapshot) == settled_sum
+
+
+def test_a_limit_probe_starts_over_only_once_an_agents_vendor_answered(
+    machinery: Machinery,
+) -> None:
+    """Issue 24: an agent that got through resets the probe's doubling; one whose
+    vendor was unreachable says nothing of the limit and leaves it, and one more
+    limit with no named reset counts a probe (the gate was open)."""
+    daemon = machinery.daemon
+    daemon.limit_probes = 3
+    unreachable = "stream disconnected before completion: stream closed before response.completed"
+    machinery.launcher.script(Script(exit_code=1, lines=(("stderr", unreachable),)))
+    network = machinery.shown(asyncio.run(machinery.drive("one")))
+    assert network["classification"] == "network", network
+    assert daemon.limit_probes == 3
+    limited = "exceeded retry limit, last status: 429 Too Many Requests"
+    machinery.launcher.script(Script(exit_code=1, lines=(("stderr", limited),)))
+    run = machinery.shown(asyncio.run(machinery.drive("two")))
+    assert run["classification"] == "rate_limited", run
+    assert daemon.limit_probes == 4
+    assert daemon.gate.state == "cooldown"
+    assert (daemon.gate.reason or "").endswith("(no reset named: trying again after 8m)")
+    daemon.gate = Gate()  # reopened
+    machinery.launcher.script(Script(act=work), Script(lines=(("stdout", "tests pass"),)))
+    assert machinery.shown(asyncio.run(machinery.drive("three")))["state"] == "merged"
+    assert daemon.limit_probes == 0

@@ -109,6 +109,7 @@ class AnthropicStandIn:
     scripts: list[Sequence[Turn]] = field(default_factory=lambda: [hello_script()])
     mode: str = "normal"
     delay_s: float = 0.0  # "slow": seconds before each /v1/messages answer
+    retry_after_s: int = RESET_IN_S  # "rate_limit": the 429's retry-after and resets
     requests: list[Request] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
     _port: int = 0
@@ -318,11 +319,11 @@ class _Handler(BaseHTTPRequestHandler):
         status, kind, words = FAILURES[mode]
         headers: dict[str, str] = {"x-should-retry": "true" if status >= 429 else "false"}
         if status == 429:
-            reset = time.time() + RESET_IN_S
+            reset = time.time() + self.owner.retry_after_s
             stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(reset))
             headers.update(
                 {
-                    "retry-after": str(RESET_IN_S),
+                    "retry-after": str(self.owner.retry_after_s),
                     "anthropic-ratelimit-requests-limit": "50",
                     "anthropic-ratelimit-requests-remaining": "0",
                     "anthropic-ratelimit-requests-reset": stamp,
