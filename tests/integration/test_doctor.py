@@ -32,7 +32,18 @@ from tests.support.daemon import (
     set_user_version,
 )
 
-CHECKS = ["socket", "version", "sandbox", "store", "git", "worktrees", "groups", "clock", "metrics"]
+CHECKS = [
+    "socket",
+    "version",
+    "sandbox",
+    "prompt",
+    "store",
+    "git",
+    "worktrees",
+    "groups",
+    "clock",
+    "metrics",
+]
 # The developer's own daemon and settings must not leak into the runs.
 UNSET = ("SLOOP_OPERATOR_SOCKET", "SLOOP_SOCKET", "SLOOP_TOKEN", "SLOOP_METRICS_URL")
 
