@@ -28,7 +28,7 @@ from typing import Any
 from sloopd.queue import places
 from sloopd.util.names import NAME_RULE, ticket_name_problem
 from sloopd.util.sizes import format_bytes
-from sloopd.wire.api import MAX_INTEGER, invalid_arguments
+from sloopd.wire.api import MAX_INTEGER, ProtocolError, invalid_arguments
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
 FRONT_MATTER_FENCE = "+++"
@@ -142,7 +142,7 @@ def _read_bounded(real: Path, relative: str, max_bytes: int) -> bytes:
     return data
 
 
-def _too_large(relative: str, size: int, limit: int) -> Exception:
+def _too_large(relative: str, size: int, limit: int) -> ProtocolError:
     return invalid_arguments(
         f"{relative}: {format_bytes(size)} ({size} bytes) is over the ticket size limit of "
         f"{format_bytes(limit)} ({limit} bytes; repo.max_ticket_bytes in sloop.toml)",
