@@ -64,7 +64,13 @@ def main() -> None:
 @at_option
 @common_options
 def post(paths: tuple[str, ...], hold: bool, manual: bool, at_ms: int | None) -> None:
-    """Register or refresh ticket files (one request per file)."""
+    """Register or refresh ticket files (one request per file).
+
+    \b
+    A ticket is a Markdown file inside the repository, outside its .git and the
+    state directory (symlinks resolved), at most repo.max_ticket_bytes (1 MiB by
+    default); docs/tickets.md.
+    """
     worst = EXIT_OK
     with connected() as client:
         for path in paths:

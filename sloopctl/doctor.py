@@ -68,7 +68,8 @@ def doctor(
     \b
     One line per check: ok, warn or FAIL, what was found, and the fix.
     Checks: socket, version, sandbox, clis (each configured preset's CLI
-    resolves inside the sandbox), store, git, worktrees, groups, clock, metrics.
+    resolves inside the sandbox), prompt ({prompt} in a command's argv: readable by
+    every local user), store, git, worktrees, groups, clock, metrics.
     Every check runs even when an earlier one failed.  Exit status: 0 when
     no check failed (warnings allowed), 1 when one did; a daemon that is
     down is a failed check here, not exit 3 or 4.

@@ -49,6 +49,10 @@ parallel = 2
 # Run branches are named <branch_prefix><ticket-name>/<attempt>, for example
 # sloop/fix-rounding/1.  A non-empty string.
 branch_prefix = "sloop/"
+# A ticket file larger than this is refused at post, naming the limit: an
+# integer (bytes) or a string like "512KiB", "1MiB"; 1KiB to 16MiB.  Replies
+# (show of a ticket, brief) carry at most 64 KiB of a body, clipped with a marker.
+max_ticket_bytes = "1MiB"
 
 [agent]
 # The agent CLI agent stages run, as one of Sloop's presets (docs/agents.md):
@@ -61,10 +65,17 @@ branch_prefix = "sloop/"
 # boundary, so the CLI's permission prompts are off.  The key itself goes in
 # the daemon's environment, never in this file.
 preset = "claude"
-# Or your own argv instead of a preset (no shell; every "{prompt}" in it is
-# replaced by the prompt text; the agent also gets SLOOP_PROMPT_FILE, the prompt
-# as a file, and SLOOP_RUN, SLOOP_TICKET, SLOOP_STAGE, SLOOP_WORKTREE):
-#    command = ["my-agent", "--prompt-file", "/sloop/prompt.md"]
+# Or your own argv instead of a preset (no shell).  Hand it the prompt as a file:
+# every "{prompt_file}" in it is replaced by the prompt file's path (also in
+# SLOOP_PROMPT_FILE), or read it on standard input with
+#   ["sh", "-c", 'exec my-agent < "$SLOOP_PROMPT_FILE"'].
+# "{prompt}" puts the prompt text itself in argv: every local user can read it
+# in /proc/<pid>/cmdline, and a ticket over 128 KiB cannot start at all.  The
+# agent also gets SLOOP_RUN, SLOOP_TICKET, SLOOP_STAGE, SLOOP_WORKTREE.
+#    command = ["my-agent", "--prompt-file", "{prompt_file}"]
+# A command with "{prompt}" in argv: "warn" logs it at every load (and doctor
+# warns), "accept" says the exposure is accepted, "refuse" refuses the file.
+prompt_in_argv = "warn"
 # A stage silent (no output line) this long shows as stalled.  Durations are
 # written like 30s, 20m, 2h, 1h30m or 1d.
 stall_after = "20m"
@@ -172,7 +183,7 @@ action = "agent"
 prompt = "Implement the ticket. Commit your work."
 result_check = "exit_code"
 # fail_action = "fail"
-# command = ["my-agent", "--prompt-file", "/sloop/prompt.md"]
+# command = ["my-agent", "--prompt-file", "{prompt_file}"]
 # network = true
 # commit = "manual"
 

@@ -40,7 +40,7 @@ class OperatorVerbs:
             "status": self.status,
             "list": self.list,
             "wait": self.wait,
-            "post": self._queue_verb(queue.post),
+            "post": self.post,
             "hold": self._queue_verb(queue.hold),
             "ready": self._queue_verb(queue.ready),
             "run": self._queue_verb(queue.run),
@@ -60,6 +60,19 @@ class OperatorVerbs:
             return result
 
         return handler
+
+    async def post(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Read the file in a thread, register it on the loop.
+
+        A ticket file may be a megabyte on a slow disk (or a network mount): read on
+        the loop, every other client would wait for it.  The registering transaction
+        stays on the loop, the one writer's thread.
+        """
+        self.daemon.require_store()  # a refused store answers before any file is read
+        ticket = await asyncio.to_thread(queue.read_posted, self.daemon, args)
+        result = queue.post(self.daemon, args, ticket)
+        self.daemon.poke()  # the queue changed: the scheduler may have work
+        return result
 
     def show(self, args: dict[str, Any]) -> Any:
         if not args and self.audit is None and self.daemon.model is not None:

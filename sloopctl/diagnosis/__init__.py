@@ -13,6 +13,7 @@ Loaded only when doctor runs, so it may import what it likes; ``tomllib`` and
 - ``host``: what is read without the daemon (daemon.json, git, /proc, groups)
 - ``facts``: ``Doctor``, the facts every check reads, and the socket probe
 - ``daemon_checks``: socket, version, sandbox, clis, store, clock
+- ``config_checks``: what sloop.toml exposes (``{prompt}`` in argv)
 - ``local_checks``: git, worktrees, process groups
 - ``metrics``: the Prometheus series, else the dashboard's counts
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
+from sloopctl.diagnosis.config_checks import check_prompt
 from sloopctl.diagnosis.daemon_checks import (
     check_clis,
     check_clock,
@@ -55,6 +57,7 @@ CHECKS: Final[tuple[tuple[str, Callable[[Doctor], Check]], ...]] = (
     ("version", check_version),
     ("sandbox", check_sandbox),
     ("clis", check_clis),
+    ("prompt", check_prompt),
     ("store", check_store),
     ("git", check_git),
     ("worktrees", check_worktrees),

@@ -16,14 +16,19 @@ from typing import Any
 
 from sloopd.flows.flow import AgentSettings, Flow, FlowError, default_flow
 from sloopd.flows.flow import parse as parse_flows
+from sloopd.flows.prompts import check_policy as check_prompt_in_argv
 from sloopd.flows.uses import warn_offline
 from sloopd.ops.webhook_targets import NotifyConfigError, Target, parse_targets
 from sloopd.util.names import ref_problem
+from sloopd.util.sizes import parse_bytes
 from sloopd.vendor import Pattern, VendorConfigError, patterns_from_config
 from sloopd.vendor import usage as vendor_usage
 from sloopd.wire.api import parse_duration_ms as parse_ms
 
 CONFIG_FILE = "sloop.toml"
+DEFAULT_MAX_TICKET_BYTES = 1 << 20
+# Bounds of repo.max_ticket_bytes: a ticket is a task description, not a data file.
+MAX_TICKET_BYTES_RANGE = (1 << 10, 16 << 20)
 
 
 class ConfigError(Exception):
@@ -38,6 +43,9 @@ class RepoConfig:
     branch_prefix: str = "sloop/"
     # The deadline of a git call that may run hooks (the merge); past it git is killed.
     git_timeout_ms: int = 120_000
+    # A ticket file larger than this is refused at post (before it is read), so one
+    # file cannot fill the store, the loop or every reply that carries its body.
+    max_ticket_bytes: int = DEFAULT_MAX_TICKET_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +108,7 @@ def parse(
             raise ConfigError(f"{where}'{key}' must be a table")
     try:
         parsed = parse_flows(agent, flows)
+        check_prompt_in_argv(parsed.agent, parsed.flows)
     except FlowError as exc:
         raise ConfigError(f"{where}{exc}") from exc
     _check_streams(parsed.agent, parsed.flows, where)
@@ -165,6 +174,19 @@ def _git_timeout(value: Any, where: str) -> int:
     return ms
 
 
+def _max_ticket_bytes(value: Any, where: str) -> int:
+    low, high = MAX_TICKET_BYTES_RANGE
+    try:
+        if not isinstance(value, int | str):
+            raise ValueError('must be an integer or a size string like "1MiB"')
+        size = parse_bytes(value)
+    except ValueError as exc:
+        raise ConfigError(f"{where}'repo.max_ticket_bytes': {exc}") from exc
+    if not low <= size <= high:
+        raise ConfigError(f"{where}'repo.max_ticket_bytes' must be between 1KiB and 16MiB")
+    return size
+
+
 def _repo_section(section: Any, where: str) -> RepoConfig:
     if not isinstance(section, dict):
         raise ConfigError(f"{where}'repo' must be a table")
@@ -185,6 +207,8 @@ def _repo_section(section: Any, where: str) -> RepoConfig:
     values["parallel"] = parallel
     if "git_timeout" in section:
         values["git_timeout_ms"] = _git_timeout(section["git_timeout"], where)
+    if "max_ticket_bytes" in section:
+        values["max_ticket_bytes"] = _max_ticket_bytes(section["max_ticket_bytes"], where)
     # Run branches are <branch_prefix><ticket name>/<attempt>: with a valid ticket
     # name, the prefix alone decides whether git takes them.
     for key, ref in (

@@ -22,6 +22,11 @@ def git_common_dir(repo: Path) -> Path:
     return Path(_git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
 
 
+def git_dir(repo: Path) -> Path:
+    """The repository's own git directory: a linked worktree's is not its common one."""
+    return Path(_git(repo, "rev-parse", "--absolute-git-dir"))
+
+
 def _git(cwd: Path, *args: str) -> str:
     try:
         done = runner.run_blocking(runner.git(None, *args), cwd=cwd)

@@ -50,7 +50,10 @@ _AGENT_KEYS = {
     "stream",
     "max_cost_usd",
     "max_tokens",
+    "prompt_in_argv",
 }
+# What loading a command with {prompt} in argv does (sloopd.flows.prompts).
+PROMPT_IN_ARGV = ("warn", "accept", "refuse")
 
 
 class FlowError(Exception):
@@ -104,6 +107,9 @@ class AgentSettings:
     # every process it starts inherits it and every environment dump shows it; it is
     # always in the file SLOOP_TOKEN_FILE names.  True: what agents before 0.8.0 read.
     token_env: bool = True
+    # A command with {prompt} in argv shows the ticket to every local uid (/proc/<pid>/
+    # cmdline): "warn" logs it at each load, "accept" does not, "refuse" fails the load.
+    prompt_in_argv: str = "warn"
 
 
 def parse_agent(section: dict[str, Any]) -> AgentSettings:
@@ -136,6 +142,9 @@ def parse_agent(section: dict[str, Any]) -> AgentSettings:
     token_env = section.get("token_env", defaults.token_env)
     if not isinstance(token_env, bool):
         raise FlowError("'agent.token_env' must be true or false")
+    prompt_in_argv = section.get("prompt_in_argv", defaults.prompt_in_argv)
+    if prompt_in_argv not in PROMPT_IN_ARGV:
+        raise FlowError(f"'agent.prompt_in_argv' must be one of {' | '.join(PROMPT_IN_ARGV)}")
     retries = section.get("transient_retries", defaults.transient_retries)
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise FlowError("'agent.transient_retries' must be an integer of at least 0")
@@ -160,6 +169,7 @@ def parse_agent(section: dict[str, Any]) -> AgentSettings:
         budget=budget(section, "agent"),
         token_env=token_env,
         probe_cooldown_ms=durations["probe_cooldown"],
+        prompt_in_argv=prompt_in_argv,
     )
 
 

@@ -3,8 +3,9 @@
 Each preset was found by running the CLI, unmodified, inside Sloop's sandbox against
 a stand-in of its vendor's API (tests/integration/test_agent_<cli>.py):
 
-* the prompt goes on standard input from ``$SLOOP_PROMPT_FILE``, never in argv (a
-  ticket over 128 KiB would not fit);
+* the prompt goes on standard input from ``$SLOOP_PROMPT_FILE``, never in argv: every
+  local user reads a command line in ``/proc/<pid>/cmdline``, and a ticket over
+  128 KiB would not fit one argument (sloopd.flows.prompts);
 * the CLI's own permission system is switched off: Sloop's sandbox is the boundary,
   and a headless CLI that asks for permission refuses every tool and exits 0;
 * its own retries are capped at one (none for Codex, which sleeps out any

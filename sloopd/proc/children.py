@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sloopd.proc.lines import LineSplitter, OnLines
-from sloopd.util import procfs
+from sloopd.util import argv_limits, procfs
 
 log = logging.getLogger(__name__)
 
@@ -295,6 +295,11 @@ class ProcessGroups:
         command, spawn_env = argv, child_env
         if sandbox is not None:
             command, spawn_env = sandbox(argv, child_env), {"PATH": os.defpath}
+        too_big = argv_limits.problem(command, spawn_env)
+        if too_big is not None:
+            # execve's E2BIG ("Argument list too long") names neither the part nor the limit.
+            self._path(marker).unlink(missing_ok=True)
+            raise ChildSpawnError(f"cannot start {argv[0]}: {too_big}")
         try:
             popen = subprocess.Popen(
                 command,

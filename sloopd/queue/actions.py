@@ -2,6 +2,8 @@
 
 Each verb is one write transaction that reads what it decides on inside the
 same transaction, so two requests can never queue two triggers for a ticket.
+``post`` reads its file first (``read_posted``, blocking: the operator verbs run
+it off the loop), then registers it in that one transaction.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from typing import Any
 
 from sloopd.core import rows
 from sloopd.core.state import Daemon
-from sloopd.queue import refs, tickets
+from sloopd.flows import prompts
+from sloopd.queue import places, refs, tickets
 from sloopd.store import TicketRow, Transaction, TriggerRow
 from sloopd.util.clock import now_ms
 from sloopd.wire import api
@@ -42,15 +45,47 @@ def check_path(repo: Path, given: str) -> None:
         )
 
 
-def known_flows(daemon: Daemon) -> set[str]:
-    return set(daemon.config.flows)
+def read_posted(daemon: Daemon, args: dict[str, Any]) -> tickets.TicketFile:
+    """The file a post names, read and checked; it blocks on the file system.
 
-
-def post(daemon: Daemon, args: dict[str, Any]) -> dict[str, Any]:
-    store = daemon.require_store()
+    Besides the file's own checks, the ticket must fit how its flow hands the
+    prompt over: a flow with ``{prompt}`` in a command refuses a ticket that would
+    not fit one argument, here rather than when its run's child cannot start.
+    """
+    config = daemon.config
     repo = daemon.layout.repo
     check_path(repo, args["path"])
-    ticket = tickets.read(repo, daemon.config.repo.tickets, args["path"], known_flows(daemon))
+    ticket = tickets.read(
+        repo,
+        config.repo.tickets,
+        args["path"],
+        set(config.flows),
+        max_bytes=config.repo.max_ticket_bytes,
+        guarded=places.guarded(daemon.layout),
+    )
+    too_long = prompts.ticket_problem(
+        config.flows[ticket.flow], config.agent, ticket.name, ticket.title, ticket.body
+    )
+    if too_long is not None:
+        raise api.invalid_arguments(
+            f"{ticket.path}: cannot run in flow '{ticket.flow}' (stage '{too_long.stage}'): "
+            f"{too_long.message}",
+            path=ticket.path,
+            stage=too_long.stage,
+            key=too_long.key,
+            size_bytes=too_long.size_bytes,
+            limit_bytes=too_long.limit_bytes,
+        )
+    return ticket
+
+
+def post(
+    daemon: Daemon, args: dict[str, Any], ticket: tickets.TicketFile | None = None
+) -> dict[str, Any]:
+    """Register (or refresh) ``ticket``, the file ``read_posted`` read (read now if None)."""
+    store = daemon.require_store()
+    if ticket is None:
+        ticket = read_posted(daemon, args)
     hold = bool(args.get("hold"))
     manual = bool(args.get("manual"))
     now = now_ms()

@@ -10,26 +10,37 @@
     The body: everything after the title line.
 
 Every problem is reported as ``invalid_arguments`` naming the file and the
-line, before anything is stored.
+line, before anything is stored.  A file is read only when it is a regular file
+no larger than the limit (``repo.max_ticket_bytes``), and never from the git or
+the state directory (``sloopd.queue.places``).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from sloopd.queue import places
 from sloopd.util.names import NAME_RULE, ticket_name_problem
-from sloopd.wire.api import MAX_INTEGER, invalid_arguments
+from sloopd.util.sizes import format_bytes
+from sloopd.wire.api import MAX_INTEGER, ProtocolError, invalid_arguments
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
 FRONT_MATTER_FENCE = "+++"
 DEFAULT_FLOW = "default"
 DEFAULT_PROJECT = "default"
 _FRONT_MATTER_KEYS = {"flow": str, "project": str, "priority": int}
+# Every ticket row (the dashboard's too) carries the title and the project: one
+# line each, not a second body.
+MAX_TITLE_CHARS = 500
+MAX_PROJECT_CHARS = 200
+# Used when no limit is given (sloopd.core.config: repo.max_ticket_bytes).
+DEFAULT_MAX_BYTES = 1 << 20
 _TOML_POSITION = re.compile(r"\s*\((?:at line (\d+), column (\d+)|at end of document)\)")
 
 
@@ -44,11 +55,12 @@ class TicketFile:
     priority: int
 
 
-def locate(repo: Path, given: str) -> tuple[Path, str]:
+def locate(repo: Path, given: str, guarded: tuple[places.Place, ...] = ()) -> tuple[Path, str]:
     """The file's real path and its repository-relative path.
 
     ``given`` is absolute or relative to the repository root.  Symlinks are
-    resolved first, so a link cannot smuggle a file from outside in.
+    resolved first, so a link cannot smuggle a file from outside in, nor one
+    from the ``guarded`` places (or any ``.git`` folder) inside.
     """
     candidate = Path(given)
     if not candidate.is_absolute():
@@ -57,6 +69,15 @@ def locate(repo: Path, given: str) -> tuple[Path, str]:
     root = Path(os.path.realpath(repo))
     if real != root and root not in real.parents:
         raise invalid_arguments(f"{given}: outside the repository {root}", path=given)
+    place = places.refusal(real, root, guarded)
+    if place is not None:
+        shown = "" if real == candidate else f" (it resolves to {real})"
+        raise invalid_arguments(
+            f"{given}: inside {place.what} {place.root}{shown}; tickets are never read "
+            "from the git directory or the state directory",
+            path=given,
+            rule=place.rule,
+        )
     if real.suffix.lower() not in MARKDOWN_SUFFIXES:
         raise invalid_arguments(
             f"{given}: not a Markdown file (expected {' or '.join(MARKDOWN_SUFFIXES)})",
@@ -71,19 +92,64 @@ def locate(repo: Path, given: str) -> tuple[Path, str]:
     return real, real.relative_to(root).as_posix()
 
 
-def read(repo: Path, tickets_folder: str, given: str, known_flows: set[str]) -> TicketFile:
-    real, relative = locate(repo, given)
+def read(
+    repo: Path,
+    tickets_folder: str,
+    given: str,
+    known_flows: set[str],
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    guarded: tuple[places.Place, ...] = (),
+) -> TicketFile:
+    real, relative = locate(repo, given, guarded)
+    data = _read_bounded(real, relative, max_bytes)
     try:
         # utf-8-sig: an editor's byte order mark must not hide the front matter.
-        text = real.read_bytes().decode("utf-8-sig")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line = real.read_bytes()[: exc.start].count(b"\n") + 1
+        line = data[: exc.start].count(b"\n") + 1
         raise invalid_arguments(
             f"{relative}:{line}: not valid UTF-8", path=relative, line=line
         ) from exc
+    return parse(text, relative, tickets_folder, known_flows)
+
+
+def _read_bounded(real: Path, relative: str, max_bytes: int) -> bytes:
+    """The file's bytes, refused past ``max_bytes`` before they are read.
+
+    Opened non-blocking and checked on the descriptor: a FIFO or device put in the
+    file's place after ``locate`` neither blocks the open nor is read, and a file
+    that grows after the check is still read no further than one byte past the limit.
+    """
+    try:
+        descriptor = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise invalid_arguments(f"{relative}: cannot read: {exc.strerror}", path=relative) from exc
-    return parse(text, relative, tickets_folder, known_flows)
+    with os.fdopen(descriptor, "rb", buffering=0) as handle:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            raise invalid_arguments(f"{relative}: not a regular file", path=relative)
+        if status.st_size > max_bytes:
+            raise _too_large(relative, status.st_size, max_bytes)
+        try:
+            data = handle.read(max_bytes + 1)
+        except OSError as exc:
+            raise invalid_arguments(
+                f"{relative}: cannot read: {exc.strerror}", path=relative
+            ) from exc
+    if len(data) > max_bytes:
+        raise _too_large(relative, len(data), max_bytes)
+    return data
+
+
+def _too_large(relative: str, size: int, limit: int) -> ProtocolError:
+    return invalid_arguments(
+        f"{relative}: {format_bytes(size)} ({size} bytes) is over the ticket size limit of "
+        f"{format_bytes(limit)} ({limit} bytes; repo.max_ticket_bytes in sloop.toml)",
+        path=relative,
+        size_bytes=size,
+        limit_bytes=limit,
+    )
 
 
 def parse(text: str, relative: str, tickets_folder: str, known_flows: set[str]) -> TicketFile:
@@ -99,6 +165,12 @@ def parse(text: str, relative: str, tickets_folder: str, known_flows: set[str]) 
         )
     meta, key_lines, body_lines = _split_front_matter(text, relative)
     title, body = _title_and_body(body_lines, name)
+    if len(title) > MAX_TITLE_CHARS:
+        raise invalid_arguments(
+            f"{relative}: the title is {len(title)} characters, over {MAX_TITLE_CHARS} "
+            "(it is one line of every ticket row; put the rest in the body)",
+            path=relative,
+        )
     flow = meta.get("flow", DEFAULT_FLOW)
     if flow not in known_flows:
         line = key_lines.get("flow", 1)
@@ -178,6 +250,12 @@ def _split_front_matter(
         if isinstance(value, str) and not value.strip():
             raise invalid_arguments(
                 f"{relative}:{line}: '{key}' must not be empty", path=relative, line=line
+            )
+        if key == "project" and isinstance(value, str) and len(value) > MAX_PROJECT_CHARS:
+            raise invalid_arguments(
+                f"{relative}:{line}: 'project' must be at most {MAX_PROJECT_CHARS} characters",
+                path=relative,
+                line=line,
             )
     return meta, key_lines, lines[end + 1 :]
 

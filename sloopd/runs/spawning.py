@@ -15,8 +15,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from sloopd.core.paths import Layout
+from sloopd.flows import prompts
 from sloopd.flows.flow import Stage
 from sloopd.proc.lines import OutputBudget
+from sloopd.proc.sandbox import PROMPT_PATH
 from sloopd.proc.stage_io import Launcher, LaunchRefused, Limits, StageLaunch
 from sloopd.runs import budget as budgets
 from sloopd.runs.branch import repository_identity
@@ -166,7 +168,13 @@ class ChildStarter:
         (None: no stream, or nothing it recognised).
         """
         prompt_file, prompt = self._write_prompt(facts, stage, attempt)
-        argv = tuple(part.replace("{prompt}", prompt) for part in base)
+        # {prompt_file}: the path the child reads, which inside the sandbox is not the host's.
+        seen = str(prompt_file) if active.config.sandbox == "none" else PROMPT_PATH
+        argv = prompts.expand(base, prompt, seen)
+        too_long = prompts.argv_problem(base, argv)
+        if too_long is not None:
+            # Said before anything starts: the kernel's E2BIG would name neither cause nor fix.
+            return f"the child was not started: {too_long.message}", None
         credential = self.credentials.mint(facts.run_id, stage.name, attempt, seat)
         launch = self.launch(
             active,
@@ -272,11 +280,15 @@ class ChildStarter:
         extra = self.records.store.row(TicketExtra, "ticket_extra", (facts.ticket,))
         assert record is not None and extra is not None
         path = self.run_dir(facts.run_id) / f"prompt-{stage.name}-{attempt}.md"
-        instructions = stage.prompt or ""
-        prompt = (
-            f"{instructions}\n\n# {record.title}\n\nTicket {facts.ticket} "
-            f"({facts.ticket_name}), run {facts.run_id}, stage '{stage.name}' "
-            f"execution {attempt}.\n\n{extra.body}\n".lstrip("\n")
+        prompt = prompts.render(
+            stage.prompt,
+            record.title,
+            extra.body,
+            ticket=facts.ticket,
+            ticket_name=facts.ticket_name,
+            run=facts.run_id,
+            stage=stage.name,
+            attempt=attempt,
         )
         path.write_text(prompt, encoding="utf-8")
         return path, prompt

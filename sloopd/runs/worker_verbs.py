@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sloopd.core import bodies
 from sloopd.core.state import Daemon
 from sloopd.flows import walk
 from sloopd.flows.flow import Stage
@@ -87,7 +88,10 @@ class WorkerVerbs:
             raise UNAUTHORIZED
         keys = ("id", "name", "title", "path", "project", "flow", "priority", "state")
         ticket: dict[str, Any] = {key: getattr(record, key) for key in keys}
-        ticket["body"] = extra.body
+        # The whole ticket is in the prompt file: a brief carries a bounded part of it.
+        ticket.update(
+            bodies.shown(extra.body, "the whole ticket is in the prompt file, $SLOOP_PROMPT_FILE")
+        )
         return {
             "run": credential.run,
             "ticket": ticket,

@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from sloopd.core import rows
+from sloopd.core import bodies, rows
 from sloopd.core.state import Daemon
 from sloopd.queue import refs
 from sloopd.store import TicketExtra, TicketRow, TriggerRow
@@ -80,7 +80,8 @@ def ticket_detail(daemon: Daemon, ticket_id: str) -> dict[str, Any]:
     queued = store.row(TriggerRow, "trigger_queued_for_ticket", (ticket_id,))
     runs = [_run_summary(daemon, run) for (run,) in store.all("run_ids_for_ticket", (ticket_id,))]
     value.update(
-        body=extra.body,
+        # 0.8.0: at most MAX_SHOWN_BODY_BYTES of it, with body_bytes and body_clipped.
+        **bodies.shown(extra.body, f"the whole ticket is its file, {record.path}"),
         manual=bool(extra.manual),
         trigger=rows.trigger_row(queued) if queued else None,
         runs=runs,

@@ -34,6 +34,10 @@ MAX_INTEGER: Final = 2**53 - 1
 # Refs (ref, run, scope) are refused above this: the pattern rung's cost grows with it.
 MAX_REF_CHARS: Final = 1024
 MAX_WAIT_MS: Final = 60_000  # the longest logs/events may be held for news (0.7.0)
+# A ticket's body in a reply (show of a ticket, brief) is clipped past this many bytes,
+# with a marker and ``body_bytes``/``body_clipped`` beside it (0.8.0): a ticket may be
+# a megabyte (repo.max_ticket_bytes), and every follower would carry it each time.
+MAX_SHOWN_BODY_BYTES: Final = 64 * 1024
 
 OPERATOR_SOCKET_NAME: Final = "operator.sock"
 WORKER_SOCKET_DIR_NAME: Final = "w"

@@ -37,6 +37,7 @@ CHECKS = [
     "version",
     "sandbox",
     "clis",
+    "prompt",
     "store",
     "git",
     "worktrees",

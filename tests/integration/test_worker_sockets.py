@@ -38,6 +38,7 @@ REFUSED_PEER = "this connection comes from inside a run"
 BRIEF_KEYS = frozenset({"run", "ticket", "worktree", "branch", "stage", "definition_of_done"})
 BRIEF_TICKET_KEYS = frozenset(
     {"id", "name", "title", "path", "project", "flow", "priority", "state", "body"}
+    | {"body_bytes", "body_clipped"}  # 0.8.0: the body is bounded (MAX_SHOWN_BODY_BYTES)
 )
 
 # Every operator verb, with arguments that would be valid on the operator socket.
