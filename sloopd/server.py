@@ -14,10 +14,9 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
-
 from sloopd import compose
-from sloopd.core import config, paths
+from sloopd.core import config, diskfull, paths
+from sloopd.core.logroom import DiskRoom
 from sloopd.core.logsink import LogSink
 from sloopd.core.model import ReadModel
 from sloopd.core.notices import Notices
@@ -33,6 +32,7 @@ from sloopd.queue.scheduler import Scheduler
 from sloopd.runs import cli_sight, leftovers
 from sloopd.runs.runner import RunManager
 from sloopd.runs.runstate import ActiveRun
+from sloopd.startup import DiskFull, StartupError, refusal, write_info
 from sloopd.store import Store, StoreLock, StoreTooNew, StoreUnavailable
 from sloopd.util import subproc
 from sloopd.verbs import operator_dispatcher, operator_handlers, refused_handlers
@@ -55,10 +55,6 @@ class ServeOptions:
     state_dir: Path | None = None
     socket_dir: Path | None = None
     metrics: str | None = None
-
-
-class StartupError(Exception):
-    """The daemon cannot start; the message says why and what to do."""
 
 
 class Server:
@@ -91,7 +87,7 @@ class Server:
             uvloop.run(self.serve())
         except StartupError as exc:
             log.error("%s", exc)
-            return 1
+            return exc.exit_code
         return 0
 
     async def serve(self) -> None:
@@ -108,27 +104,13 @@ class Server:
 
     async def startup(self) -> None:
         layout = self.layout
-        try:
-            self._lock.acquire()
-        except Exception as exc:
-            raise StartupError(str(exc)) from exc
-        try:
-            self._refuse_if_served()
-        except StartupError:
-            self._lock.release()
-            raise
+        self._take_lock()
         try:
             settings = config.load(layout.repo)
         except config.ConfigError as exc:
             self._lock.release()
             raise StartupError(f"refusing to start: {exc}") from exc
-        store: Store | None = None
-        refused: str | None = None
-        try:
-            store = Store.open(layout.state_dir, migrate=True)
-        except StoreTooNew as exc:
-            refused = str(exc)
-            log.error("%s; serving only 'show' until that changes", refused)
+        store, refused = self._open_store()
         self.daemon = Daemon(
             layout=layout,
             config=settings,
@@ -141,19 +123,23 @@ class Server:
         if store is not None:
             try:
                 scheduler: Scheduler | None = await self._reconcile()
-            except StoreUnavailable as exc:
+            except (StoreUnavailable, OSError) as exc:
                 # Recovery must record what it decides; without a writable store it
                 # decides nothing and leaves everything for the next start.
                 store.close()
                 self._lock.release()
-                raise StartupError(f"refusing to start: {exc}; free space and start again") from exc
+                raise refusal(layout, exc) from exc
         else:
             scheduler = None
             # Even a daemon that refuses its store ends what a crashed one left.
             ProcessGroups(layout.state_dir / "groups").kill_recorded_leftovers()
         await self._listen()
         await self._serve_metrics()
-        self._write_info()
+        try:
+            write_info(layout)
+        except OSError as exc:
+            await self._abandon_startup()
+            raise refusal(layout, exc) from exc
         loop = asyncio.get_running_loop()
         if store is not None:
             try:
@@ -175,6 +161,45 @@ class Server:
         )
         self.notifier.ready(f"serving {layout.repo}")
         self.ready.set()
+
+    def _take_lock(self) -> None:
+        """The store's lock, on a disk with room, with no other daemon on our socket."""
+        full = diskfull.refusal(self.layout.state_dir)
+        if full is not None:
+            raise DiskFull(full)  # before the lock: even taking it writes
+        try:
+            self._lock.acquire()
+        except Exception as exc:
+            raise refusal(self.layout, exc) from exc
+        try:
+            self._refuse_if_served()
+        except StartupError:
+            self._lock.release()
+            raise
+
+    def _open_store(self) -> tuple[Store | None, str | None]:
+        """The store, or None and why a newer one is refused (then only 'show' answers)."""
+        try:
+            return Store.open(self.layout.state_dir, migrate=True), None
+        except StoreTooNew as exc:
+            log.error("%s; serving only 'show' until that changes", exc)
+            return None, str(exc)
+        except (StoreUnavailable, OSError) as exc:
+            self._lock.release()
+            raise refusal(self.layout, exc) from exc
+
+    async def _abandon_startup(self) -> None:
+        """Undo what start-up opened, for a refusal found after the daemon listened."""
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(FileNotFoundError):
+                self.layout.operator_socket.unlink()
+        if self._metrics_server is not None:
+            self._metrics_server.close()
+        if self.daemon is not None and self.daemon.store is not None:
+            self.daemon.store.close()
+            self.daemon.store = None
+        self._lock.release()
 
     def _refuse_if_served(self) -> None:
         """Refuse while another daemon answers on our operator socket.
@@ -217,9 +242,11 @@ class Server:
             self.daemon.sandbox_problem = sandbox_probe()
             if self.daemon.sandbox_problem is not None:
                 log.error("agents cannot be sandboxed here: %s", self.daemon.sandbox_problem)
-        self._sink = LogSink(
-            self.daemon.store, self.metrics.log_records.inc, self.daemon.feed_notices
-        )
+        daemon = self.daemon
+        # Output never takes the free space the next runs' checkouts need (logroom).
+        room = DiskRoom(self.layout.state_dir, lambda: daemon.config.repo.disk_reserve)
+        store = daemon.require_store()
+        self._sink = LogSink(store, self.metrics.log_records.inc, daemon.feed_notices, room)
         self.runs = compose.run_manager(
             self.daemon,
             self._sink,
@@ -321,18 +348,6 @@ class Server:
             factory, sock=bound_private(path), backlog=LISTEN_BACKLOG
         )
 
-    def _write_info(self) -> None:
-        info = {
-            "pid": os.getpid(),
-            "socket": str(self.layout.operator_socket),
-            "version": api.SOFTWARE_VERSION,
-            "repo": str(self.layout.repo),
-        }
-        target = self.layout.daemon_info
-        tmp = target.with_suffix(".tmp")
-        tmp.write_bytes(orjson.dumps(info))
-        tmp.replace(target)
-
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -405,7 +420,7 @@ class Server:
         if self._groups is not None:
             await self._groups.stop_all()
         if self._sink is not None:
-            self._sink.flush()
+            self._sink.close()
         if self.notices is not None:  # reads the stop's own settles; then a short grace
             await self.notices.close()
         if self.daemon is not None and self.daemon.store is not None:

@@ -46,6 +46,9 @@ class RepoConfig:
     # A ticket file larger than this is refused at post (before it is read), so one
     # file cannot fill the store, the loop or every reply that carries its body.
     max_ticket_bytes: int = DEFAULT_MAX_TICKET_BYTES
+    # Free bytes captured output never takes on the state directory's filesystem
+    # (sloopd.core.logroom); None: a tenth of the filesystem, at most 256 MiB.
+    disk_reserve: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +190,15 @@ def _max_ticket_bytes(value: Any, where: str) -> int:
     return size
 
 
+def _disk_reserve(value: Any, where: str) -> int:
+    try:
+        if not isinstance(value, int | str):
+            raise ValueError('must be a size like 65536, "512KiB", "64MiB" or "1GiB"')
+        return parse_bytes(value)
+    except ValueError as exc:
+        raise ConfigError(f"{where}'repo.disk_reserve': {exc}") from exc
+
+
 def _repo_section(section: Any, where: str) -> RepoConfig:
     if not isinstance(section, dict):
         raise ConfigError(f"{where}'repo' must be a table")
@@ -209,6 +221,8 @@ def _repo_section(section: Any, where: str) -> RepoConfig:
         values["git_timeout_ms"] = _git_timeout(section["git_timeout"], where)
     if "max_ticket_bytes" in section:
         values["max_ticket_bytes"] = _max_ticket_bytes(section["max_ticket_bytes"], where)
+    if "disk_reserve" in section:
+        values["disk_reserve"] = _disk_reserve(section["disk_reserve"], where)
     # Run branches are <branch_prefix><ticket name>/<attempt>: with a valid ticket
     # name, the prefix alone decides whether git takes them.
     for key, ref in (

@@ -10,18 +10,13 @@ splices stored bytes instead of rebuilding objects.  After each commit the
 sink knows how far every run it wrote is stored (``stored_through``) and tells
 the feed waiters (``FeedNotices.logs_stored``).
 
-A batch the store refuses (full disk, a lock held elsewhere) is kept and
-retried every RETRY_SECONDS; while it waits, up to MAX_HELD_RECORDS more are
-held.  Past that, lines are dropped *before* they get a cursor, counted per
-stage execution, and once the store takes writes again one ``system`` record
-per execution says how many lines and bytes were lost and from when to when,
-in the place where they are missing.  Nothing is lost silently.
+Writing is ``logwrite``'s: what a refusing store or the free space kept for runs
+holds back, what is dropped past the memory bound, and how it is counted.  Nothing
+is lost silently.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,39 +24,15 @@ from typing import Any
 
 import orjson
 
+from sloopd.core.logheld import Execution, GivenUp, Loss, record_body
+from sloopd.core.logroom import Room
+from sloopd.core.logwrite import FLUSH_RECORDS as FLUSH_RECORDS  # tests, benchmarks
+from sloopd.core.logwrite import OWN_STREAM, LogWriter
 from sloopd.core.longpoll import FeedNotices
 from sloopd.store import Store, StoreUnavailable
 from sloopd.util.clock import now_ms
 
-log = logging.getLogger(__name__)
-
 FLUSH_INTERVAL = 0.05
-# Small batches bound how long one flush holds the loop (a few ms).
-FLUSH_RECORDS = 1000
-# While the store refuses writes: how often to try again, and how much to hold meanwhile.
-RETRY_SECONDS = 1.0
-MAX_HELD_RECORDS = 20_000
-
-Execution = tuple[str, str | None, int | None]  # (run, stage, attempt)
-
-
-@dataclass(slots=True)
-class Loss:
-    """Lines of one stage execution that were dropped, not stored."""
-
-    lines: int
-    bytes: int
-    from_ms: int
-    to_ms: int
-    reason: str
-    streams: dict[str, int]
-
-    def add(self, stream: str, size: int, ts: int, reason: str) -> None:
-        self.lines += 1
-        self.bytes += size
-        self.to_ms = max(self.to_ms, ts)
-        self.reason = reason
-        self.streams[stream] = self.streams.get(stream, 0) + 1
 
 
 @dataclass(slots=True)
@@ -81,31 +52,19 @@ class _Counters:
 _STREAM_JSON: dict[str, str] = {}
 
 
-class LogSink:
+class LogSink(LogWriter):
     def __init__(
         self,
         store: Store,
         on_flush: Callable[[int], None] | None = None,
         notices: FeedNotices | None = None,
+        room: Room | None = None,
     ) -> None:
-        self._store = store
-        self._pending: list[tuple[Any, ...]] = []
-        # The last position buffered per run (pending), and stored per run (committed).
-        self._pending_last: dict[str, int] = {}
-        self._stored: dict[str, int] = {}
+        super().__init__(store, on_flush, notices, room)
         self._runs: dict[str, list[int]] = {}
         self._stages: dict[tuple[str, str | None], list[int]] = {}
         self._executions: dict[Execution, _Counters] = {}
-        self._timer: asyncio.TimerHandle | None = None
-        self._soon = False  # the timer is the next turn of the loop, not FLUSH_INTERVAL
-        self._on_flush = on_flush
-        self._notices = notices
         self._followed = notices.followed_runs if notices is not None else None
-        # Counts the batches committed: what a reader knew of the log holds until it moves.
-        self.generation = 0
-        # Set while the store refuses writes: the reason, for the loss records.
-        self.failing: str | None = None
-        self.losses: dict[Execution, Loss] = {}
         self._forget_later: set[str] = set()
 
     def append(
@@ -146,8 +105,8 @@ class LogSink:
         first = 0
         while first < len(texts):
             counters = self._executions.get((run, stage, attempt))
-            if counters is None or split or self.failing is not None:
-                # An execution's first line, a split piece, a store refusing writes.
+            if counters is None or split or self.held is not None:
+                # An execution's first line, a split piece, records being held.
                 if self._buffer_or_drop(run, stage, attempt, stream, texts[first], split, ts, None):
                     self._flush_if_full()
                 first += 1
@@ -206,7 +165,7 @@ class LogSink:
         self._pending_last[run] = position + count
 
     def _flush_if_full(self) -> None:
-        if len(self._pending) >= FLUSH_RECORDS and self.failing is None:
+        if len(self._pending) >= FLUSH_RECORDS and self.held is None:
             self.flush()
 
     def _wake(self, run: str) -> None:
@@ -215,7 +174,7 @@ class LogSink:
             return
         if self._followed is not None and run in self._followed:
             # A follower is held for this run: it sees the line at the next turn.
-            if not self._soon and self.failing is None:
+            if not self._soon and self.held is None:
                 self._schedule(0)
         elif self._timer is None:
             self._schedule(FLUSH_INTERVAL)
@@ -231,35 +190,17 @@ class LogSink:
         ts: int,
         extra: dict[str, Any] | None,
     ) -> bool:
-        """The other lines: an execution's first, a split piece, a store refusing writes."""
-        if self.failing is not None and len(self._pending) >= MAX_HELD_RECORDS:
-            self._drop((run, stage, attempt), stream, len(text.encode(errors="replace")), ts)
+        """The other lines: an execution's first, a split piece, records being held."""
+        if not self.holds_room(stream, text):
+            self.drop((run, stage, attempt), stream, len(text.encode(errors="replace")), ts)
             return False
         try:
             self._buffer(run, stage, attempt, stream, text, split, ts, extra)
         except StoreUnavailable as exc:  # reading the last cursor failed
-            self._failed(exc)
-            self._drop((run, stage, attempt), stream, len(text.encode(errors="replace")), ts)
+            self._hold(exc.detail)
+            self.drop((run, stage, attempt), stream, len(text.encode(errors="replace")), ts)
             return False
         return True
-
-    def _drop(self, execution: Execution, stream: str, size: int, ts: int) -> None:
-        reason = self.failing or "the store cannot be written"
-        loss = self.losses.setdefault(execution, Loss(0, 0, ts, ts, reason, {}))
-        loss.add(stream, size, ts, reason)
-        if self._timer is None:
-            self._schedule(RETRY_SECONDS)
-
-    def _schedule(self, delay: float) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self.flush()
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._soon = delay == 0
-        self._timer = loop.call_later(delay, self.flush)
 
     def _buffer(
         self,
@@ -292,7 +233,7 @@ class LogSink:
             record.update(extra)
         counters.stage[0] += 1
         counters.execution += 1
-        body = f'{{"cursor":"{position}",' + orjson.dumps(record).decode()[1:]
+        body = record_body(position, record)
         self._pending.append(
             (run, position, stage, attempt, counters.stage[0], counters.execution, stream, ts, body)
         )
@@ -318,77 +259,23 @@ class LogSink:
     def _last(self, query: str, params: tuple[Any, ...]) -> int:
         return int(self._store.scalar(query, params) or 0)
 
-    def stored_through(self, run: str) -> int | None:
-        """The last position of ``run`` committed by this sink; None if it wrote none."""
-        return self._stored.get(run)
+    def _buffer_loss(self, execution: Execution, loss: Loss) -> None:
+        run, stage, attempt = execution
+        extra = {"dropped": loss.dropped()}
+        self._buffer(run, stage, attempt, OWN_STREAM, loss.text(), False, now_ms(), extra)
 
-    def flush(self) -> bool:
-        """Write what is buffered; False when the store refused it (kept, retried)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-            self._soon = False
-        if self.losses and self.failing is None:
-            self._record_losses()
-        if not self._pending:
-            return True
-        batch = self._pending
-        try:
-            with self._store.writer.transaction() as tx:
-                tx.insert_many("log_insert", batch)
-        except StoreUnavailable as exc:
-            self._failed(exc)
-            return False
-        self._pending = []
-        stored, self._pending_last = self._pending_last, {}
-        self._stored.update(stored)
-        self.generation += 1
-        recovered = self.failing is not None
-        self.failing = None
-        if self._on_flush is not None:
-            self._on_flush(len(batch))
-        if self._notices is not None:
-            self._notices.logs_stored(stored)
-        if recovered and self.losses:
-            self._record_losses()
-            return self.flush()
-        for run in self._forget_later - self._runs_waiting():
+    def _rewind(self, given: GivenUp) -> None:
+        for run, end in given.run_ends.items():
+            self._runs[run][0] = end
+        for key, end in given.stage_ends.items():
+            self._stages[key][0] = end
+        for execution, end in given.execution_ends.items():
+            self._executions[execution].execution = end
+
+    def _all_written(self) -> None:
+        for run in self._forget_later - self.runs_waiting():
             self._forget_later.discard(run)
             self._drop_counters(run)
-        return True
-
-    def _failed(self, exc: StoreUnavailable) -> None:
-        if self.failing is None:
-            log.warning("log records held in memory: %s", exc)
-        self.failing = exc.detail
-        if self._timer is None:
-            self._schedule(RETRY_SECONDS)
-
-    def _record_losses(self) -> None:
-        """One system record per execution that lost lines, where they are missing."""
-        losses, self.losses = self.losses, {}
-        for (run, stage, attempt), loss in losses.items():
-            text = (
-                f"{loss.lines} lines ({loss.bytes} bytes) of output were not stored "
-                f"between {_clock(loss.from_ms)} and {_clock(loss.to_ms)}: {loss.reason}"
-            )
-            dropped = {
-                "lines": loss.lines,
-                "bytes": loss.bytes,
-                "from_ms": loss.from_ms,
-                "to_ms": loss.to_ms,
-                "streams": loss.streams,
-                "cause": "store",
-            }
-            try:
-                self._buffer(
-                    run, stage, attempt, "system", text, False, now_ms(), {"dropped": dropped}
-                )
-            except StoreUnavailable:
-                self.losses[(run, stage, attempt)] = loss  # next time
-
-    def _runs_waiting(self) -> set[str]:
-        return {row[0] for row in self._pending} | {key[0] for key in self.losses}
 
     def forget(self, run: str) -> None:
         """Drop a settled run's counters (they are re-read if it ever writes again).
@@ -396,7 +283,7 @@ class LogSink:
         Not while its records still wait for the store: their cursors are assigned.
         """
         self.flush()
-        if run in self._runs_waiting():
+        if run in self.runs_waiting():
             self._forget_later.add(run)
             return
         self._drop_counters(run)
@@ -411,7 +298,3 @@ class LogSink:
 def _stream_json(stream: str) -> str:
     encoded = _STREAM_JSON[stream] = orjson.dumps(stream).decode()
     return encoded
-
-
-def _clock(ms: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))

@@ -7,7 +7,8 @@ schema with its migrations (``migrations``).  Imports nothing else of
 ``sloopd``: every layer above imports it to read and write.
 """
 
-from sloopd.store.db import NeedsMigration, Store, StoreFault, StoreUnavailable, Transaction
+from sloopd.store.db import NeedsMigration, Store, StoreUnavailable, Transaction
+from sloopd.store.fault import StoreFault
 from sloopd.store.lock import LockHeld, StoreLock
 from sloopd.store.migrations import SCHEMA_VERSION, StoreTooNew
 from sloopd.store.rowtypes import (

@@ -16,7 +16,6 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ import apsw
 
 from sloopd.store import migrations
 from sloopd.store.changes import NOTES, STORE_FAULT, Change
+from sloopd.store.fault import StoreFault, one_more
 from sloopd.store.queries import QUERIES
 from sloopd.store.rowtypes import NamedReads, Params, Row
 
@@ -81,24 +81,6 @@ def _unavailable(path: Path, exc: BaseException) -> StoreUnavailable:
     return StoreUnavailable(path, reason, detail)
 
 
-@dataclass
-class StoreFault:
-    """The last failed write, kept until a write succeeds again (dashboard, doctor)."""
-
-    reason: str
-    detail: str
-    since_ms: int
-    failures: int = 1
-
-    def row(self) -> dict[str, Any]:
-        return {
-            "reason": self.reason,
-            "detail": self.detail,
-            "since_ms": self.since_ms,
-            "failures": self.failures,
-        }
-
-
 def _tune(conn: apsw.Connection) -> None:
     conn.setbusytimeout(BUSY_TIMEOUT_MS)
     conn.execute("PRAGMA foreign_keys = ON")
@@ -152,12 +134,7 @@ class Writer:
                 raise
         except _UNAVAILABLE as exc:
             failed = _unavailable(self._path, exc)
-            if self.fault is None:
-                self.fault = StoreFault(failed.reason, failed.detail, int(time.time() * 1000))
-            else:
-                self.fault.reason, self.fault.detail = failed.reason, failed.detail
-                self.fault.failures += 1
-            self._tell([Change(STORE_FAULT)])
+            self.refused(failed.reason, failed.detail)
             raise failed from exc
         finally:
             self._notes = []
@@ -166,6 +143,11 @@ class Writer:
             notes.append(Change(STORE_FAULT))
         if notes:
             self._tell(notes)
+
+    def refused(self, reason: str, detail: str) -> None:
+        """A write refused (or found no room for before it was tried): the fault."""
+        self.fault = one_more(self.fault, reason, detail)
+        self._tell([Change(STORE_FAULT)])
 
     def _tell(self, notes: list[Change]) -> None:
         if self.observer is None:
@@ -251,8 +233,9 @@ class Store(NamedReads):
     def open(cls, state_dir: Path, *, migrate: bool = True) -> Store:
         """Open (creating or migrating as needed) the store in ``state_dir``.
 
-        Raises StoreTooNew for a store written by a newer binary, and
-        NeedsMigration when ``migrate`` is false and the store is older.
+        Raises StoreTooNew for a store written by a newer binary, NeedsMigration
+        when ``migrate`` is false and the store is older, StoreUnavailable when it
+        cannot be written now (a full disk: start-up refuses, naming it).
         """
         path = state_dir / STORE_FILE
         # Owner only: the store holds every ticket, log line and verdict.
@@ -278,8 +261,10 @@ class Store(NamedReads):
                         migrations.apply(conn, step)
             reader = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
             _tune(reader)
-        except BaseException:
+        except BaseException as exc:
             conn.close()
+            if isinstance(exc, _UNAVAILABLE):
+                raise _unavailable(path, exc) from exc
             raise
         return cls(path, conn, reader)
 

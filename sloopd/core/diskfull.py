@@ -1,0 +1,42 @@
+"""Start-up on a full disk: one line that names the state directory and the fix.
+
+A daemon started where its state directory's filesystem has no room left could not
+take its lock, open its store, record its recovery or write ``daemon.json``; 0.7.0
+died in the last of these with a traceback.  It is refused up front (and wherever a
+write of start-up finds no room after all) with exit status ``DISK_FULL_EXIT``, so a
+supervisor can tell "try again once there is space" from a configuration error (1).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sloopd.util.diskspace import space_of
+from sloopd.util.sizes import format_bytes
+
+# sysexits.h EX_TEMPFAIL: a temporary failure; the same start succeeds once space is freed.
+DISK_FULL_EXIT = 75
+# What start-up writes before it serves: the lock, the store's WAL and shared memory,
+# the recovery's records, daemon.json.  Less than this free counts as a full disk.
+STARTUP_FREE_BYTES = 1 << 20
+
+
+def refusal(state_dir: Path) -> str | None:
+    """Why the daemon must not start on ``state_dir``'s filesystem now; None if it may."""
+    space = space_of(state_dir)
+    if space is None or space.free >= STARTUP_FREE_BYTES:
+        return None
+    return message(state_dir, space.free)
+
+
+def message(state_dir: Path, free: int | None = None) -> str:
+    """The one line a refused start logs."""
+    if free is None:
+        space = space_of(state_dir)
+        free = None if space is None else space.free
+    room = "no" if free is None else format_bytes(free)
+    return (
+        f"refusing to start: the filesystem of the state directory {state_dir} is full "
+        f"({room} free, {format_bytes(STARTUP_FREE_BYTES)} needed to start): free space "
+        "there (or give the daemon another --state-dir) and start again"
+    )

@@ -1,0 +1,50 @@
+"""Free space on the filesystem that holds a path, as an unprivileged writer sees it.
+
+The store and the runs' checkouts share the state directory's filesystem; what the
+daemon writes there is weighed against this figure (``sloopd.core.logroom``) and a
+start on a disk with no room left is refused (``sloopd.server``).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+# The errors that mean "no room" rather than "this write is wrong": a full
+# filesystem, or the writer's quota spent.
+NO_ROOM_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+@dataclass(frozen=True, slots=True)
+class Space:
+    """One reading of a filesystem: what may still be written, and its size."""
+
+    free: int  # f_bavail: root's reserved blocks are not ours to spend
+    size: int
+
+
+def space_of(path: Path) -> Space | None:
+    """The filesystem holding ``path`` (or its nearest existing parent); None if unreadable.
+
+    The nearest parent, because the state directory may not exist yet at start-up:
+    it will be created on that filesystem.
+    """
+    candidate = path
+    while True:
+        try:
+            stats = os.statvfs(candidate)
+        except FileNotFoundError:
+            if candidate.parent == candidate:
+                return None
+            candidate = candidate.parent
+            continue
+        except OSError:
+            return None
+        return Space(stats.f_bavail * stats.f_frsize, stats.f_blocks * stats.f_frsize)
+
+
+def is_no_room(exc: BaseException) -> bool:
+    """Whether ``exc`` is the kernel refusing a write for want of space."""
+    return isinstance(exc, OSError) and exc.errno in NO_ROOM_ERRNOS
