@@ -32,7 +32,7 @@ from sloopd.queue.scheduler import Scheduler
 from sloopd.runs import cli_sight, leftovers
 from sloopd.runs.runner import RunManager
 from sloopd.runs.runstate import ActiveRun
-from sloopd.startup import DiskFull, StartupError, refusal, write_info
+from sloopd.startup import DiskFull, StartupError, refusal, refuse_if_served, write_info
 from sloopd.store import Store, StoreLock, StoreTooNew, StoreUnavailable
 from sloopd.util import subproc
 from sloopd.verbs import operator_dispatcher, operator_handlers, refused_handlers
@@ -172,7 +172,7 @@ class Server:
         except Exception as exc:
             raise refusal(self.layout, exc) from exc
         try:
-            self._refuse_if_served()
+            refuse_if_served(self.layout)
         except StartupError:
             self._lock.release()
             raise
@@ -200,26 +200,6 @@ class Server:
             self.daemon.store.close()
             self.daemon.store = None
         self._lock.release()
-
-    def _refuse_if_served(self) -> None:
-        """Refuse while another daemon answers on our operator socket.
-
-        Checked before anything else is touched: reconciling clears the socket
-        directory's worker sockets and kills the leftovers recorded in the state
-        directory, which would break the runs of a live daemon that shares the
-        socket directory (with its own state directory, its lock does not stop us).
-        """
-        path = self.layout.operator_socket
-        # A directory we may not trust is refused as _listen would, before we
-        # speak to whatever listens in it.
-        reason = api.untrusted_socket_path(path)
-        if reason is not None:
-            raise StartupError(f"cannot prepare socket directory: {reason}")
-        if (path.exists() or path.is_symlink()) and answers(path):
-            raise StartupError(
-                f"refusing to start: another daemon already answers on {path}; stop it, "
-                "or give this daemon a socket directory of its own (--socket-dir)"
-            )
 
     async def _reconcile(self) -> Scheduler:
         """After a crash: kill what the last daemon left, settle its runs in flight."""

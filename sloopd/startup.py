@@ -14,6 +14,7 @@ import orjson
 
 from sloopd.core import diskfull
 from sloopd.core.paths import Layout
+from sloopd.ops.process import answers
 from sloopd.store import StoreUnavailable
 from sloopd.util.diskspace import is_no_room
 from sloopd.wire import api
@@ -38,6 +39,27 @@ def refusal(layout: Layout, exc: BaseException) -> StartupError:
     if isinstance(exc, StoreUnavailable):
         return StartupError(f"refusing to start: {exc}")
     return StartupError(str(exc))
+
+
+def refuse_if_served(layout: Layout) -> None:
+    """Refuse while another daemon answers on our operator socket.
+
+    Checked before anything else is touched: reconciling clears the socket
+    directory's worker sockets and kills the leftovers recorded in the state
+    directory, which would break the runs of a live daemon that shares the
+    socket directory (with its own state directory, its lock does not stop us).
+    """
+    path = layout.operator_socket
+    # A directory we may not trust is refused as Server._listen would, before we
+    # speak to whatever listens in it.
+    reason = api.untrusted_socket_path(path)
+    if reason is not None:
+        raise StartupError(f"cannot prepare socket directory: {reason}")
+    if (path.exists() or path.is_symlink()) and answers(path):
+        raise StartupError(
+            f"refusing to start: another daemon already answers on {path}; stop it, "
+            "or give this daemon a socket directory of its own (--socket-dir)"
+        )
 
 
 def write_info(layout: Layout) -> None:

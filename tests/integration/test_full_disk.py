@@ -29,6 +29,7 @@ import pytest
 
 from tests.support.agents import Bench, printer_argv, sloop_toml, ticket_text
 from tests.support.daemon import query, sloopctl_argv, sloopctl_env, wait_until
+from tests.support.disk import all_records, fill, small_tmpfs
 
 LINES = 30_000
 TMPFS_BYTES = 24 * 1024 * 1024
@@ -56,52 +57,8 @@ if sys.argv[3] == "wait":
 
 @pytest.fixture
 def small_state_dir(bench: Bench) -> Iterator[Path]:
-    state = bench.state_dir
-    state.mkdir(parents=True, exist_ok=True)
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES},mode=0700", "sloop-test", str(state)],
-        capture_output=True,
-        text=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}): needs root")
-    try:
+    with small_tmpfs(bench, TMPFS_BYTES) as state:
         yield state
-    finally:
-        bench.stop()
-        subprocess.run(["umount", "-l", str(state)], check=False)
-
-
-def fill(path: Path) -> None:
-    """Write until the filesystem refuses: the disk is full."""
-    with open(path, "wb", buffering=0) as ballast:
-        chunk = b"\0" * (64 * 1024)
-        try:
-            while True:
-                ballast.write(chunk)
-                ballast.flush()
-        except OSError:
-            pass
-        try:
-            while True:
-                ballast.write(b"\0" * 512)
-                ballast.flush()
-        except OSError:
-            pass
-
-
-def all_records(bench: Bench, run: str) -> list[dict[str, Any]]:
-    records: list[dict[str, Any]] = []
-    after = None
-    while True:
-        args: dict[str, Any] = {"run": run}
-        if after is not None:
-            args["after"] = after
-        page = bench.ok("logs", args)
-        records += page["records"]
-        if page["complete"]:
-            return records
-        after = page["next_cursor"]
 
 
 @pytest.mark.parametrize("agent_exits", ["after_space_returns", "while_full"])

@@ -104,3 +104,15 @@ def test_the_budget_stores_up_to_a_limit_then_counts() -> None:
     assert [bytes_budget.admit(t) for t in ("12345", "123456", "1")] == [True, False, False]
     assert bytes_budget.stored_bytes == 5
     assert bytes_budget.seen_bytes == 12
+
+
+def test_the_disk_reserve_is_a_size_or_the_default() -> None:
+    assert config.parse({}).repo.disk_reserve is None  # a tenth of the filesystem, capped
+    assert config.parse({"repo": {"disk_reserve": "512MiB"}}).repo.disk_reserve == 512 << 20
+    assert config.parse({"repo": {"disk_reserve": 0}}).repo.disk_reserve == 0
+
+
+@pytest.mark.parametrize("value", ["lots", -1, 1.5, True, ["1GiB"]])
+def test_a_disk_reserve_that_is_no_size_is_refused_naming_the_key(value: object) -> None:
+    with pytest.raises(config.ConfigError, match=r"'repo\.disk_reserve'"):
+        config.parse({"repo": {"disk_reserve": value}})
