@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from operator import itemgetter
 
 import orjson
 
@@ -42,6 +43,7 @@ OWN_STREAM = "system"
 
 _STREAM = 6  # a Record's stream column
 _BODY = 8  # a Record's wire JSON
+_body = itemgetter(_BODY)
 
 
 class LogWriter:
@@ -109,6 +111,11 @@ class LogWriter:
             # A transaction's worth at a time, each weighed against the disk.
             chunk = self._pending[:FLUSH_RECORDS] if len(self._pending) > FLUSH_RECORDS else None
             decision, reason = self._decide(chunk or self._pending)
+            lead = 0 if decision is Move.WRITE else self._own_lead()
+            if lead:  # the daemon's records ahead of the output need no room for it
+                if not self._write(self._pending[:lead]):
+                    return False
+                continue
             if decision is Move.HOLD:
                 self._hold(reason)
                 return False
@@ -133,17 +140,29 @@ class LogWriter:
         if room is None or all(record[_STREAM] == OWN_STREAM for record in batch):
             return Move.WRITE, ""
         reading = room.read()
-        cost = batch_cost(len(batch), sum(len(record[_BODY]) for record in batch))
+        cost = batch_cost(len(batch), sum(map(len, map(_body, batch))))
         if fits(reading.free, reading.reserve, cost):
             return Move.WRITE, ""
-        own_records_wait = bool(self.losses) or any(
-            record[_STREAM] == OWN_STREAM for record in self._pending
-        )
-        decision = move(reading.free, reading.reserve, cost, own_records_wait)
+        decision = move(reading.free, reading.reserve, cost, self._own_records_wait())
         if decision is Move.HOLD and reading.full:
             # Nothing was tried, yet the store has no room: the dashboard and doctor say so.
             self._store.writer.refused("full", reading.why_held())
         return decision, reading.why_held()
+
+    def _own_lead(self) -> int:
+        """How many of the daemon's own records come before the first held output."""
+        for index, record in enumerate(self._pending):
+            if record[_STREAM] != OWN_STREAM:
+                return index
+        return len(self._pending)
+
+    def _own_records_wait(self) -> bool:
+        """Whether a count of dropped lines, or a record of the daemon's, waits behind
+        held output."""
+        if self.losses:
+            return True
+        lead = self._own_lead()
+        return any(record[_STREAM] == OWN_STREAM for record in self._pending[lead:])
 
     def _write(self, chunk: list[Record] | None) -> bool:
         """One transaction: ``chunk``, the first of the held records, or (None) all of them."""

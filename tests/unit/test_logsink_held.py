@@ -146,6 +146,23 @@ def test_output_that_would_eat_into_the_reserve_is_given_up_without_a_gap(store:
     assert accounted(records, "R1") == 2510
 
 
+def test_the_daemons_records_ahead_of_held_output_are_stored_at_once(store: Store) -> None:
+    """Short of the reserve, a stage's first record is stored while its output waits:
+    the output held is not yet given up (nothing of the daemon's waits behind it)."""
+    room = ToldRoom()
+    room.free = SHORT
+    sink = LogSink(store, room=room)
+    sink.append("R1", "implement", 1, "system", "stage 'implement' execution 1 started")
+    sink.append_many("R1", "implement", 1, "stdout", lines(0, 20))
+    assert not sink.flush()
+    assert [r["stream"] for r in rows(store)] == ["system"]
+    room.free = ROOMY
+    assert sink.flush()
+    records = rows(store)
+    assert_gapless(records)
+    assert [r["text"] for r in records[1:]] == lines(0, 20)
+
+
 def test_held_output_is_written_a_transaction_at_a_time_while_it_fits(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
