@@ -34,9 +34,12 @@ def message(state_dir: Path, free: int | None = None) -> str:
     if free is None:
         space = space_of(state_dir)
         free = None if space is None else space.free
-    room = "no" if free is None else format_bytes(free)
+    needed = format_bytes(STARTUP_FREE_BYTES)
+    if free is None or free < STARTUP_FREE_BYTES:
+        room = f"{'no' if free is None else format_bytes(free)} free, {needed} needed to start"
+    else:  # the check passed, a write of start-up found no room after all
+        room = f"{format_bytes(free)} free, too little for what start-up writes"
     return (
         f"refusing to start: the filesystem of the state directory {state_dir} is full "
-        f"({room} free, {format_bytes(STARTUP_FREE_BYTES)} needed to start): free space "
-        "there (or give the daemon another --state-dir) and start again"
+        f"({room}): free space there (or give the daemon another --state-dir) and start again"
     )

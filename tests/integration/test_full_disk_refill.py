@@ -14,13 +14,16 @@ started on that disk died in ``_write_info`` with a traceback.  What must hold:
 - catching up leaves the disk usable: the next ticket's run gets its checkout and
   merges;
 - ``sloopd serve`` on a full disk exits with status 75 (EX_TEMPFAIL) and one line that
-  names the state directory and the fix, no traceback, and serves once space returns.
+  names the state directory and the fix, no traceback, and serves once space returns;
+  so does one whose up-front check passes but whose first new file finds no room (no
+  inode left), which is where 0.7.0's traceback came from.
 
 Skipped, with the reason, where mounting a tmpfs is refused (not root).
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,7 +31,7 @@ import pytest
 
 from tests.support.agents import Bench, sloop_toml, ticket_text
 from tests.support.daemon import new_daemon, query, wait_until
-from tests.support.disk import all_records, fill, small_tmpfs
+from tests.support.disk import all_records, fill, small_tmpfs, use_up_inodes
 
 LINES = 28_350
 TMPFS_BYTES = 8 * 1024 * 1024
@@ -139,3 +142,30 @@ def test_a_daemon_started_on_a_full_disk_refuses_in_one_line(
     bench.start()
     bench.post("next")
     assert bench.wait_run("R1")["state"] == "merged"
+
+
+def test_a_start_whose_late_write_finds_no_room_refuses_in_one_line(bench: Bench) -> None:
+    """Bytes are free but no inode is: the up-front check passes, and the first new file
+    of start-up is refused (on 0.7.0 that was daemon.json, in ``_write_info``, with a
+    traceback).  The last daemon was killed, so its store's files are all there."""
+    flooding_bench(bench, None)
+    with small_tmpfs(bench, TMPFS_BYTES, inodes=400) as state:
+        bench.start()
+        assert bench.daemon is not None
+        bench.daemon.kill9()
+        assert use_up_inodes(state / "inodes") > 0
+
+        daemon = new_daemon(bench.root, bench.repo)
+        code, stdout, logged = daemon.run_to_exit(timeout=60)
+        assert "Traceback" not in logged, logged
+        assert code == DISK_FULL_EXIT, (code, logged)
+        assert stdout == ""
+        said = [line for line in logged.splitlines() if "refusing to start" in line]
+        assert len(said) == 1, logged
+        assert str(state) in said[0], said
+        assert not (state / "daemon.tmp").exists()
+
+        shutil.rmtree(state / "inodes")
+        bench.start()
+        bench.post("next")
+        assert bench.wait_run("R1")["state"] == "merged"

@@ -21,12 +21,14 @@ from tests.support.agents import Bench
 
 
 @contextmanager
-def small_tmpfs(bench: Bench, size_bytes: int) -> Iterator[Path]:
-    """The bench's state directory on a tmpfs of ``size_bytes``; unmounted at the end."""
+def small_tmpfs(bench: Bench, size_bytes: int, inodes: int | None = None) -> Iterator[Path]:
+    """The bench's state directory on a tmpfs of ``size_bytes`` (and at most ``inodes``
+    files); unmounted at the end."""
     state = bench.state_dir
     state.mkdir(parents=True, exist_ok=True)
+    options = f"size={size_bytes},mode=0700" + (f",nr_inodes={inodes}" if inodes else "")
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size_bytes},mode=0700", "sloop-test", str(state)],
+        ["mount", "-t", "tmpfs", "-o", options, "sloop-test", str(state)],
         capture_output=True,
         text=True,
     )
@@ -48,6 +50,19 @@ def fill(path: Path) -> None:
                     ballast.write(chunk)
             except OSError:
                 pass
+
+
+def use_up_inodes(folder: Path) -> int:
+    """Create empty files in ``folder`` until the filesystem has no inode left: every
+    new file is refused (ENOSPC) while bytes stay free.  How many were made."""
+    folder.mkdir()
+    made = 0
+    try:
+        while True:
+            (folder / str(made)).touch()
+            made += 1
+    except OSError:
+        return made
 
 
 def free_bytes(path: Path) -> int:
