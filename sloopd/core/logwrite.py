@@ -3,7 +3,8 @@
 Buffered records are written FLUSH_RECORDS to a transaction.  A batch holding output
 is first weighed against the free space kept for runs (``logroom``): it is written
 when it leaves the reserve free, held otherwise, and given up (counted in a
-``dropped`` record, ``logheld``) when the daemon's own records wait behind it.  A
+``dropped`` record, ``logheld``) when the daemon's own records wait behind it; the
+daemon's records ahead of it need no room for output and are written at once.  A
 batch the store refuses (a full disk, a lock held elsewhere) is held too.  Held
 records are retried every RETRY_SECONDS; while they wait, up to MAX_HELD_RECORDS
 (MAX_HELD_TEXT_BYTES of text) are held, and lines past that are dropped before they

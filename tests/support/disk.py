@@ -8,7 +8,6 @@ root: where it is refused the test is skipped, saying why.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -63,12 +62,6 @@ def use_up_inodes(folder: Path) -> int:
             made += 1
     except OSError:
         return made
-
-
-def free_bytes(path: Path) -> int:
-    """What an unprivileged writer may still write on ``path``'s filesystem."""
-    stats = os.statvfs(path)
-    return stats.f_bavail * stats.f_frsize
 
 
 def all_records(bench: Bench, run: str) -> list[dict[str, Any]]:
