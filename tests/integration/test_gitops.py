@@ -7,7 +7,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 
@@ -254,7 +254,7 @@ def test_ff_only_loses_the_race_to_another_writer(
     real_git = gitops._git
     raced: list[str] = []
 
-    async def racing_git(cwd: Path, *args: str, **kw: bool) -> tuple[int, str, str]:
+    async def racing_git(cwd: Path, *args: str, **kw: Any) -> tuple[int, str, str]:
         if args[0] in ("update-ref", "merge") and "--no-edit" not in args and not raced:
             if checked_out:
                 raced.append(commit(repo, {"race.txt": "r\n"}))
