@@ -27,6 +27,8 @@ from click.testing import CliRunner, Result
 from sloopctl import client as client_module
 from sloopctl.cli import main
 from sloopctl.client import Client, DaemonNotAnswering
+from tests.support import client_clock as client_clock_module
+from tests.support.client_clock import ClientClock
 
 ROOT = Path(__file__).resolve().parents[2]
 Answer = Callable[[dict[str, Any]], dict[str, Any] | bytes | None]
@@ -123,31 +125,9 @@ def sloopctl(*args: str, env: dict[str, str | None] | None = None) -> Result:
     return CliRunner().invoke(main, list(args), env={**CLEAN_ENV, **(env or {})})
 
 
-class ClientClock:
-    """The client's clock: ``sleep`` moves it on and is recorded, nothing waits.
-
-    "Fails within a second" (DESIGN, rule 5) as a property no load can fail: the
-    client never sleeps (a missing socket is not retried), and a busy backlog is
-    retried for ``BUSY_RETRY_S`` of the client's own clock, in short steps.
-    """
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.slept: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-
 @pytest.fixture
 def client_clock(monkeypatch: pytest.MonkeyPatch) -> ClientClock:
-    clock = ClientClock()
-    monkeypatch.setattr(client_module, "time", clock)
-    return clock
+    return client_clock_module.install(monkeypatch)
 
 
 def test_missing_socket_exits_3_without_waiting(sock_dir: Path, client_clock: ClientClock) -> None:
