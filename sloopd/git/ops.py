@@ -327,7 +327,7 @@ async def ff_only(
         # Merged: the ref moved before the kill (a post-merge hook was still running).
         return GitResult(ok=True, head=tip, reason=None if killed is None else str(killed))
     if killed is not None:
-        left = await _put_back(checkout, old, tip) if checkout is not None and now == old else None
+        left = await put_back(checkout, old, tip) if checkout is not None and now == old else None
         detail = f"{killed}; {left}" if left else str(killed)
         if isinstance(killed, GitTimeout):
             raise GitTimeout(detail)
@@ -339,7 +339,7 @@ async def ff_only(
     raise GitError(f"git -C {where} {shlex.join(command)} exited {code}: {err.strip()}")
 
 
-async def _put_back(checkout: Path, old: str, tip: str) -> str | None:
+async def put_back(checkout: Path, old: str, tip: str) -> str | None:
     """Bring a checkout a killed ``merge --ff-only`` left behind back to ``old``; None
     once it is clean, else what is left, for the stage's reason.
 

@@ -168,3 +168,21 @@ def test_sigterm_in_a_hung_hook_before_the_move_exits_and_queues_again(hung: Ben
     bench.start()  # the stopped run's ticket was queued again: its next run merges
     assert bench.wait_run("R2")["state"] == "merged"
     assert main_holds(bench, "requeued")
+
+
+def test_sigkill_in_a_hung_hook_before_the_move_leaves_the_next_merge_possible(
+    hung: Bench,
+) -> None:
+    # The killed daemon's git lives on in the hook; the next daemon waits for it, then
+    # kills it, and settles the run from the ref: not moved, so aborted and queued
+    # again.  Its merge had moved the checkout's files already: they are put back.
+    bench = hung
+    walk_into_hung_hook(bench, "killed", "reference-transaction", HANGS_BEFORE_THE_MOVE)
+    assert bench.daemon is not None
+    bench.daemon.kill9()
+    remove_hook(bench, "reference-transaction")  # the one hanging runs on regardless
+    bench.start()
+    assert bench.wait_run("R2", timeout=90)["state"] == "merged"
+    assert_hook_killed(bench)
+    assert main_holds(bench, "killed")
+    assert runs_of(bench) == [("R1", "aborted"), ("R2", "merged")]
