@@ -1,4 +1,4 @@
-"""Git operations for the walk: run worktrees, the ``sync`` stage and the ``ff_only`` merge.
+"""Git operations for the walk on the main repository: worktrees, refs, the ``ff_only`` merge.
 
 Every call is ``git -C <dir> …`` through ``asyncio.create_subprocess_exec`` (never a shell),
 so a path or branch name is never interpreted. Expected outcomes of a stage (a conflict, a
@@ -6,8 +6,9 @@ moved ``main``, a dirty checkout) come back as a ``GitResult`` with a reason for
 ``GitError`` is kept for git failing in a way the walk cannot explain.
 
 Every call goes through ``sloopd.git.runner``: a deadline and cancellation (a hook that
-hangs fails the stage with a reason instead of holding the run, an ``abort`` or a
-shutdown) and the one scrubbed environment.
+hangs fails the stage with a reason instead of holding the run) and the one scrubbed
+environment.  The call that moves ``main`` also takes the run's ``interrupt``: an
+``abort`` or a stopping daemon kills it and its hooks at once, and the ref decides.
 
 The walker calls it, and tests drive it on real repositories alone.
 """
@@ -17,15 +18,15 @@ from __future__ import annotations
 import asyncio
 import shlex
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from sloopd.git import runner
-from sloopd.util import quoting
 
-# Fallback identity for the merge commits ``sync`` makes on CI hosts with no git identity.
+# Fallback identity for the merge commits ``sync`` makes on CI hosts with no git identity
+# (sloopd.runs.branch.repository_identity).
 FALLBACK_NAME = "sloop"
 FALLBACK_EMAIL = "sloop@localhost"
 
@@ -52,33 +53,31 @@ class GitTimeout(GitError):
     """A git call (or a hook it ran) outlived its deadline and was killed."""
 
 
+class GitInterrupted(GitError):
+    """The caller stopped a git call (an abort, a stopping daemon): it and its hooks
+    were killed."""
+
+
 async def _git(
     cwd: Path,
     *args: str,
-    identity: bool = False,
     check: bool = True,
     timeout: float = QUICK_TIMEOUT,
+    interrupt: asyncio.Event | None = None,
 ) -> tuple[int, str, str]:
-    """Run ``git -C cwd args``; raise ``GitError`` on a non-zero exit when ``check``.
-
-    ``identity`` marks commands that write commits or refs: for those, a repository without
-    ``user.email`` gets the fallback identity, so a merge on a bare CI host does not stop at
-    "Please tell me who you are". A configured identity is never overridden.
-    """
+    """Run ``git -C cwd args``; raise ``GitError`` on a non-zero exit when ``check``."""
     env = runner.environment()
-    if identity:
-        _, email, _ = await _git(cwd, "config", "user.email", check=False)
-        if not email.strip():
-            for role in ("AUTHOR", "COMMITTER"):
-                env[f"GIT_{role}_NAME"] = FALLBACK_NAME
-                env[f"GIT_{role}_EMAIL"] = FALLBACK_EMAIL
     argv = runner.git(cwd, *args)
     try:
-        done = await runner.run(argv, timeout=timeout, env=env)
+        done = await runner.run(argv, timeout=timeout, env=env, interrupt=interrupt)
     except runner.TimedOut:
         raise GitTimeout(
             f"{shlex.join(argv)} did not finish within {timeout:.3g} s and was killed "
             "(a hook that waits for input or hangs?)"
+        ) from None
+    except runner.Interrupted:
+        raise GitInterrupted(
+            f"{shlex.join(argv)} was killed, with the hooks it ran, when the run was stopped"
         ) from None
     code, stdout, stderr = done.returncode, done.stdout, done.stderr
     if check and code != 0:
@@ -123,7 +122,8 @@ async def contains(repo: Path, ref: str, sha: str) -> bool:
 async def release_stale_locks(
     repo: Path, ref: str, *, since_ms: int, checkout: Path | None = None, wait: float = 2.0
 ) -> list[Path]:
-    """Remove the lock files a killed merge left (``<ref>.lock``, the checkout's index.lock).
+    """Remove the lock files a killed merge left: ``<ref>.lock``, and in the checkout
+    ``index.lock``, ``HEAD.lock`` and ``ORIG_HEAD.lock`` (``merge`` updates both refs).
 
     A live git holds such a lock for milliseconds, so one still there after ``wait``
     seconds and created after the merge was announced (``since_ms``) is the killed
@@ -132,7 +132,8 @@ async def release_stale_locks(
     """
     candidates = [await _git_path(repo, f"{ref}.lock")]
     if checkout is not None:
-        candidates.append(await _git_path(checkout, "index.lock"))
+        for name in ("index.lock", "HEAD.lock", "ORIG_HEAD.lock"):
+            candidates.append(await _git_path(checkout, name))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     while any(c.exists() for c in candidates) and loop.time() < deadline:
@@ -213,49 +214,6 @@ async def remove_worktree(repo: Path, path: Path) -> None:
         raise GitError(f"refusing to delete {path}: git does not know it as a worktree")
 
 
-async def sync(
-    worktree: Path,
-    main: str,
-    mode: Literal["merge", "rebase"] = "merge",
-    *,
-    timeout: float = HOOK_TIMEOUT,
-) -> GitResult:
-    """Bring ``main`` into the run branch; a conflict is aborted so the worktree stays usable.
-
-    Aborting leaves the branch exactly as the agent left it, so a return to an earlier stage
-    (or a person) starts from a clean tree rather than from conflict markers.
-    """
-    dirty = await _status_paths(worktree, "--untracked-files=no")
-    if dirty:
-        return GitResult(
-            ok=False,
-            reason=f"the worktree {worktree} has uncommitted changes in: {', '.join(dirty)}",
-        )
-    if await rev_parse(worktree, main) is None:
-        raise GitError(f"cannot sync {worktree}: {main!r} names no commit")
-    if mode == "merge":
-        command, doing = ["merge", "--no-edit", main], f"merging {main} into the branch"
-    else:
-        command, doing = ["rebase", main], f"rebasing the branch onto {main}"
-    code, out, err = await _git(worktree, *command, identity=True, check=False, timeout=timeout)
-    if code == 0:
-        return GitResult(ok=True, head=await rev_parse(worktree, "HEAD"))
-    _, listed, _ = await _git(worktree, "diff", "--name-only", "-z", "--diff-filter=U")
-    conflicts = tuple(_nul_split(listed))
-    # Abort whatever was started, even for a non-conflict failure; with nothing in progress
-    # the abort itself fails harmlessly.
-    abort_code, _, abort_err = await _git(worktree, mode, "--abort", check=False)
-    if not conflicts:
-        raise GitError(
-            f"git -C {worktree} {shlex.join(command)} exited {code}: {err.strip() or out.strip()}"
-        )
-    if abort_code != 0:
-        raise GitError(f"cannot abort {mode} in {worktree}: {abort_err.strip()}")
-    return GitResult(
-        ok=False, reason=f"{doing} conflicts in: {quoting.quote_names(conflicts)}", paths=conflicts
-    )
-
-
 def _main_moved(main: str, sha: str) -> GitResult:
     return GitResult(
         ok=False,
@@ -275,6 +233,7 @@ async def ff_only(
     allow_empty: bool = False,
     timeout: float = HOOK_TIMEOUT,
     before_move: BeforeMove | None = None,
+    interrupt: asyncio.Event | None = None,
 ) -> GitResult:
     """Fast-forward ``main`` to ``tip``, never past a commit someone else added.
 
@@ -292,7 +251,10 @@ async def ff_only(
     ``before_move`` runs once every check has passed, just before the one command that
     moves the ref: the caller records its intent there (so a crash after the move is
     recovered from the ref) or refuses (an abort that arrived in time).  After that
-    command, killed by its deadline or not, the ref itself says whether the merge happened.
+    command, killed by its deadline, killed because ``interrupt`` was set (an abort or
+    a stopping daemon: no wait for a hook that hangs) or not, the ref itself says
+    whether the merge happened.  What a killed command left is cleaned up first: its
+    stale locks, and a checkout whose files it had moved while the ref stayed.
     """
     ref = f"refs/heads/{main}"
     planned = await _plan_fast_forward(repo, tip, main, ref)
@@ -303,19 +265,32 @@ async def ff_only(
     old, where, command = planned
     if before_move is not None and not before_move(old, tip):
         return GitResult(ok=False, reason=f"{main} was not moved: the run was stopped first")
-    timed_out: GitTimeout | None = None
+    started_ms = int(time.time() * 1000)
+    killed: GitTimeout | GitInterrupted | None = None
     try:
         # A fast-forward writes no commit (its reflog entry needs no strict identity), so
         # no identity lookup is spent inside main's slot.
-        code, _, err = await _git(where, *command, check=False, timeout=timeout)
-    except GitTimeout as exc:
-        timed_out, code, err = exc, -1, str(exc)
+        code, _, err = await _git(
+            where, *command, check=False, timeout=timeout, interrupt=interrupt
+        )
+    except (GitTimeout, GitInterrupted) as exc:
+        killed, code, err = exc, -1, str(exc)
+    checkout = where if command[0] == "merge" else None
+    if killed is not None:
+        # git and its hooks are dead and collected: the locks they held can only be
+        # stale, and a stale <ref>.lock or HEAD.lock would fail every later merge.
+        await release_stale_locks(repo, ref, since_ms=started_ms, checkout=checkout)
 
     now = await rev_parse(repo, ref)
     if now == tip:
-        return GitResult(ok=True, head=tip)
-    if timed_out is not None:
-        raise timed_out
+        # Merged: the ref moved before the kill (a post-merge hook was still running).
+        return GitResult(ok=True, head=tip, reason=None if killed is None else str(killed))
+    if killed is not None:
+        left = await put_back(checkout, old, tip) if checkout is not None and now == old else None
+        detail = f"{killed}; {left}" if left else str(killed)
+        if isinstance(killed, GitTimeout):
+            raise GitTimeout(detail)
+        return GitResult(ok=False, reason=f"{main} was not moved: {detail}")
     if now != old or code == 0:
         # Someone moved main between our read and the write (the CAS or the ff refused), or
         # the checkout's merge found main already past tip.
@@ -333,6 +308,28 @@ async def _is_bare(repo: Path) -> bool:
         _, bare, _ = await _git(repo, "rev-parse", "--is-bare-repository")
         _BARE[repo] = bare.strip() == "true"
     return _BARE[repo]
+
+
+async def put_back(checkout: Path, old: str, tip: str) -> str | None:
+    """Bring a checkout a killed ``merge --ff-only`` left behind back to ``old``; None
+    once it is clean, else what is left, for the stage's reason.
+
+    git moves the files and the index to ``tip`` before it moves the ref, so a merge
+    killed in between (a ``reference-transaction`` hook that hangs) leaves main at
+    ``old`` under a checkout showing the run's work as staged changes, and the next
+    merge refuses that checkout as dirty.  The two-tree ``read-tree -m -u`` is the
+    switch ``git checkout`` makes: it refuses to overwrite a change someone else made.
+    """
+    code, _, _ = await _git(checkout, "diff-index", "--cached", "--quiet", tip, check=False)
+    if code == 0:
+        await _git(checkout, "read-tree", "-m", "-u", tip, old, check=False)
+    dirty = await _status_paths(checkout, "--untracked-files=no")
+    if not dirty:
+        return None
+    return (
+        f"the checkout {checkout} is left with changes the merge had started to make, "
+        f"in: {', '.join(dirty)}"
+    )
 
 
 async def _plan_fast_forward(

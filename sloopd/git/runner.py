@@ -12,8 +12,9 @@ and the call that moves ``main`` honoured an inherited ``GIT_OBJECT_DIRECTORY``)
 - **No prompt.**  ``GIT_TERMINAL_PROMPT=0``: a credential prompt would hang the walk.
 - **No replace refs.**  ``GIT_NO_REPLACE_OBJECTS=1``: an agent's ``git replace X Y``
   must not show the daemon (nor a reviewer) a twin of the commit that merges.
-- **A deadline and cancellation** (``sloopd.util.subproc``): a timeout or a cancelled
-  caller kills git *and* the hooks it started; ``TimedOut`` says so.
+- **A deadline and cancellation** (``sloopd.util.subproc``): a timeout, a cancelled
+  caller or the caller's ``interrupt`` (an abort, a stopping daemon) kills git *and*
+  the hooks it started; ``TimedOut`` and ``Interrupted`` say so.
 - **An output bound** for callers whose output is unbounded (a diff).
 
 A caller that runs git inside the sandbox hands ``run`` the whole command line (bwrap
@@ -24,6 +25,7 @@ wrapping git) and its own environment; ``environment`` is the host one.  The blo
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -54,6 +56,7 @@ DAEMON_GIT_ENV: Final = {
 }
 
 TimedOut = subproc.TimedOut
+Interrupted = subproc.Interrupted
 Finished = subproc.Finished
 
 
@@ -78,8 +81,10 @@ async def run(
     stdin: bytes | None = None,
     cwd: Path | None = None,
     stdout_limit: int | None = None,
+    interrupt: asyncio.Event | None = None,
 ) -> subproc.Finished:
-    """Run a git command line (never through a shell); ``TimedOut`` past ``timeout``.
+    """Run a git command line (never through a shell); ``TimedOut`` past ``timeout``,
+    ``Interrupted`` once ``interrupt`` is set (git and its hooks killed either way).
 
     ``env`` None is ``environment()``; a sandboxed caller passes the sandbox's own,
     which never holds the host's variables at all.
@@ -91,6 +96,7 @@ async def run(
         stdin=stdin,
         cwd=cwd,
         stdout_limit=stdout_limit,
+        interrupt=interrupt,
     )
 
 

@@ -86,9 +86,10 @@ class StageExecutor:
         tip = self._pinned(facts, await self.branches.base(facts))
 
         def announce(old: str, new: str) -> bool:
-            # The last moment an abort can keep main where it is; past it the merge
-            # finishes and the run says it merged.  The intent is durable before the
-            # ref moves, so a crash from here on is settled from the ref.
+            # The last moment an abort can keep main where it is for sure; past it
+            # an abort kills the git that moves the ref (and its hooks), and the ref
+            # says whether the run merged.  The intent is durable before the ref
+            # moves, so a crash from here on is settled from the ref too.
             if cancelled(active.stop) is not None:
                 return False
             self.records.append_steps(
@@ -109,6 +110,8 @@ class StageExecutor:
                 allow_empty=stage.allow_empty,
                 timeout=active.config.repo.git_timeout_ms / 1000,
                 before_move=announce,
+                # An abort past ``announce`` kills git and its hooks; the ref decides.
+                interrupt=active.interrupt,
             )
         finally:
             self.merge_slot.give_back(facts.run_id)

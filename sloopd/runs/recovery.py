@@ -95,4 +95,20 @@ class Recovery:
                 passed=True,
                 reason=f"{ref} holds {tip[:12]}: the merge finished before the daemon restarted",
             )
+        if checkout is not None:
+            await self._put_back(checkout, ref, str(intent.get("from") or ""), tip)
         return base.but(reason=f"interrupted: the daemon restarted before {ref} moved")
+
+    async def _put_back(self, checkout: Path, ref: str, old: str, tip: str) -> None:
+        """A merge killed at start-up (it outlived the wait for survivors) may have moved
+        the checkout's files but not the ref: back where the ref is, or every later
+        merge refuses the checkout as dirty.  Only while the ref is where the merge
+        found it; a failure here is logged, it changes nothing of the settle."""
+        try:
+            if not old or await gitops.rev_parse(self.repo, ref) != old:
+                return
+            left = await gitops.put_back(checkout, old, tip)
+        except gitops.GitError as exc:
+            left = f"the checkout {checkout} could not be checked: {exc}"
+        if left is not None:
+            log.warning("after the merge a killed daemon was making, %s", left)

@@ -259,13 +259,16 @@ class RunManager:
         too_late = stops.merged_despite(active.stop, stage, result)
         if too_late is not None:
             # Too late to stop: main moved before the stop arrived, so the run merged.
+            # A hook still running then was killed: the reason says so (the hook's
+            # own work, a deploy say, did not finish, and the operator must know).
+            killed = f"; {result.reason}" if result.reason else ""
             self.sink.append(
                 facts.run_id,
                 stage.name,
                 attempt,
                 "system",
                 f"the merge had started when the run was stopped ({too_late}); "
-                "it finished, so the run merged",
+                f"it finished, so the run merged{killed}",
             )
         result = stops.judged(result, active.stop, stage, lambda: self.executor.diagnose(active))
         active.stage_ended()
@@ -365,7 +368,12 @@ class RunManager:
         return removed
 
     async def abort(self, run_id: str, reason: str, *, requeue: bool = False) -> None:
-        """Stop a run in flight and wait until it is settled."""
+        """Stop a run in flight and wait until it is settled.
+
+        The wait is short whatever the run was doing: the stop ends its child (SIGTERM,
+        SIGKILL after the grace) and kills the git that moves main with its hooks
+        (``ActiveRun.interrupt``), so a hook that hangs holds neither the answer nor a
+        stopping daemon."""
         active = self.active.get(run_id)
         if active is None:
             return

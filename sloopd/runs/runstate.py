@@ -11,7 +11,7 @@ from typing import Any
 from sloopd.core.config import Config
 from sloopd.flows.flow import Budget, Flow
 from sloopd.proc.stage_io import RunningChild
-from sloopd.runs.stop import Stop, after_seat, after_stage, stop_with
+from sloopd.runs.stop import Stop, after_seat, after_stage, cancelled, stop_with
 from sloopd.vendor.tail import OutputTail
 from sloopd.vendor.usage import Usage, total
 
@@ -47,10 +47,16 @@ class ActiveRun:
     # Tools the child's CLI said it refused for want of permission (Claude Code's
     # permission_denials): named in the stage's reason.
     refused_tools: tuple[str, ...] = ()
+    # Set once the run is cancelled (an abort, a stopping daemon): the git call that
+    # moves main is killed then, with its hooks, instead of being waited for
+    # (sloopd.git.ops.ff_only), so a hook that hangs cannot hold the answer.
+    interrupt: asyncio.Event = field(default_factory=asyncio.Event)
 
     def stop_with(self, new: Stop) -> None:
         """The one way a run is told to stop: the stronger stop stays (sloopd.runs.stop)."""
         self.stop = stop_with(self.stop, new)
+        if cancelled(self.stop) is not None:
+            self.interrupt.set()
 
     def seat_ended(self) -> None:
         """A panel seat's timeout is spent: each seat has its own clock."""

@@ -25,15 +25,17 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from sloopd.util import procfs
 
 # NAME=<state dir> in the environment of every tool a daemon runs (set by the server).
 TOOL_MARKER = "SLOOP_DAEMON_TOOLS"
 _marker: dict[str, str] = {}
+T = TypeVar("T")
 
 
 def mark_tools(state_dir: str) -> None:
@@ -43,6 +45,11 @@ def mark_tools(state_dir: str) -> None:
 
 class TimedOut(Exception):
     """The tool did not finish within its deadline; it and its children were killed."""
+
+
+class Interrupted(Exception):
+    """The caller's ``interrupt`` was set before the tool finished; it and its children
+    were killed (or, set before the start, it was never started)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,13 +69,22 @@ async def run(
     stdin: bytes | None = None,
     cwd: Path | None = None,
     stdout_limit: int | None = None,
+    interrupt: asyncio.Event | None = None,
 ) -> Finished:
     """Run ``argv`` (never through a shell); on timeout or cancellation kill its tree.
 
     With ``stdout_limit`` at most that many bytes of standard output are kept: the
     tool is killed when it writes more (its output may be unbounded, a diff for
     one), and the result says ``truncated``.
+
+    ``interrupt`` is the caller's stop (an abort, a stopping daemon): once it is set
+    the tool and what it started are killed and ``Interrupted`` is raised, so a hook
+    that hangs holds the caller no longer than the kill takes, not until ``timeout``.
+    Unlike cancelling the caller's task, the caller keeps running and can look at
+    what the killed tool left (a ref that did or did not move).
     """
+    if interrupt is not None and interrupt.is_set():
+        raise Interrupted("stopped before it started")
     proc = await asyncio.create_subprocess_exec(
         *argv,
         cwd=cwd,
@@ -80,10 +96,10 @@ async def run(
     truncated = False
     try:
         if stdout_limit is None:
-            out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
+            out, err = await asyncio.wait_for(_unless(proc.communicate(stdin), interrupt), timeout)
         else:
             out, err, truncated = await asyncio.wait_for(
-                _communicate_bounded(proc, stdin, stdout_limit), timeout
+                _unless(_communicate_bounded(proc, stdin, stdout_limit), interrupt), timeout
             )
     except BaseException as exc:
         if proc.returncode is None:
@@ -98,6 +114,30 @@ async def run(
     return Finished(
         code, out.decode(errors="replace"), err.decode(errors="replace"), truncated=truncated
     )
+
+
+async def _unless(work: Awaitable[T], interrupt: asyncio.Event | None) -> T:
+    """``work``'s result, or ``Interrupted`` as soon as ``interrupt`` is set.
+
+    ``work`` is cancelled and waited for before this returns, so no reader of the
+    tool's pipes outlives the call; killing the tool is ``run``'s.  A tool that
+    finished as the interrupt came keeps its result: what it did is done.
+    """
+    if interrupt is None:
+        return await work
+    doing = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(interrupt.wait())
+    try:
+        await asyncio.wait((doing, stopped), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not doing.done():
+            doing.cancel()
+            # asyncio.wait raises nothing of ``doing``'s, but a cancel of ours leaves.
+            await asyncio.wait((doing,))
+    if doing.cancelled():
+        raise Interrupted("stopped by the caller")
+    return doing.result()
 
 
 # Standard error is for a person: what is kept of it when a tool's output is bounded.

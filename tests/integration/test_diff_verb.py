@@ -151,11 +151,12 @@ def test_sloopctl_diff_prints_the_diff_and_a_summary(bench: Bench) -> None:
 
 def test_a_bounded_tool_is_killed_at_its_limit() -> None:
     started = time.monotonic()
-    done = asyncio.run(subproc.run(["yes"], timeout=10, stdout_limit=10_000))
+    done = asyncio.run(subproc.run(["yes"], timeout=600, stdout_limit=10_000))
     assert done.truncated is True
     assert len(done.stdout) == 10_000
     assert done.stdout.startswith("y\ny\n")
-    assert time.monotonic() - started < 5  # killed at the limit, not at the deadline
+    # Killed at the limit, not at the deadline: a sanity bound ten times short of it.
+    assert time.monotonic() - started < 60
     small = asyncio.run(subproc.run(["printf", "ok"], timeout=10, stdout_limit=10_000))
     assert (small.returncode, small.stdout, small.truncated) == (0, "ok", False)
 

@@ -154,10 +154,11 @@ def test_a_store_locked_elsewhere_stalls_no_client_and_loses_nothing(bench: Benc
     try:
         bench.release("go")
         time.sleep(0.5)
-        started = time.monotonic()
+        # Answered while the lock is held (it is released only below): a daemon that
+        # waited on the lock would hold both past the client's patience.  An order,
+        # not a wall-clock bound a busy host fails.
         refused = bench.client.call("pause", {"reason": "locked"})
         shown = bench.client.call("show")
-        assert time.monotonic() - started < 1.0, "a client waited on the store's lock"
         assert shown["ok"], shown
         assert refused["error"]["code"] == "daemon_unavailable", refused
         assert refused["error"]["details"]["reason"] == "busy", refused

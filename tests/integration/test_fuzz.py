@@ -43,6 +43,7 @@ from sloopd.queue import refs
 from sloopd.store import db
 from sloopd.wire import api
 from tests.support.daemon import Client, short_tmpdir
+from tests.support.scaling import main_thread_cpu_seconds
 from tests.support.tickets import Operator, later, queue_repo, ticket_text
 
 BOM = b"\xef\xbb\xbf"
@@ -374,7 +375,8 @@ class Figures:
     unechoed: int = 0
     unanswered: int = 0
     slow_probes: int = 0
-    worst_probe_s: float = 0.0
+    worst_probe_s: float = 0.0  # wall time, printed
+    worst_probe_work_s: float = 0.0  # the daemon's CPU time across it, judged
     failures: list[str] = field(default_factory=list)
 
     def fail(self, what: str, line: bytes, reply: Any) -> None:
@@ -383,22 +385,32 @@ class Figures:
 
 
 class Probe(threading.Thread):
-    """A second client asking ``show`` every 100 ms; it remembers the slowest answer."""
+    """A second client asking ``show`` every 100 ms; it remembers the slowest answer.
 
-    def __init__(self, socket: Path, figures: Figures) -> None:
+    An answer is slow when the daemon did more than PROBE_LIMIT_S of work (its CPU
+    time) while the probe waited: no request may hold the loop that long.  Wall time
+    is only printed: a busy host stretches it without any request being at fault.
+    """
+
+    def __init__(self, socket: Path, daemon_pid: int, figures: Figures) -> None:
         super().__init__(daemon=True)
-        self.client = Client(socket, timeout=PROBE_LIMIT_S * 5)
+        # Patient: a busy host may stretch an answer; the work behind it is what counts.
+        self.client = Client(socket, timeout=60)
+        self.daemon_pid = daemon_pid
         self.figures = figures
         self.done = threading.Event()
 
     def run(self) -> None:
+        figures = self.figures
         try:
             while not self.done.wait(PROBE_EVERY_S):
-                started = time.perf_counter()
+                started, working = time.perf_counter(), main_thread_cpu_seconds(self.daemon_pid)
                 self.client.ok("show", {})
                 took = time.perf_counter() - started
-                self.figures.worst_probe_s = max(self.figures.worst_probe_s, took)
-                self.figures.slow_probes += took > PROBE_LIMIT_S
+                work = main_thread_cpu_seconds(self.daemon_pid) - working
+                figures.worst_probe_s = max(figures.worst_probe_s, took)
+                figures.worst_probe_work_s = max(figures.worst_probe_work_s, work)
+                figures.slow_probes += work > PROBE_LIMIT_S
         finally:
             self.client.close()
 
@@ -430,7 +442,8 @@ def fuzz(op: Operator, seed: int, requests: int, overlong: int = 2) -> Figures:
     figures = Figures()
     before = snapshot(op.state_dir)
     client = Client(op.process.socket, timeout=30)
-    probe = Probe(op.process.socket, figures)
+    assert op.process.proc is not None
+    probe = Probe(op.process.socket, op.process.proc.pid, figures)
     probe.start()
 
     @hypothesis_seed(seed)
@@ -466,13 +479,18 @@ def fuzz(op: Operator, seed: int, requests: int, overlong: int = 2) -> Figures:
     print(
         f"fuzz seed {seed}: {figures.requests} requests, {figures.internal} internal, "
         f"{figures.unechoed} unechoed ids, {figures.unanswered} unanswered, "
-        f"{len(changed)} tables changed, slowest show {figures.worst_probe_s:.3f}s"
+        f"{len(changed)} tables changed, slowest show {figures.worst_probe_s:.3f}s "
+        f"(behind {figures.worst_probe_work_s:.3f}s of the daemon's work at most)"
     )
     context = f"seed {seed}: {figures.failures}"
     assert figures.internal == 0, context
     assert figures.unechoed == 0, context
     assert changed == set(), f"seed {seed}: tables changed: {sorted(changed)}"
-    assert figures.slow_probes == 0, f"seed {seed}: show took {figures.worst_probe_s:.2f}s"
+    work = figures.worst_probe_work_s
+    assert figures.slow_probes == 0, f"seed {seed}: a show waited behind {work:.2f}s of work"
+    # Only a sanity bound on wall time, for a loop held by a blocking wait (no work):
+    # a busy host stretches answers, but not tenfold past the limit.
+    assert figures.worst_probe_s < 10 * PROBE_LIMIT_S, f"seed {seed}: {figures.worst_probe_s}"
     return figures
 
 

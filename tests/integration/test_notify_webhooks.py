@@ -264,10 +264,10 @@ def test_a_dead_receiver_never_delays_a_run_or_a_show(
     # The runs settle and show answers at once while both targets fail.
     for name in ("one", "two"):
         assert bench.wait_run(f"{name}#1")["state"] == "merged"
+    # Answered while the receiver holds its first request (a minute's timeout): a show
+    # that waited on HTTP would outlast the test client's patience (10 s).
     for _ in range(20):
-        started = time.monotonic()
         assert bench.dashboard()["kind"] == "dashboard"
-        assert time.monotonic() - started < 2.0  # sanity only: an answer, not a wait on HTTP
     assert len(silent.requests()) == 1  # still stuck on the first, in order
 
     def refused_twice() -> list[dict[str, Any]] | None:

@@ -209,6 +209,10 @@ def test_a_held_show_answers_the_current_state_when_its_wait_ends(op: Operator) 
 def test_a_show_behind_the_epoch_or_without_a_wait_answers_at_once(op: Operator) -> None:
     post_later(op, "x")
     now = epoch(op)
+    # Nothing changes meanwhile, so a held request would answer only when its wait
+    # ends, a minute on (the most wait_ms allows): past the test client's patience
+    # (10 s).  Answered at all is answered at once, and no clock bound is there for a
+    # busy host to fail.
     for args in (
         {"since": now - 1, "wait_ms": 60_000},  # behind: something newer exists
         {"wait_ms": 60_000},  # no since: nothing to wait for
@@ -216,9 +220,7 @@ def test_a_show_behind_the_epoch_or_without_a_wait_answers_at_once(op: Operator)
         {"since": now, "wait_ms": 0},
         {"since": now + 10, "ref": "T1"},
     ):
-        started = time.monotonic()
         data = op.ok("show", args)
-        assert time.monotonic() - started < 1.0, args
         assert data["epoch"] == now, args
 
 

@@ -20,6 +20,8 @@ import pytest
 
 from sloopd.git import ops as gitops
 from sloopd.git import runner
+from sloopd.util import procfs
+from tests.support.daemon import wait_until
 from tests.support.gitrepo import commit, git, head, make_repo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -164,3 +166,61 @@ def test_ff_only_ignores_an_inherited_repository_locating_variable(
     monkeypatch.delenv(variable)
     assert head(repo, "main") == tip
     assert head(elsewhere, "main") != tip
+
+
+# --- interrupt: an abort or a stopping daemon kills git and its hooks at once ------------
+
+
+def _gone(pid: int) -> bool:
+    stat = procfs.stat(pid)
+    return stat is None or stat.state == "Z"
+
+
+def test_an_interrupt_kills_the_tool_and_what_it_started(tmp_path: Path) -> None:
+    """A hook that hangs (here a shell's child) dies with its git when the caller's
+    interrupt is set, long before the deadline; the caller is told ``Interrupted``."""
+    pidfile = tmp_path / "hook.pid"
+    script = f"sleep 600 & echo $! > {pidfile}; wait"
+
+    async def interrupted_once_the_hook_runs() -> None:
+        interrupt = asyncio.Event()
+
+        async def interrupt_when_started() -> None:
+            while not pidfile.exists() or not pidfile.read_text().strip():
+                await asyncio.sleep(0.01)
+            interrupt.set()
+
+        setter = asyncio.ensure_future(interrupt_when_started())
+        try:
+            with pytest.raises(runner.Interrupted):
+                # The guard is far beyond the kill and far short of the deadline.
+                await asyncio.wait_for(
+                    runner.run(["sh", "-c", script], timeout=600, interrupt=interrupt), 60
+                )
+        finally:
+            setter.cancel()
+
+    asyncio.run(interrupted_once_the_hook_runs())
+    hook = int(pidfile.read_text())
+    wait_until(lambda: _gone(hook), timeout=10)
+
+
+def test_a_tool_interrupted_before_it_starts_is_never_started(tmp_path: Path) -> None:
+    touched = tmp_path / "ran"
+
+    async def already_interrupted() -> None:
+        interrupt = asyncio.Event()
+        interrupt.set()
+        with pytest.raises(runner.Interrupted):
+            await runner.run(["touch", str(touched)], timeout=60, interrupt=interrupt)
+
+    asyncio.run(already_interrupted())
+    assert not touched.exists()
+
+
+def test_a_tool_that_finishes_keeps_its_result_under_an_interrupt_never_set() -> None:
+    async def finished() -> runner.Finished:
+        return await runner.run(["sh", "-c", "echo out"], timeout=60, interrupt=asyncio.Event())
+
+    done = asyncio.run(finished())
+    assert (done.returncode, done.stdout) == (0, "out\n")

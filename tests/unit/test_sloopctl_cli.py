@@ -24,8 +24,11 @@ import orjson
 import pytest
 from click.testing import CliRunner, Result
 
+from sloopctl import client as client_module
 from sloopctl.cli import main
 from sloopctl.client import Client, DaemonNotAnswering
+from tests.support import client_clock as client_clock_module
+from tests.support.client_clock import ClientClock
 
 ROOT = Path(__file__).resolve().parents[2]
 Answer = Callable[[dict[str, Any]], dict[str, Any] | bytes | None]
@@ -122,10 +125,14 @@ def sloopctl(*args: str, env: dict[str, str | None] | None = None) -> Result:
     return CliRunner().invoke(main, list(args), env={**CLEAN_ENV, **(env or {})})
 
 
-def test_missing_socket_exits_3_within_a_second(sock_dir: Path) -> None:
-    started = time.monotonic()
+@pytest.fixture
+def client_clock(monkeypatch: pytest.MonkeyPatch) -> ClientClock:
+    return client_clock_module.install(monkeypatch)
+
+
+def test_missing_socket_exits_3_without_waiting(sock_dir: Path, client_clock: ClientClock) -> None:
     result = sloopctl("--socket", str(sock_dir / "none.sock"), "show")
-    assert time.monotonic() - started < 1.0
+    assert client_clock.slept == []  # no retry, no wait: it fails within a second
     assert result.exit_code == 3
     assert "daemon_unavailable" in result.stderr
     assert "sloopctl daemon" in result.stderr
@@ -133,21 +140,20 @@ def test_missing_socket_exits_3_within_a_second(sock_dir: Path) -> None:
     assert result.stdout == ""
 
 
-def test_socket_without_listener_exits_4(sock_dir: Path) -> None:
+def test_socket_without_listener_exits_4(sock_dir: Path, client_clock: ClientClock) -> None:
     stale = sock_dir / "stale.sock"
     bound = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     bound.bind(str(stale))
     bound.close()  # the file stays, nobody listens: what a crashed daemon leaves
-    started = time.monotonic()
     result = sloopctl("--socket", str(stale), "show")
-    assert time.monotonic() - started < 1.0
+    assert client_clock.slept == []  # refused is final: not retried
     assert result.exit_code == 4
     assert "daemon_unavailable" in result.stderr
     assert "refused" in result.stderr
 
 
 def test_full_backlog_exits_4_once_the_busy_retry_runs_out(
-    sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch, client_clock: ClientClock
 ) -> None:
     monkeypatch.setattr("sloopctl.client.BUSY_RETRY_S", 0.3)
     path = sock_dir / "busy.sock"
@@ -156,9 +162,11 @@ def test_full_backlog_exits_4_once_the_busy_retry_runs_out(
         listener.listen(0)
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as first:
             first.connect(str(path))
-            started = time.monotonic()
             result = sloopctl("--socket", str(path), "show")
-            assert 0.3 <= time.monotonic() - started < 1.8
+    # Retried for the whole window and not past it, in steps no longer than the cap.
+    assert sum(client_clock.slept) == pytest.approx(0.3)
+    assert len(client_clock.slept) > 1
+    assert max(client_clock.slept) <= client_module.BUSY_BACKOFF_MAX_S
     assert result.exit_code == 4
     assert "busy" in result.stderr
     assert "sloopctl daemon" not in result.stderr

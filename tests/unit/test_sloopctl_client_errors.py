@@ -31,6 +31,7 @@ from sloopctl.client import (
     DaemonHungUp,
     DaemonNotAnswering,
 )
+from tests.support import client_clock
 
 START_ADVICE = "sloopctl daemon"
 CLEAN_ENV: dict[str, str | None] = {
@@ -187,21 +188,23 @@ def fill_backlog(path: Path) -> list[socket.socket]:
         queued.append(sock)
 
 
-def test_a_full_backlog_is_retried_then_reported_busy(sock_dir: Path) -> None:
+def test_a_full_backlog_is_retried_then_reported_busy(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = client_clock.install(monkeypatch)  # what the client waited, not the host's load
     path = sock_dir / "busy.sock"
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
         listener.bind(str(path))
         listener.listen(0)  # and never accepts
         queued = fill_backlog(path)
         try:
-            started = time.monotonic()
             with pytest.raises(DaemonBusy) as caught:
                 Client(path, busy_retry=0.3).call("show")
-            waited = time.monotonic() - started
         finally:
             for sock in queued:
                 sock.close()
-    assert 0.3 <= waited < 1.5
+    assert sum(clock.slept) == pytest.approx(0.3)  # the whole window, and not past it
+    assert max(clock.slept) <= client_module.BUSY_BACKOFF_MAX_S
     assert "busy" in caught.value.message
     assert START_ADVICE not in caught.value.message
 
