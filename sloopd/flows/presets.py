@@ -27,6 +27,7 @@ itself, so they show in ``sloop.toml`` as written by ``sloopctl init``.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -47,6 +48,10 @@ class Preset:
     # What the CLI obeys in a checkout that the preset cannot turn off, and what the
     # preset does about it: logged when sloop.toml selects the preset (docs/security.md).
     caveat: str | None = None
+    # The model the command runs: the variable it reads it from, and its default
+    # (None: the CLI's own), for pricing tokens whose stream names no model.
+    model_env: str | None = None
+    default_model: str | None = None
 
 
 def _sh(script: str) -> tuple[str, ...]:
@@ -75,6 +80,7 @@ CLAUDE = Preset(
     "claude",
     "Claude Code in headless mode, tools allowed (IS_SANDBOX=1: Sloop's sandbox is the boundary)",
     ("~/.claude/.credentials.json",),
+    model_env="ANTHROPIC_MODEL",
 )
 
 CODEX = Preset(
@@ -101,6 +107,7 @@ CODEX = Preset(
     ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_MODEL"),
     "codex",
     "Codex exec, its own sandbox off (Sloop's is the boundary), commands in a plain shell",
+    model_env="CODEX_MODEL",  # -m "$CODEX_MODEL"; its stream never names the model
     # No login: the preset's own provider (which caps the retries) reads OPENAI_API_KEY;
     # a ChatGPT sign-in (~/.codex/auth.json) needs the built-in provider (docs/agents.md).
 )
@@ -157,6 +164,8 @@ GEMINI = Preset(
         "in a checkout that holds one, so an implementer that commits one fails every "
         "later gemini stage (docs/security.md)"
     ),
+    model_env="GEMINI_MODEL",
+    default_model="gemini-2.5-pro",
 )
 
 EXAMPLE = Preset(
@@ -169,6 +178,18 @@ EXAMPLE = Preset(
 )
 
 PRESETS: Final[dict[str, Preset]] = {p.name: p for p in (CLAUDE, CODEX, GEMINI, EXAMPLE)}
+
+
+def configured_model(command: tuple[str, ...], environ: Mapping[str, str]) -> str | None:
+    """The model a preset's command runs, from the daemon's environment or its default.
+
+    None for a command that is no preset's (Sloop cannot know what it runs) and for
+    a preset left to its CLI's default model (Codex without ``CODEX_MODEL``).
+    """
+    for chosen in PRESETS.values():
+        if chosen.command == command and chosen.model_env is not None:
+            return environ.get(chosen.model_env) or chosen.default_model
+    return None
 
 
 def preset(name: str) -> Preset:
