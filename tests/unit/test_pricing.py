@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from sloopd.core.config import ConfigError, parse
+from sloopd.runs.spawning import CostReader
 from sloopd.vendor import pricing, stream_claude, stream_gemini
 from sloopd.vendor import usage as usages
 from sloopd.vendor.usage import ModelTokens, Usage
@@ -151,3 +152,18 @@ def test_the_built_in_table_is_documented_with_its_date() -> None:
     assert f"dated {pricing.PRICES_AS_OF}" in section
     for model in pricing.BUILT_IN:
         assert f"`{model}`" in section, model
+
+
+def test_unpriced_tokens_under_a_dollar_budget_are_said_once() -> None:
+    told: list[str] = []
+    read = CostReader(pricing.PriceTable(), "gpt-5.5", told.append)
+    usage = Usage(1000, 100, 0)
+    assert read(usage).cost_usd is None
+    assert read(usage).cost_usd is None
+    assert len(told) == 1, told
+    assert "'gpt-5.5' has no price" in told[0]
+    assert "max_cost_usd cannot stop it" in told[0]
+    # Priced, nothing is said and the cost is there.
+    quiet: list[str] = []
+    assert CostReader(pricing.PriceTable(), "gpt-5", quiet.append)(usage).cost_usd
+    assert quiet == []
