@@ -126,7 +126,11 @@ token_env = true
 # The JSON event stream agent stages print, for tokens and cost: claude | codex
 # | gemini | none.  A preset sets it; name it for your own command.
 # stream = "claude"
-# A run that spends more than this is stopped (classification budget_exceeded).
+# A run that spends more than this is stopped (classification budget_exceeded):
+# Claude mid-session, Codex and Gemini only once their session ended (they print
+# usage only at the end: the budget caps what merges, not what is spent).
+# Codex and Gemini report no cost: their tokens are priced from [pricing] (a
+# dollar budget over a Codex stage needs CODEX_MODEL in the daemon's environment).
 # max_cost_usd = 5.0
 # max_tokens = 2000000
 
@@ -255,6 +259,16 @@ returns = 3
 # classification = "rate_limited"
 # regex = 'proxy: too many requests'
 # vendor = "internal-proxy"
+
+# --- pricing -------------------------------------------------------------------
+#
+# Dollars per million tokens, per model as the CLI names it, over the built-in
+# table (docs/configuration.md#pricing): how Codex's and Gemini's cost is known.
+#
+# [pricing."gpt-5.5"]
+# input = 1.25
+# output = 10.0
+# cached = 0.125
 
 # --- notifications -----------------------------------------------------------
 #

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sloopd.core import cost_budgets
 from sloopd.flows.flow import AgentSettings, Flow, FlowError, default_flow
 from sloopd.flows.flow import parse as parse_flows
 from sloopd.flows.prompts import check_policy as check_prompt_in_argv
@@ -23,6 +24,7 @@ from sloopd.util.names import ref_problem
 from sloopd.util.sizes import parse_bytes
 from sloopd.vendor import Pattern, VendorConfigError, patterns_from_config
 from sloopd.vendor import usage as vendor_usage
+from sloopd.vendor.pricing import PriceTable, PricingError, parse_pricing
 from sloopd.wire.api import parse_duration_ms as parse_ms
 
 CONFIG_FILE = "sloop.toml"
@@ -64,10 +66,13 @@ class Config:
     # [[notify]]: webhook targets (sloopd.ops.webhook_targets), daemon-wide: a reload
     # applies them to the next event.
     notify: tuple[Target, ...] = ()
+    # [pricing]: dollars per million tokens per model, over the built-in table
+    # (sloopd.vendor.pricing): how the cost of a vendor that reports none is known.
+    pricing: PriceTable = field(default_factory=PriceTable)
 
 
 SANDBOX_MODES = ("bwrap", "none")
-_TOP_LEVEL = {"repo", "agent", "flows", "vendor", "sandbox", "notify"}
+_TOP_LEVEL = {"repo", "agent", "flows", "vendor", "sandbox", "notify", "pricing"}
 
 
 def load(repo: Path, environ: Mapping[str, str] | None = None) -> Config:
@@ -116,10 +121,16 @@ def parse(
         raise ConfigError(f"{where}{exc}") from exc
     _check_streams(parsed.agent, parsed.flows, where)
     warn_offline(parsed.agent, parsed.flows.values())
+    environment = os.environ if environ is None else environ
     try:
-        notify = parse_targets(
-            document.get("notify", []), os.environ if environ is None else environ
-        )
+        pricing = parse_pricing(document.get("pricing", {}))
+    except PricingError as exc:
+        raise ConfigError(f"{where}{exc}") from exc
+    unenforceable = cost_budgets.check(parsed.agent, parsed.flows, pricing, environment)
+    if unenforceable is not None:
+        raise ConfigError(f"{where}{unenforceable}")
+    try:
+        notify = parse_targets(document.get("notify", []), environment)
     except NotifyConfigError as exc:
         raise ConfigError(f"{where}{exc}") from exc
     return Config(
@@ -130,6 +141,7 @@ def parse(
         vendor_patterns=_vendor_section(document.get("vendor", {}), where),
         sandbox=sandbox,
         notify=notify,
+        pricing=pricing,
     )
 
 

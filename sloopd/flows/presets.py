@@ -29,6 +29,7 @@ itself, so they show in ``sloop.toml`` as written by ``sloopctl init``.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -54,6 +55,10 @@ class Preset:
     # network = false cannot reach it (warned at load, sloopd.flows.uses).
     cli: str | None = None
     api: str | None = None
+    # The model the command runs: the variable it reads it from, and its default
+    # (None: the CLI's own), for pricing tokens whose stream names no model.
+    model_env: str | None = None
+    default_model: str | None = None
 
 
 def _sh(script: str) -> tuple[str, ...]:
@@ -84,6 +89,7 @@ CLAUDE = Preset(
     ("~/.claude/.credentials.json",),
     cli="claude",
     api="the Anthropic API (ANTHROPIC_BASE_URL)",
+    model_env="ANTHROPIC_MODEL",
 )
 
 CODEX = Preset(
@@ -116,6 +122,7 @@ CODEX = Preset(
     "Codex exec, its own sandbox off (Sloop's is the boundary), commands in a plain shell",
     cli="codex",
     api="the OpenAI Responses API (OPENAI_BASE_URL)",
+    model_env="CODEX_MODEL",  # -m "$CODEX_MODEL"; its stream never names the model
     # No login: the preset's own provider (which caps the retries) reads OPENAI_API_KEY;
     # a ChatGPT sign-in (~/.codex/auth.json) needs the built-in provider (docs/agents.md).
 )
@@ -174,6 +181,8 @@ GEMINI = Preset(
     ),
     cli="gemini",
     api="the Gemini API (GOOGLE_GEMINI_BASE_URL)",
+    model_env="GEMINI_MODEL",
+    default_model="gemini-2.5-pro",
 )
 
 EXAMPLE = Preset(
@@ -186,6 +195,18 @@ EXAMPLE = Preset(
 )
 
 PRESETS: Final[dict[str, Preset]] = {p.name: p for p in (CLAUDE, CODEX, GEMINI, EXAMPLE)}
+
+
+def configured_model(command: tuple[str, ...], environ: Mapping[str, str]) -> str | None:
+    """The model a preset's command runs, from the daemon's environment or its default.
+
+    None for a command that is no preset's (Sloop cannot know what it runs) and for
+    a preset left to its CLI's default model (Codex without ``CODEX_MODEL``).
+    """
+    for chosen in PRESETS.values():
+        if chosen.command == command and chosen.model_env is not None:
+            return environ.get(chosen.model_env) or chosen.default_model
+    return None
 
 
 def preset(name: str) -> Preset:

@@ -14,9 +14,11 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from sloopd.core.cost_budgets import UNPRICED_STREAMS
 from sloopd.core.paths import Layout
 from sloopd.flows import prompts
 from sloopd.flows.flow import Stage
+from sloopd.flows.presets import configured_model
 from sloopd.proc.lines import OutputBudget
 from sloopd.proc.sandbox import PROMPT_PATH
 from sloopd.proc.stage_io import Launcher, LaunchRefused, Limits, StageLaunch
@@ -27,7 +29,7 @@ from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.runs.stop import stops_children
 from sloopd.store import TicketExtra
 from sloopd.util import memory, trees
-from sloopd.vendor import stream_claude
+from sloopd.vendor import pricing, stream_claude
 from sloopd.vendor import usage as usages
 from sloopd.vendor.usage import Usage
 from sloopd.worker.credentials import Credentials
@@ -194,12 +196,21 @@ class ChildStarter:
         unflushed = 0
         stream_name = stream_of(active, stage, seat)
         try:
-            parse = usages.parser(stream_name)  # resolved once, when the config loaded
+            parse = usages.for_execution(stream_name)  # resolved when the config loaded
         except usages.UnknownStream:
             parse = None
         usage = Usage()
         active.live = None
         active.refused_tools = ()
+        # Unpriced tokens under a dollar budget are said once, in the stage's log.
+        watched = active.budget.max_cost_usd is not None and stream_name in UNPRICED_STREAMS
+        price = CostReader(
+            active.config.pricing,
+            configured_model(base, os.environ),  # for tokens the stream names no model of
+            (lambda text: sink.append(facts.run_id, stage.name, attempt, "system", text))
+            if watched
+            else None,
+        )
 
         def on_lines(stream: str, texts: list[str], split: bool) -> None:
             # One read of a pipe: its lines in order, each step once per batch.
@@ -208,7 +219,7 @@ class ChildStarter:
             if parse is not None and stream == "stdout":
                 for text in texts:
                     if _parsed(parse, text, usage):
-                        active.live = usage
+                        active.live = price(usage)
                         budgets.check(active)
                         if stream_name == "claude" and '"permission_denials"' in text:
                             refused = stream_claude.permission_denials(text) or []
@@ -304,6 +315,38 @@ def stream_of(active: ActiveRun, stage: Stage, seat: int | None) -> str:
     if seat is not None and stage.reviewers[seat].stream is not None:
         return stage.reviewers[seat].stream or "none"
     return stage.stream or active.config.agent.stream
+
+
+class CostReader:
+    """A child's usage with its cost: the vendor's, else priced from ``[pricing]``.
+
+    Claude Code's cost arrives with its last event, Codex's and Gemini's never: a
+    priced cost is what lets ``max_cost_usd`` judge them while they run.  When some
+    tokens have no price, ``tell`` hears it once (the cost then stays unknown).
+    """
+
+    def __init__(
+        self, prices: pricing.PriceTable, model: str | None, tell: Callable[[str], None] | None
+    ) -> None:
+        self.prices = prices
+        self.model = model
+        self.tell = tell
+
+    def __call__(self, reported: Usage) -> Usage:
+        costed, missing = pricing.priced(reported, self.prices, self.model)
+        if missing is not None and self.tell is not None:
+            self.tell(unpriced_notice(missing))
+            self.tell = None
+        return costed
+
+
+def unpriced_notice(model: str) -> str:
+    """Said once per child when a dollar budget cannot see what it spends."""
+    named = f"model {model!r} has no price" if model else "its model is not known"
+    return (
+        f"sloop: this agent reports no cost and {named} in [pricing]: its cost is unknown "
+        "and max_cost_usd cannot stop it (docs/configuration.md#pricing)"
+    )
 
 
 def timeout_of(active: ActiveRun, stage: Stage) -> int:

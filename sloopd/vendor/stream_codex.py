@@ -11,6 +11,11 @@ turn made::
 ``input_tokens`` is the API's count, cached tokens included (``cached_input_tokens``
 is the part of it served from the cache); ``reasoning_output_tokens`` is part of
 ``output_tokens``.  Turns add up.  Codex reports no cost: ``cost_usd`` stays None.
+
+In ``codex exec`` one ``turn.completed`` closes the whole session, after its last
+model request (0.171.0 prints no per-request usage in ``--json``), so a budget can
+only judge a Codex stage once it has ended.  Nor does the stream name the model:
+pricing takes the stage's configured one (the preset's ``CODEX_MODEL``).
 """
 
 from __future__ import annotations

@@ -19,8 +19,11 @@ per-model figures are summed when present, the session totals used otherwise.
 ``{"response": ..., "stats": {"models": {"<model>": {"tokens": {"prompt", "candidates",
 "cached", ...}}}}}``; a line holding that whole document (compacted) is read too.
 
-Gemini reports no cost: ``cost_usd`` stays None.  Like every stream parser this never
-raises on a line it does not understand.
+Gemini reports no cost: ``cost_usd`` stays None, and the tokens of each model the
+stats name go to ``Usage.models``, which ``sloopd.vendor.pricing`` prices.  Nothing
+before the final event carries usage (the CLI drops its internal ``usage`` events from
+stream-json), so a budget can only judge a Gemini stage once it has ended.  Like every
+stream parser this never raises on a line it does not understand.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sloopd.vendor.usage import Usage
+from sloopd.vendor.usage import ModelTokens, Usage
 
 _MAX_LINE = 1 << 20  # a stats line is a few hundred bytes; never parse a huge line
 
@@ -43,21 +46,32 @@ def _count(value: Any) -> int:
 def _stream_stats(stats: dict[str, Any]) -> Usage | None:
     """``result.stats`` of stream-json: per model when listed, else the session totals."""
     models = stats.get("models")
-    rows: list[dict[str, Any]]
+    rows: list[tuple[str, dict[str, Any]]]
     if isinstance(models, dict) and models and all(isinstance(m, dict) for m in models.values()):
-        rows = list(models.values())
+        rows = [(str(name), row) for name, row in models.items()]
     else:
-        rows = [stats]
+        rows = [("", stats)]
     usage = Usage()
     found = False
-    for row in rows:
+    for model, row in rows:
         if not any(key in row for key in ("input_tokens", "output_tokens", "cached")):
             continue
         found = True
-        usage.input_tokens += _count(row.get("input_tokens"))
-        usage.output_tokens += _count(row.get("output_tokens"))
-        usage.cached_tokens += _count(row.get("cached"))
+        tokens = ModelTokens(
+            _count(row.get("input_tokens")),
+            _count(row.get("output_tokens")),
+            _count(row.get("cached")),
+        )
+        _add(usage, model, tokens)
     return usage if found else None
+
+
+def _add(usage: Usage, model: str, tokens: ModelTokens) -> None:
+    usage.input_tokens += tokens.input_tokens
+    usage.output_tokens += tokens.output_tokens
+    usage.cached_tokens += tokens.cached_tokens
+    if model:
+        usage.models[model] = usage.models.get(model, ModelTokens()).plus(tokens)
 
 
 def _json_stats(stats: dict[str, Any]) -> Usage | None:
@@ -67,14 +81,17 @@ def _json_stats(stats: dict[str, Any]) -> Usage | None:
         return None
     usage = Usage()
     found = False
-    for model in models.values():
+    for name, model in models.items():
         tokens = model.get("tokens") if isinstance(model, dict) else None
         if not isinstance(tokens, dict):
             continue
         found = True
-        usage.input_tokens += _count(tokens.get("prompt"))
-        usage.output_tokens += _count(tokens.get("candidates"))
-        usage.cached_tokens += _count(tokens.get("cached"))
+        counts = ModelTokens(
+            _count(tokens.get("prompt")),
+            _count(tokens.get("candidates")),
+            _count(tokens.get("cached")),
+        )
+        _add(usage, str(name), counts)
     return usage if found else None
 
 

@@ -1,8 +1,10 @@
 """What an agent's run cost: tokens and dollars, read from its CLI's JSON event stream.
 
-Each vendor's CLI reports usage in its own shape (Claude Code's ``result`` event,
-Codex's ``turn.completed``, Gemini's ``stats``); a parser per stream turns the
-lines it recognises into one ``Usage``.  Parsers never raise on a line they do not
+Each vendor's CLI reports usage in its own shape (Claude Code's ``assistant`` and
+``result`` events, Codex's ``turn.completed``, Gemini's ``stats``); a parser per stream
+turns the lines it recognises into one ``Usage``, with the tokens of each model the
+stream names (``models``: what ``sloopd.vendor.pricing`` prices when the vendor
+reports no cost).  Parsers never raise on a line they do not
 understand: an agent's output is untrusted text, and most lines are not usage.
 """
 
@@ -10,8 +12,24 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTokens:
+    """One model's share of a Usage, counted as ``Usage`` counts (cached within input)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+
+    def plus(self, other: ModelTokens) -> ModelTokens:
+        return ModelTokens(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cached_tokens + other.cached_tokens,
+        )
 
 
 @dataclass(slots=True)
@@ -22,6 +40,9 @@ class Usage:
     output_tokens: int = 0
     cached_tokens: int = 0
     cost_usd: float | None = None  # None: the vendor does not report cost
+    # The tokens of each model the stream named (a part of the totals above, or all of
+    # them); never stored: a settled stage keeps its cost, priced or reported.
+    models: dict[str, ModelTokens] = field(default_factory=dict, compare=False)
 
     @property
     def tokens(self) -> int:
@@ -33,6 +54,8 @@ class Usage:
         self.cached_tokens += other.cached_tokens
         if other.cost_usd is not None:
             self.cost_usd = (self.cost_usd or 0.0) + other.cost_usd
+        for model, tokens in other.models.items():
+            self.models[model] = self.models.get(model, ModelTokens()).plus(tokens)
 
     def row(self) -> dict[str, Any]:
         return {
@@ -92,6 +115,25 @@ def parser(name: str) -> StreamParser | None:
         raise UnknownStream(f"stream {name!r}: {module_name} has no function {function!r}")
     PARSERS[name] = cast(StreamParser, loaded)
     return PARSERS[name]
+
+
+def for_execution(name: str) -> StreamParser | None:
+    """The parser one stage execution reads its stream with.
+
+    A stream whose events must be told apart across lines (Claude Code repeats one
+    API message's usage on each of its content blocks) keeps what it saw per
+    execution: its module offers ``new_parser()``, and each execution gets its own.
+    Every other stream's parser is the shared function ``parser`` resolves.
+    """
+    shared = parser(name)
+    module_name = STREAM_MODULES.get(name)
+    if shared is None or module_name is None:
+        return shared
+    module = importlib.import_module(module_name)
+    if shared is not getattr(module, "parse", None):
+        return shared  # registered by hand over the built-in one: used as it is
+    factory = getattr(module, "new_parser", None)
+    return cast(StreamParser, factory()) if callable(factory) else shared
 
 
 def metric_vendor(name: str) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from sloopd.vendor import pricing
 from tests.support.agent_clis import PINNED, cache_dir, cli
 from tests.support.agents import BENCH_VAR, Bench, ticket_text, toml_value
 from tests.support.standins import anthropic, gemini, openai
@@ -122,7 +123,8 @@ def test_the_codex_preset_merges_and_counts_tokens(
     assert usage["input_tokens"] == turns * openai.USAGE["input_tokens"], usage
     assert usage["output_tokens"] == turns * openai.USAGE["output_tokens"], usage
     assert usage["cached_tokens"] == turns * openai.USAGE["cached_tokens"], usage
-    assert usage["cost_usd"] is None, usage  # Codex reports no cost
+    # Codex reports no cost, and gpt-5.5 has no built-in price ([pricing] can add one).
+    assert usage["cost_usd"] is None, usage
 
 
 def test_the_codex_preset_does_not_sleep_out_a_long_retry_after(bench: Bench) -> None:
@@ -174,7 +176,13 @@ def test_the_gemini_preset_merges_and_counts_tokens(
     assert usage["input_tokens"] > 0, usage
     assert usage["output_tokens"] % gemini.USAGE["candidatesTokenCount"] == 0, usage
     assert usage["cached_tokens"] % gemini.USAGE["cachedContentTokenCount"] == 0, usage
-    assert usage["cost_usd"] is None, usage
+    # Gemini reports no cost: its tokens are priced at gemini-2.5-pro's built-in price.
+    price = pricing.BUILT_IN["gemini-2.5-pro"]
+    fresh = usage["input_tokens"] - usage["cached_tokens"]
+    expected = (fresh * price.input + usage["cached_tokens"] * price.cached) + usage[
+        "output_tokens"
+    ] * price.output
+    assert abs(usage["cost_usd"] - expected / 1e6) < 1e-9, usage
 
 
 PANEL = """

@@ -21,7 +21,7 @@ from sloopd.flows import flow, presets
 from sloopd.queue import tickets
 
 # A commented-out key (`# returns = 2`), table header or continuation line.
-_COMMENTED_OUT = re.compile(r"^# (?=\[\[|[a-z_]+ = |\s+\{)")
+_COMMENTED_OUT = re.compile(r"^# (?=\[\[|\[pricing\.|[a-z_]+ = |\s+\{)")
 
 
 def uncommented(text: str) -> str:
@@ -60,7 +60,8 @@ def test_the_default_flow_is_implement_sync_merge() -> None:
 
 def test_every_commented_example_is_valid_when_switched_on() -> None:
     text = uncommented(init_template.SLOOP_TOML)
-    parsed = config.parse(tomllib.loads(text))
+    # max_cost_usd over the Codex seat needs its model, priced by the [pricing] example.
+    parsed = config.parse(tomllib.loads(text), environ={"CODEX_MODEL": "gpt-5.5"})
     names = [s.name for s in parsed.flows["default"].stages]
     assert names == ["implement", "test", "lint", "self-check", "review", "sync", "merge"]
     review = parsed.flows["default"].stage("review")

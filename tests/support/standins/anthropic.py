@@ -19,8 +19,9 @@ that was not meant for the API.  ``mode`` makes the server fail the way the API
 does (``MODES``): a 429 with ``retry-after`` and ``anthropic-ratelimit-*-reset``
 headers, a 529 ``overloaded_error``, a 401 ``authentication_error``, a 400
 ``invalid_request_error`` "prompt is too long", a slow answer, or no server at all
-(``close``: the port then refuses connections).  Usage numbers are fixed
-(``USAGE``) so a cost test can compare what the CLI reports.
+(``close``: the port then refuses connections).  Every answer reports the same usage
+(``usage``, by default ``USAGE``) so a cost test can compare what the CLI reports;
+``busy_script`` is a long session of tool-calling turns for budget tests.
 """
 
 from __future__ import annotations
@@ -84,6 +85,11 @@ def hello_script() -> list[Turn]:
     ]
 
 
+def busy_script(turns: int) -> list[Turn]:
+    """``turns`` tool-calling turns (each a harmless Bash call), then a final answer."""
+    return [bash(f"echo turn {n}", f"Turn {n}") for n in range(1, turns + 1)] + [text("Done.")]
+
+
 def verdict_script(verdict: str = "pass", reason: str = "looks good") -> list[Turn]:
     """A reviewer: reports ``verdict`` through ``sloopctl verdict``, then ends."""
     command = f"sloopctl verdict {verdict} --reason '{reason}'"
@@ -110,6 +116,8 @@ class AnthropicStandIn:
     mode: str = "normal"
     delay_s: float = 0.0  # "slow": seconds before each /v1/messages answer
     retry_after_s: int = RESET_IN_S  # "rate_limit": the 429's retry-after and resets
+    # What every answer reports having used (message_start, message_delta, a message).
+    usage: dict[str, int] = field(default_factory=lambda: dict(USAGE))
     requests: list[Request] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
     _port: int = 0
@@ -297,7 +305,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._record(body)
         path = self.path.split("?")[0]
         if path == "/v1/messages/count_tokens":
-            self._json(200, {"input_tokens": USAGE["input_tokens"]})
+            self._json(200, {"input_tokens": self.owner.usage["input_tokens"]})
             return
         if path != "/v1/messages" or not isinstance(body, dict):
             self._json(200, {})
@@ -313,7 +321,7 @@ class _Handler(BaseHTTPRequestHandler):
         if body.get("stream"):
             self._stream(turn, model)
         else:
-            self._json(200, message(turn, model))
+            self._json(200, message(turn, model, self.owner.usage))
 
     def _fail(self, mode: str) -> None:
         status, kind, words = FAILURES[mode]
@@ -344,14 +352,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("connection", "close")
         self.end_headers()
         self.close_connection = True
-        for event, data in events(turn, model):
+        for event, data in events(turn, model, self.owner.usage):
             payload = f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
             self.wfile.write(payload)
             self.wfile.flush()
 
 
-def message(turn: Turn, model: str) -> dict[str, Any]:
-    """The non-streaming answer for ``turn``."""
+def message(turn: Turn, model: str, usage: dict[str, int] | None = None) -> dict[str, Any]:
+    """The non-streaming answer for ``turn``, reporting ``usage`` (default ``USAGE``)."""
     return {
         "id": "msg_" + uuid.uuid4().hex[:24],
         "type": "message",
@@ -360,15 +368,18 @@ def message(turn: Turn, model: str) -> dict[str, Any]:
         "content": turn.blocks,
         "stop_reason": turn.stop_reason,
         "stop_sequence": None,
-        "usage": dict(USAGE),
+        "usage": dict(usage or USAGE),
     }
 
 
-def events(turn: Turn, model: str) -> list[tuple[str, dict[str, Any]]]:
-    """The server-sent events of ``turn``, in the API's order."""
-    start = message(Turn([], turn.stop_reason), model)
+def events(
+    turn: Turn, model: str, usage: dict[str, int] | None = None
+) -> list[tuple[str, dict[str, Any]]]:
+    """The server-sent events of ``turn``, in the API's order, reporting ``usage``."""
+    usage = usage or USAGE
+    start = message(Turn([], turn.stop_reason), model, usage)
     start["stop_reason"] = None
-    start["usage"] = {**USAGE, "output_tokens": 1}
+    start["usage"] = {**usage, "output_tokens": 1}
     out: list[tuple[str, dict[str, Any]]] = [
         ("message_start", {"type": "message_start", "message": start})
     ]
@@ -404,7 +415,7 @@ def events(turn: Turn, model: str) -> list[tuple[str, dict[str, Any]]]:
             {
                 "type": "message_delta",
                 "delta": {"stop_reason": turn.stop_reason, "stop_sequence": None},
-                "usage": {"output_tokens": USAGE["output_tokens"]},
+                "usage": {"output_tokens": usage["output_tokens"]},
             },
         )
     )

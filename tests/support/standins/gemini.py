@@ -9,7 +9,9 @@ answers:
   shell tool (``run_shell_command``, as the request's ``tools`` declare it) that writes
   and commits ``hello.txt`` (or runs the stand-in's ``command``); turn 2 (after the
   ``functionResponse``) is the text ``Created and committed hello.txt.`` with
-  ``finishReason: STOP``.
+  ``finishReason: STOP``.  With ``turns`` above 1, the first ``turns`` answers are shell
+calls (the count of ``functionResponse`` parts says which turn a request is), each
+finished answer reporting ``usage`` in ``usageMetadata``.
 * ``POST models/<m>:generateContent``: side calls the CLI makes (next-speaker checks,
   titles, routing): a short JSON text answer (``{}``-shaped when JSON is asked for).
 * ``POST models/<m>:countTokens``: a fixed ``totalTokens``; ``GET models``: one model.
@@ -157,6 +159,10 @@ class GeminiStandIn:
     delay: float = 0.0
     # The shell command turn 1 calls (the same for every session of the CLI).
     command: str = COMMAND
+    # How many answers are shell calls before the final text (budget tests: many).
+    turns: int = 1
+    # The usageMetadata of every finished answer.
+    usage: dict[str, int] = field(default_factory=lambda: dict(USAGE))
     requests: list[Request] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
     _thread: threading.Thread | None = None
@@ -220,43 +226,52 @@ def _declared_tools(body: Any) -> list[str]:
     return names
 
 
-def _has_function_response(body: Any) -> bool:
+def _function_responses(body: Any) -> int:
     if not isinstance(body, dict):
-        return False
+        return 0
+    found = 0
     for content in body.get("contents") or []:
         for part in (content or {}).get("parts") or []:
             if isinstance(part, dict) and "functionResponse" in part:
-                return True
-    return False
+                found += 1
+    return found
 
 
-def turn(body: Any, command: str = COMMAND) -> list[dict[str, Any]]:
-    """The SSE chunks of one streamGenerateContent answer (turn 1 runs ``command``)."""
-    if not _has_function_response(body):
+def turn(
+    body: Any, command: str = COMMAND, turns: int = 1, usage: dict[str, int] | None = None
+) -> list[dict[str, Any]]:
+    """The SSE chunks of one streamGenerateContent answer (the first ``turns`` run ``command``)."""
+    usage = usage or USAGE
+    done = _function_responses(body)
+    if done < turns:
+        # Gemini CLI stops a session that repeats one tool call (its loop detection).
+        command = command if turns == 1 else f"{command} # turn {done + 1}"
         tools = _declared_tools(body)
         if SHELL_TOOL not in tools:
             text = f"I have no {SHELL_TOOL} tool (declared: {', '.join(tools) or 'none'})."
-            return [_candidate([{"text": text}], "STOP")]
+            return [_candidate([{"text": text}], "STOP", usage)]
         call = {
             "functionCall": {
                 "name": SHELL_TOOL,
                 "args": {"command": command, "description": "Create and commit hello.txt"},
             }
         }
-        return [_candidate([call], "STOP")]
+        return [_candidate([call], "STOP", usage)]
     return [
         _candidate([{"text": "Created and committed "}], None),
-        _candidate([{"text": "hello.txt."}], "STOP"),
+        _candidate([{"text": "hello.txt."}], "STOP", usage),
     ]
 
 
-def _candidate(parts: list[dict[str, Any]], finish: str | None) -> dict[str, Any]:
+def _candidate(
+    parts: list[dict[str, Any]], finish: str | None, usage: dict[str, int] | None = None
+) -> dict[str, Any]:
     candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
     if finish:
         candidate["finishReason"] = finish
     chunk: dict[str, Any] = {"candidates": [candidate], "modelVersion": MODEL_VERSION}
     if finish:
-        chunk["usageMetadata"] = dict(USAGE)
+        chunk["usageMetadata"] = dict(usage or USAGE)
     return chunk
 
 
@@ -319,7 +334,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(status, error)
             return
         if path.endswith(":streamGenerateContent"):
-            self._sse(turn(body, self.standin.command))
+            standin = self.standin
+            self._sse(turn(body, standin.command, standin.turns, standin.usage))
         elif path.endswith(":generateContent"):
             self._json(200, side_answer(body))
         else:

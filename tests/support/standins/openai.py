@@ -9,10 +9,11 @@ next request as a ``function_call_output`` input item.
 
 ``OpenAIStandin`` is a ``ThreadingHTTPServer`` on 127.0.0.1 (port 0) in a thread.
 Its ``script`` says what each turn answers: a ``Shell`` step makes the model call
-``exec_command``; a ``Say`` step is the final assistant message.  Which step a request
-gets is the number of ``function_call_output`` items in its input, so a retried request
-gets the same answer.  ``mode`` makes every ``/responses`` request fail instead
-(``Mode``); every request is logged (``requests``).
+``exec_command``; a ``Say`` step is the final assistant message (``busy_script`` is a
+long session of tool calls for budget tests).  Every response reports ``usage``.
+Which step a request gets is the number of ``function_call_output`` items in its
+input, so a retried request gets the same answer.  ``mode`` makes every
+``/responses`` request fail instead (``Mode``); every request is logged (``requests``).
 """
 
 from __future__ import annotations
@@ -78,6 +79,11 @@ Step = Shell | Say
 HELLO_SCRIPT: tuple[Step, ...] = (Shell(HELLO_COMMAND), Say(HELLO_DONE))
 
 
+def busy_script(turns: int) -> tuple[Step, ...]:
+    """``turns`` harmless shell calls, one model request each, then a final message."""
+    return (*(Shell(f"echo turn {n}") for n in range(1, turns + 1)), Say("Done."))
+
+
 @dataclass
 class Request:
     """One request the stand-in received."""
@@ -94,6 +100,8 @@ class OpenAIStandin:
     mode: Mode = Mode.NORMAL
     delay: float = 0.0  # seconds between events (Mode.SLOW)
     retry_after_s: int = 20
+    # What every completed response reports having used.
+    usage: dict[str, int] = field(default_factory=lambda: dict(USAGE))
     requests: list[Request] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
     _thread: threading.Thread | None = None
@@ -319,12 +327,13 @@ class OpenAIStandin:
                 },
                 {"type": "response.output_item.done", "output_index": 0, "item": item},
             ]
+        used = self.usage
         usage = {
-            "input_tokens": USAGE["input_tokens"],
-            "input_tokens_details": {"cached_tokens": USAGE["cached_tokens"]},
-            "output_tokens": USAGE["output_tokens"],
+            "input_tokens": used["input_tokens"],
+            "input_tokens_details": {"cached_tokens": used["cached_tokens"]},
+            "output_tokens": used["output_tokens"],
             "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": USAGE["input_tokens"] + USAGE["output_tokens"],
+            "total_tokens": used["input_tokens"] + used["output_tokens"],
         }
         completed = {**created, "status": "completed", "output": [item], "usage": usage}
         return [
