@@ -609,6 +609,30 @@ def test_evidence_is_the_matched_line_trimmed_around_the_match() -> None:
     assert classify([head], NOW_MS).evidence == head[: EVIDENCE_MAX - 1] + "…"
 
 
+@pytest.mark.parametrize("pad", range(0, 12))
+def test_evidence_is_cut_between_words(pad: int) -> None:
+    """``rate_limited (…I Error: You exceeded …)`` read as a word that is not there:
+    a window's edges fall between words, wherever the match sits in the line."""
+    words = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod "
+    line = (
+        "x" * pad
+        + words * 8
+        + "API Error: You exceeded your current quota, please check your plan."
+        + " and more"
+        + words * 8
+    )
+    evidence = classify([line], NOW_MS).evidence
+    assert evidence is not None
+    assert len(evidence) <= EVIDENCE_MAX
+    assert "exceeded your current quota" in evidence
+    inner = evidence.removeprefix("\u2026").removesuffix("\u2026")
+    at = line.index(inner)
+    assert evidence.startswith("\u2026") == (at > 0)
+    assert at == 0 or line[at - 1] == " ", evidence
+    after = at + len(inner)
+    assert after == len(line) or line[after] == " ", evidence
+
+
 def test_a_limit_carries_its_reset_time() -> None:
     diagnosis = classify(
         ["You've hit your usage limit. Try again in 2 days 3 hours 4 minutes."], NOW_MS
