@@ -24,6 +24,7 @@ import pytest
 from tests.support.agent_clis import PINNED, cache_dir, cli
 from tests.support.agents import BENCH_VAR, Bench, ticket_text, toml_value
 from tests.support.standins import anthropic, gemini, openai
+from tests.support.standins.openai_code_mode import declares_code_mode
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 
@@ -123,6 +124,39 @@ def test_the_codex_preset_merges_and_counts_tokens(
     assert usage["output_tokens"] == turns * openai.USAGE["output_tokens"], usage
     assert usage["cached_tokens"] == turns * openai.USAGE["cached_tokens"], usage
     assert usage["cost_usd"] is None, usage  # Codex reports no cost
+
+
+def test_the_codex_preset_with_the_clis_default_model_runs_its_shell_in_code_mode(
+    bench: Bench, codex_api: openai.OpenAIStandin
+) -> None:
+    """Issue 24 item 8: what a user gets with only the key and the base URL set.
+
+    Codex then picks its own default model, which offers the shell only through code
+    mode (a custom ``exec`` tool taking JavaScript that calls ``tools.exec_command``).
+    The preset must merge through that protocol: the shell's result must come back
+    as a ``custom_tool_call_output``, not the classic ``function_call_output``.
+    """
+    on_path(bench, ["codex"])
+    bench.env.pop("CODEX_MODEL", None)
+    bench.env.update(OPENAI_API_KEY="sk-standin-key", OPENAI_BASE_URL=codex_api.base_url)
+    bench.setup(preset_toml(bench, "codex", ["codex"]), {"hello": ticket_text("Add hello")})
+    bench.start()
+    run = merged_run(bench, "hello")
+    turns = codex_api.turns()
+    models = {t.body.get("model") for t in turns if isinstance(t.body, dict)}
+    assert len(models) == 1, models
+    assert None not in models, models
+    assert all(isinstance(t.body, dict) and declares_code_mode(t.body) for t in turns)
+    last = turns[-1].body
+    assert isinstance(last, dict)
+    kinds = [item.get("type") for item in last.get("input", []) if isinstance(item, dict)]
+    assert "custom_tool_call_output" in kinds, kinds
+    assert "function_call_output" not in kinds, kinds
+    assert codex_api.code_mode_turns >= 1
+    assert any("add hello" in output for output in codex_api.tool_outputs()), (
+        codex_api.tool_outputs()
+    )
+    assert run["usage"]["input_tokens"] == len(turns) * openai.USAGE["input_tokens"], run
 
 
 def test_the_codex_preset_does_not_sleep_out_a_long_retry_after(bench: Bench) -> None:
