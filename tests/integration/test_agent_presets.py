@@ -234,7 +234,12 @@ action = "ff_only"
 """
 
 
-def test_a_panel_of_two_different_clis_each_casting_its_verdict(bench: Bench) -> None:
+@pytest.mark.parametrize("codex_model", ["gpt-5.5", None], ids=["classic-tools", "default-model"])
+def test_a_panel_of_two_different_clis_each_casting_its_verdict(
+    bench: Bench, codex_model: str | None
+) -> None:
+    """Each seat casts its verdict through its CLI's own shell; Codex's default model
+    (no ``CODEX_MODEL``) runs ``sloopctl verdict`` from code mode's JavaScript."""
     claude_api = anthropic.AnthropicStandIn(scripts=[anthropic.verdict_script("pass", "fine")])
     verdict = "sloopctl verdict pass --reason 'codex agrees' --confidence high"
     codex_api = openai.OpenAIStandin(script=[openai.Shell(verdict), openai.Say("Reported.")])
@@ -245,8 +250,9 @@ def test_a_panel_of_two_different_clis_each_casting_its_verdict(bench: Bench) ->
             ANTHROPIC_BASE_URL=claude_api.url,
             OPENAI_API_KEY="sk-standin-key",
             OPENAI_BASE_URL=codex_api.base_url,
-            CODEX_MODEL="gpt-5.5",
         )
+        if codex_model is not None:
+            bench.env["CODEX_MODEL"] = codex_model
         config = preset_toml(bench, "example", ["claude", "codex"], PANEL)
         bench.setup(config, {"panel": ticket_text("Reviewed by two CLIs")})
         bench.start()
@@ -259,6 +265,7 @@ def test_a_panel_of_two_different_clis_each_casting_its_verdict(bench: Bench) ->
     assert seats["claude"]["reason"] == "fine"
     assert seats["codex"]["verdict"] == "pass"
     assert seats["codex"]["reason"] == "codex agrees"
+    assert (codex_api.code_mode_turns > 0) == (codex_model is None), codex_api.code_mode_turns
     assert seats["claude"]["usage"]["cost_usd"] > 0, seats["claude"]
     assert seats["codex"]["usage"]["output_tokens"] > 0, seats["codex"]
     assert run["usage"]["output_tokens"] >= (
