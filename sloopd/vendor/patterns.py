@@ -223,8 +223,9 @@ DEFAULT_PATTERNS: Final[tuple[Pattern, ...]] = (
     _p("network", "claude", r"request socket timed out after"),
     _p("network", "claude", r"unable to connect to API"),
     _p("network", "claude", r"request timed out\. if the API is slow"),
-    # Its headless result event says only "Request timed out" (or the SDK's "…out.").
-    _p("network", "claude", r"^\W*request timed out\.?\W*$"),
+    # Claude Code's headless result event says only "Request timed out" (or the SDK's
+    # "…out."); so do other CLIs' fetch errors: no vendor is named by it.
+    _p("network", None, r"^\W*request timed out\.?\W*$"),
     _p("network", "claude", r"API Error:? No response from API"),
     _p("network", "codex", r"stream disconnected before completion|error sending request for url"),
     _p("network", "codex", r"connection failed:|error while reading the server response"),

@@ -108,7 +108,7 @@ SAMPLES: list[tuple[str, str, str | None]] = [
     ("Reconnecting... waiting for network", "network", "codex"),
     ("Total timeout exceeded before any response was received", "network", "gemini"),
     ("Connect Timeout Error", "network", None),
-    ("Request timed out", "network", "claude"),
+    ("Request timed out", "network", None),
     ("Request timed out after 60000ms", "network", None),
     ("Error: capacity temporarily unavailable, try again later", "overloaded", None),
     # ------------------------------------- harvested in 0.6.0 (tests/unit/vendor_strings)
