@@ -51,16 +51,22 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _tokens(usage: Mapping[str, Any], keys: tuple[str, ...]) -> int | None:
+    return next((usage[k] for k in keys if isinstance(usage.get(k), int)), None)
+
+
 def _usage_text(usage: Mapping[str, Any], cost: Any = None) -> str:
+    """Sloop's one convention (docs/agents.md "Tokens"): ``in`` counts every input token,
+    cached ones included, and ``(N cached)`` says how many of them the cache served,
+    exactly as ``usage.input_tokens`` and ``usage.cached_tokens`` count them."""
     parts = []
-    for label, keys in (
-        ("in", ("input_tokens", "prompt", "input")),
-        ("out", ("output_tokens", "candidates", "output")),
-        ("cached", ("cache_read_input_tokens", "cached_input_tokens", "cached")),
-    ):
-        value = next((usage[k] for k in keys if isinstance(usage.get(k), int)), None)
-        if value is not None:
-            parts.append(f"{value} {label}")
+    taken = _tokens(usage, ("input_tokens", "prompt", "input"))
+    cached = _tokens(usage, ("cache_read_input_tokens", "cached_input_tokens", "cached"))
+    if taken is not None:
+        parts.append(f"{taken} in ({cached} cached)" if cached else f"{taken} in")
+    given = _tokens(usage, ("output_tokens", "candidates", "output"))
+    if given is not None:
+        parts.append(f"{given} out")
     if isinstance(cost, int | float):
         parts.append(f"${cost:.4f}")
     return ", ".join(parts)
@@ -89,8 +95,19 @@ def _claude_content(event: dict[str, Any]) -> str | None:
     return "\n".join(shown) if shown else None
 
 
+def _claude_input(usage: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Claude's usage with ``input_tokens`` as Sloop counts it: its ``input_tokens`` is
+    only the uncached part, so cache writes and reads are added (sloopd.vendor.stream_claude)."""
+    parts = [usage.get(k) for k in ("input_tokens", "cache_creation_input_tokens")]
+    parts.append(usage.get("cache_read_input_tokens"))
+    counted = [p for p in parts if isinstance(p, int) and not isinstance(p, bool)]
+    if not counted:
+        return usage
+    return {**usage, "input_tokens": sum(counted)}
+
+
 def _claude_result(event: dict[str, Any]) -> str:
-    usage = _mapping(event.get("usage"))
+    usage = _claude_input(_mapping(event.get("usage")))
     denied = event.get("permission_denials") or []
     names = sorted({str(d.get("tool_name")) for d in denied if isinstance(d, dict)})
     head = "error" if event.get("is_error") else "done"
@@ -150,10 +167,20 @@ def _codex_turn_failed(event: dict[str, Any]) -> str:
 # --- Gemini CLI -------------------------------------------------------------------
 
 
+# How much of Gemini's echo of the prompt is shown: enough to recognise it.
+PROMPT_SHOWN_CHARS: Final = 80
+
+
 def _gemini_message(event: dict[str, Any]) -> str | None:
-    if event.get("role") == "user":
-        return None  # the prompt itself, already in the ticket
     content = event.get("content")
+    if event.get("role") == "user":
+        # Gemini echoes the whole prompt (the ticket, up to megabytes) as one event:
+        # one labelled line with its size, the prompt itself is in the ticket.
+        text = content if isinstance(content, str) else ""
+        head = " ".join(text[: PROMPT_SHOWN_CHARS * 4].split())  # never split megabytes
+        if len(head) > PROMPT_SHOWN_CHARS:
+            head = head[: PROMPT_SHOWN_CHARS - 1] + "…"
+        return f"prompt ({len(text)} chars): {head}"
     return str(content) if content else None
 
 

@@ -31,6 +31,7 @@ from sloopd.core.rows import Gate
 from sloopd.store import GateRow, RecentRunRow, RunRow, RunUsageRow, Store, TicketRow, TriggerRow
 from sloopd.store import changes as notes
 from sloopd.store.changes import Change
+from sloopd.vendor.usage import rounded_cost
 from sloopd.wire.api import ACTIVE_RUN_STATES, DEFAULT_RECENT_LIMIT, TERMINAL_TICKET_STATES
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ class UsageSum:
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cached_tokens": self.cached_tokens,
-            "cost_usd": float(self.cost) if self.costed > 0 else None,
+            "cost_usd": rounded_cost(float(self.cost)) if self.costed > 0 else None,
         }
 
 

@@ -12,13 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Final
 
 from sloopd.util import quoting
 
+UNCOMMITTED_CHANGES: Final = "uncommitted_changes"
+"""The classification of an agent stage that exited 0 leaving changes uncommitted
+(``commit = "manual"``): the daemon's own finding, no vendor's."""
+
 
 def daemon_diagnosis(classification: str, detail: str) -> dict[str, Any]:
-    """A diagnosis the daemon made itself (it stopped the child, or saw it silent).
+    """A diagnosis the daemon made itself (it stopped the child, saw it silent, or
+    found the cause in the checkout).
 
     The vendor's own (``vendor.classify``) has the first four keys; the daemon has
     no output line to show, so ``evidence`` is null and ``detail`` says why.  Key

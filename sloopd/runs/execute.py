@@ -15,7 +15,7 @@ from sloopd import vendor
 from sloopd.core.state import Daemon
 from sloopd.flows import walk
 from sloopd.flows.flow import Stage
-from sloopd.flows.results import StageResult, daemon_diagnosis
+from sloopd.flows.results import UNCOMMITTED_CHANGES, StageResult, daemon_diagnosis
 from sloopd.git import ops as gitops
 from sloopd.git.checkout import CheckoutError
 from sloopd.runs import cli_sight
@@ -195,11 +195,17 @@ class StageExecutor:
                 # The first few paths quoted, the rest counted: an agent chooses how many
                 # files it leaves and how long their names are, and every client reads
                 # this reason.
+                reason = (
+                    "the agent left uncommitted changes in: "
+                    + quoting.quote_names(dirty)
+                    + ' (commit them, or set commit = "auto" on the stage)'
+                )
+                # Sloop found the cause itself: the diagnosis says so, and the
+                # vendor classifier (which would answer "unknown") is not asked.
                 result = result.but(
                     passed=False,
-                    reason="the agent left uncommitted changes in: "
-                    + quoting.quote_names(dirty)
-                    + ' (commit them, or set commit = "auto" on the stage)',
+                    reason=reason,
+                    diagnosis=daemon_diagnosis(UNCOMMITTED_CHANGES, reason),
                 ).naming(dirty)
         commit = await self.branches.bring_back(facts, name)
         await self.branches.advance(facts, commit)

@@ -241,7 +241,7 @@ def _from_fields(statements: list[Statement], now_ms: int, tz: tzinfo | None) ->
     for statement in reversed(statements):
         if statement.classification is None:
             continue
-        evidence = statement.message[:EVIDENCE_MAX] or f"{statement.vendor} error event"
+        evidence = _window(statement.message, 0) or f"{statement.vendor} error event"
         reset = None
         classification = statement.classification
         if classification in LIMIT_CLASSES:
@@ -250,7 +250,7 @@ def _from_fields(statements: list[Statement], now_ms: int, tz: tzinfo | None) ->
         return Diagnosis(classification, evidence, statement.vendor, reset)
     said = next((s for s in reversed(statements) if s.message), None)
     if said is not None:
-        return Diagnosis("unknown", said.message[:EVIDENCE_MAX], said.vendor, None)
+        return Diagnosis("unknown", _window(said.message, 0), said.vendor, None)
     return UNKNOWN
 
 
@@ -309,11 +309,34 @@ def _evidence(line: str, match: re.Match[str]) -> str:
     """
     if len(line) <= EVIDENCE_MAX:
         return line
-    start = max(0, min(match.start() - 80, len(line) - EVIDENCE_MAX))
+    return _window(line, max(0, min(match.start() - 80, len(line) - EVIDENCE_MAX)))
+
+
+# How far a window's edge moves to fall between words, at most.
+WORD_SLACK: Final = 40
+
+
+def _window(text: str, start: int) -> str:
+    """At most EVIDENCE_MAX characters of ``text`` from about ``start``, cut between words.
+
+    A person reads the evidence in a stage's reason: ``…I Error: You exceeded`` reads
+    as a word that is not there.  Each cut edge moves to the nearest space within
+    WORD_SLACK characters inward (a line with no space there is cut where it is), and
+    is marked with an ellipsis.
+    """
+    if start == 0 and len(text) <= EVIDENCE_MAX:
+        return text
+    if start > 0 and not text[start - 1].isspace():
+        space = text.find(" ", start, start + WORD_SLACK)
+        if space != -1:
+            start = space + 1
     head = "\u2026" if start > 0 else ""
     end = start + EVIDENCE_MAX - len(head)
-    tail = ""
-    if end < len(line):
-        tail = "\u2026"
-        end -= 1
-    return head + line[start:end] + tail
+    if end >= len(text):
+        return head + text[start:]
+    end -= 1  # room for the tail's ellipsis
+    if not text[end].isspace():
+        space = text.rfind(" ", end - WORD_SLACK, end)
+        if space > start:
+            end = space
+    return head + text[start:end].rstrip() + "\u2026"

@@ -88,6 +88,9 @@ DEFAULT_PATTERNS: Final[tuple[Pattern, ...]] = (
     _p("context_length", None, r"exceed(?:s|ed)? (?:the )?(?:model'?s? |maximum )?context"),
     _p("context_length", None, r"maximum context length"),
     _p("context_length", None, r"context[ _-]?(?:length|window)[ _-]?exceed"),
+    # --- overloaded first where a capacity error arrives as RESOURCE_EXHAUSTED: the
+    # model's capacity is the vendor's, not the account's quota.
+    _p("overloaded", "gemini", r"model capacity exceeded|MODEL_CAPACITY_EXHAUSTED"),
     # --- rate_limited, first the quotas that are per minute: throttling, not a plan limit.
     _p("rate_limited", "gemini", r"RetryableQuotaError|PerMinute"),
     _p("rate_limited", "gemini", r"quota exceeded for (?:quota )?metric.{0,160}\bper[ _]?minute\b"),
@@ -104,7 +107,18 @@ DEFAULT_PATTERNS: Final[tuple[Pattern, ...]] = (
     _p("usage_limit", "claude", r"rate_limit_event.{0,200}\"status\"\s*:\s*\"rejected\""),
     _p("usage_limit", "claude", r"credit balance (?:is )?too low"),
     _p("usage_limit", "claude", rf"you{_APOS}?ve hit your org{_APOS}?s (?:\w+ )?usage limit"),
-    _p("usage_limit", "claude", rf"you{_APOS}?re out of (?:extra )?usage credits"),
+    _p("usage_limit", "claude", r"\bout of (?:extra )?usage credits\b|out of extra usage"),
+    # Monthly spend limits: the member's own, the organisation's, a channel's.
+    _p(
+        "usage_limit",
+        "claude",
+        rf"you{_APOS}?ve hit your (?:(?:org|organi[sz]ation|channel){_APOS}?s )?"
+        r"(?:monthly )?spend limit",
+    ),
+    _p("usage_limit", "claude", r"usage credit cap is reached|usage credits are capped"),
+    _p("usage_limit", "claude", r"usage credits (?:ran out|required for)"),
+    # The API's wording of a console spend limit (Claude Code's usage_cap_reached).
+    _p("usage_limit", "claude", r"reached your specified (?:[\w-]+ ){0,3}usage limits"),
     _p("usage_limit", "codex", rf"you{_APOS}?ve hit your usage limit|usage_limit_reached"),
     _p(
         "usage_limit",
@@ -113,10 +127,14 @@ DEFAULT_PATTERNS: Final[tuple[Pattern, ...]] = (
         r"(?:(?!(?:rate|usage|spend)\b)[\w-]+ )?limit",
     ),
     _p("usage_limit", "codex", r"quota exceeded\. check your plan"),
+    _p("usage_limit", "codex", r"you hit your spend cap|spend_control_reached"),
+    _p("usage_limit", "codex", rf"workspace is out of credits|you{_APOS}?re out of credits"),
+    _p("usage_limit", "codex", r"included usage is exhausted"),
     _p("usage_limit", "gemini", r"TerminalQuotaError|QUOTA_EXHAUSTED|INSUFFICIENT_G1_CREDITS"),
     _p("usage_limit", "gemini", r"exhausted your (?:daily |monthly )?(?:quota|capacity)"),
     _p("usage_limit", "gemini", r"reached your daily .{0,40}quota"),
     _p("usage_limit", "gemini", r"quota exceeded for (?:quota )?metric"),
+    _p("usage_limit", "gemini", r"purchase more AI Credits"),
     _p("usage_limit", None, r"insufficient_quota|exceeded your current quota"),
     _p("usage_limit", None, r"usage limit (?:reached|exceeded|hit)"),
     _p("usage_limit", None, r"(?:reached|hit|exceeded) (?:your |the )?(?:usage|spend) limit"),
@@ -141,8 +159,15 @@ DEFAULT_PATTERNS: Final[tuple[Pattern, ...]] = (
     _p("overloaded", "claude", r"overloaded_error|API Error:? \(?5\d\d\b"),
     _p("overloaded", "claude", r"repeated 529 overloaded errors"),
     _p("overloaded", "claude", r"\b(?:opus|sonnet|haiku|claude)\b.{0,20}experiencing high load"),
+    _p("overloaded", "claude", r"API Error:? The API is temporarily unavailable"),
     _p("overloaded", "codex", r"currently experiencing high demand|server_is_overloaded"),
     _p("overloaded", "codex", r"selected model is at capacity"),
+    _p(
+        "overloaded",
+        "codex",
+        r"codex is currently experiencing high load|^\W*server overloaded\W*$",
+    ),
+    _p("overloaded", "codex", r"(?:policy-restricted|flex) capacity (?:is )?unavailable"),
     _p("overloaded", "codex", r"(?:last|unexpected) status:? 5\d\d\b"),
     _p("overloaded", "gemini", r"model is overloaded|MODEL_CAPACITY_EXHAUSTED"),
     _p("overloaded", "gemini", r"no capacity available for model"),
@@ -157,6 +182,7 @@ DEFAULT_PATTERNS: Final[tuple[Pattern, ...]] = (
     _p("overloaded", None, r"message[\"']?\s*[:=]\s*[\"']overloaded[\"']"),
     _p("overloaded", None, r"^\W*overloaded\W*$"),
     _p("overloaded", None, r"\b503\b\W{0,3}service (?:temporarily )?unavailable"),
+    _p("overloaded", None, r"\bcapacity (?:is )?(?:currently |temporarily )?unavailable\b"),
     _p("overloaded", None, r"\b502\b\W{0,3}bad gateway|\b504\b\W{0,3}gateway time-?out"),
     # Codex's answer from a blocked region comes with a 403 but is no credential problem.
     _p("network", "codex", r"access blocked by cloudflare"),
@@ -188,16 +214,30 @@ DEFAULT_PATTERNS: Final[tuple[Pattern, ...]] = (
     # --- network: we never reached the vendor, or lost it half-way.
     _p("network", "aider", r"litellm\.(?:APIConnectionError|Timeout|APITimeoutError)"),
     _p("network", "aider", r"timed out without returning a response"),
-    _p("network", "claude", r"API Error:? \(?(?:Connection error|Request timed out)"),
+    _p(
+        "network",
+        "claude",
+        r"API Error:? \(?(?:Connection (?:error|lost|dropped|closed)|Request timed out)",
+    ),
+    _p("network", "claude", r"stream timed out because of no activity|a request to AWS timed out"),
+    _p("network", "claude", r"request socket timed out after"),
     _p("network", "claude", r"unable to connect to API"),
     _p("network", "claude", r"request timed out\. if the API is slow"),
+    # Claude Code's headless result event says only "Request timed out" (or the SDK's
+    # "…out."); so do other CLIs' fetch errors: no vendor is named by it.
+    _p("network", None, r"^\W*request timed out\.?\W*$"),
     _p("network", "claude", r"API Error:? No response from API"),
     _p("network", "codex", r"stream disconnected before completion|error sending request for url"),
     _p("network", "codex", r"connection failed:|error while reading the server response"),
+    # Not retry chatter: the words say the network is down (its reconnect loop).
+    _p("network", "codex", r"reconnecting\.{3} waiting for network"),
+    _p("network", "gemini", r"total timeout exceeded before any response"),
     _p("network", None, "|".join(rf"\b{code}\b" for code in _NODE_NET_CODES) + r"|\bUND_ERR_\w+"),
     _p("network", None, r"getaddrinfo|socket hang up|fetch failed"),
     _p("network", None, r"connection (?:refused|reset|timed out|aborted|closed|error)"),
-    _p("network", None, r"network (?:error|is unreachable)|could not resolve host"),
+    _p("network", None, r"network (?:error|is (?:unreachable|down))|could not resolve host"),
+    _p("network", None, r"\bNetworkError\b|\b(?:Connect|Headers|Body) Timeout Error\b"),
+    _p("network", None, r"\brequest timed out after \d"),
     _p("network", None, r"temporary failure in name resolution|name or service not known"),
     _p("network", None, r"APIConnectionError|APITimeoutError"),
     _p("network", None, r"\b(?:Connect|Read)Timeout(?:Error)?\b"),

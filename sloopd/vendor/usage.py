@@ -13,7 +13,16 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Final, cast
+
+COST_DECIMALS: Final = 6
+"""Dollars are kept to a millionth: the vendors price tokens no finer, and a sum of
+floats would otherwise show its binary rounding (``0.018480000000000003``)."""
+
+
+def rounded_cost(cost: float | None) -> float | None:
+    """``cost`` to ``COST_DECIMALS`` places, where a cost is produced or summed."""
+    return None if cost is None else round(cost, COST_DECIMALS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +62,7 @@ class Usage:
         self.output_tokens += other.output_tokens
         self.cached_tokens += other.cached_tokens
         if other.cost_usd is not None:
-            self.cost_usd = (self.cost_usd or 0.0) + other.cost_usd
+            self.cost_usd = rounded_cost((self.cost_usd or 0.0) + other.cost_usd)
         for model, tokens in other.models.items():
             self.models[model] = self.models.get(model, ModelTokens()).plus(tokens)
 
@@ -62,7 +71,7 @@ class Usage:
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cached_tokens": self.cached_tokens,
-            "cost_usd": self.cost_usd,
+            "cost_usd": rounded_cost(self.cost_usd),
         }
 
 
@@ -162,7 +171,7 @@ def from_row(row: Any) -> Usage | None:
             int(row.get("input_tokens") or 0),
             int(row.get("output_tokens") or 0),
             int(row.get("cached_tokens") or 0),
-            None if cost is None else float(cost),
+            rounded_cost(None if cost is None else float(cost)),
         )
     except (TypeError, ValueError):
         return None

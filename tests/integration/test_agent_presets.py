@@ -25,6 +25,7 @@ from sloopd.vendor import pricing
 from tests.support.agent_clis import PINNED, cache_dir, cli
 from tests.support.agents import BENCH_VAR, Bench, ticket_text, toml_value
 from tests.support.standins import anthropic, gemini, openai
+from tests.support.standins.openai_code_mode import declares_code_mode
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 
@@ -127,6 +128,39 @@ def test_the_codex_preset_merges_and_counts_tokens(
     assert usage["cost_usd"] is None, usage
 
 
+def test_the_codex_preset_with_the_clis_default_model_runs_its_shell_in_code_mode(
+    bench: Bench, codex_api: openai.OpenAIStandin
+) -> None:
+    """Issue 24 item 8: what a user gets with only the key and the base URL set.
+
+    Codex then picks its own default model, which offers the shell only through code
+    mode (a custom ``exec`` tool taking JavaScript that calls ``tools.exec_command``).
+    The preset must merge through that protocol: the shell's result must come back
+    as a ``custom_tool_call_output``, not the classic ``function_call_output``.
+    """
+    on_path(bench, ["codex"])
+    bench.env.pop("CODEX_MODEL", None)
+    bench.env.update(OPENAI_API_KEY="sk-standin-key", OPENAI_BASE_URL=codex_api.base_url)
+    bench.setup(preset_toml(bench, "codex", ["codex"]), {"hello": ticket_text("Add hello")})
+    bench.start()
+    run = merged_run(bench, "hello")
+    turns = codex_api.turns()
+    models = {t.body.get("model") for t in turns if isinstance(t.body, dict)}
+    assert len(models) == 1, models
+    assert None not in models, models
+    assert all(isinstance(t.body, dict) and declares_code_mode(t.body) for t in turns)
+    last = turns[-1].body
+    assert isinstance(last, dict)
+    kinds = [item.get("type") for item in last.get("input", []) if isinstance(item, dict)]
+    assert "custom_tool_call_output" in kinds, kinds
+    assert "function_call_output" not in kinds, kinds
+    assert codex_api.code_mode_turns >= 1
+    assert any("add hello" in output for output in codex_api.tool_outputs()), (
+        codex_api.tool_outputs()
+    )
+    assert run["usage"]["input_tokens"] == len(turns) * openai.USAGE["input_tokens"], run
+
+
 def test_the_codex_preset_does_not_sleep_out_a_long_retry_after(bench: Bench) -> None:
     """Issue 24 item 3: a 429 saying ``retry-after: 300`` fails the stage at once.
 
@@ -208,7 +242,12 @@ action = "ff_only"
 """
 
 
-def test_a_panel_of_two_different_clis_each_casting_its_verdict(bench: Bench) -> None:
+@pytest.mark.parametrize("codex_model", ["gpt-5.5", None], ids=["classic-tools", "default-model"])
+def test_a_panel_of_two_different_clis_each_casting_its_verdict(
+    bench: Bench, codex_model: str | None
+) -> None:
+    """Each seat casts its verdict through its CLI's own shell; Codex's default model
+    (no ``CODEX_MODEL``) runs ``sloopctl verdict`` from code mode's JavaScript."""
     claude_api = anthropic.AnthropicStandIn(scripts=[anthropic.verdict_script("pass", "fine")])
     verdict = "sloopctl verdict pass --reason 'codex agrees' --confidence high"
     codex_api = openai.OpenAIStandin(script=[openai.Shell(verdict), openai.Say("Reported.")])
@@ -219,8 +258,9 @@ def test_a_panel_of_two_different_clis_each_casting_its_verdict(bench: Bench) ->
             ANTHROPIC_BASE_URL=claude_api.url,
             OPENAI_API_KEY="sk-standin-key",
             OPENAI_BASE_URL=codex_api.base_url,
-            CODEX_MODEL="gpt-5.5",
         )
+        if codex_model is not None:
+            bench.env["CODEX_MODEL"] = codex_model
         config = preset_toml(bench, "example", ["claude", "codex"], PANEL)
         bench.setup(config, {"panel": ticket_text("Reviewed by two CLIs")})
         bench.start()
@@ -233,6 +273,7 @@ def test_a_panel_of_two_different_clis_each_casting_its_verdict(bench: Bench) ->
     assert seats["claude"]["reason"] == "fine"
     assert seats["codex"]["verdict"] == "pass"
     assert seats["codex"]["reason"] == "codex agrees"
+    assert (codex_api.code_mode_turns > 0) == (codex_model is None), codex_api.code_mode_turns
     assert seats["claude"]["usage"]["cost_usd"] > 0, seats["claude"]
     assert seats["codex"]["usage"]["output_tokens"] > 0, seats["codex"]
     assert run["usage"]["output_tokens"] >= (

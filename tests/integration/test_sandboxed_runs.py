@@ -52,6 +52,9 @@ def test_uncommitted_changes_fail_the_stage_naming_the_paths(bench: Bench) -> No
     assert "forgotten.txt" in implement["reason"]
     assert "README.md" in implement["reason"]
     assert bench.rev("main") == before
+    # Sloop found the cause itself: a class of its own, not the vendor's "unknown".
+    assert run["classification"] == "uncommitted_changes", run
+    assert run["diagnosis"]["detail"] == implement["reason"], run["diagnosis"]
 
 
 def test_commit_auto_commits_what_the_agent_left(bench: Bench) -> None:

@@ -9,6 +9,8 @@ import orjson
 from sloopctl.feeds_cli import record_line
 from sloopctl.layout import painter
 from sloopctl.streams import SHOWN_CHARS, readable
+from sloopd.vendor.stream_claude import parse
+from sloopd.vendor.usage import Usage
 
 
 def line(event: Mapping[str, object]) -> str:
@@ -42,7 +44,7 @@ def test_claude_turns_tools_and_result() -> None:
         }
     )
     assert readable(done) == (
-        "done (success): 1200 in, 300 out, 100 cached, $0.0123; refused tools: Edit, Write"
+        "done (success): 1300 in (100 cached), 300 out, $0.0123; refused tools: Edit, Write"
     )
 
 
@@ -55,21 +57,22 @@ def test_codex_items_and_turns() -> None:
     assert readable(said) == "Done."
     usage = {"input_tokens": 1500, "cached_input_tokens": 200, "output_tokens": 250}
     assert readable(line({"type": "turn.completed", "usage": usage})) == (
-        "turn done: 1500 in, 250 out, 200 cached"
+        "turn done: 1500 in (200 cached), 250 out"
     )
     failed = line({"type": "turn.failed", "error": {"message": "stream disconnected"}})
     assert readable(failed) == "turn failed: stream disconnected"
 
 
 def test_gemini_messages_tools_and_stats() -> None:
-    assert readable(line({"type": "message", "role": "user", "content": "the prompt"})) is None
+    echo = readable(line({"type": "message", "role": "user", "content": "the\nprompt"}))
+    assert echo == "prompt (10 chars): the prompt"
     assert readable(line({"type": "message", "role": "assistant", "content": "Hi"})) == "Hi"
     use = {"type": "tool_use", "tool_name": "run_shell_command", "parameters": {"command": "ls"}}
     assert readable(line(use)) == '→ run_shell_command: {"command":"ls"}'
     assert readable(line({"type": "tool_result", "status": "error", "error": "x"})) == "✗ x"
     stats = {"input_tokens": 1800, "output_tokens": 220, "cached": 300}
     assert readable(line({"type": "result", "status": "success", "stats": stats})) == (
-        "success: 1800 in, 220 out, 300 cached"
+        "success: 1800 in (300 cached), 220 out"
     )
 
 
@@ -96,3 +99,31 @@ def test_logs_render_events_unless_raw() -> None:
     assert record_line(record, paint, events=False) == f"[implement#1 stdout] {said}"
     # stderr and system lines are never reinterpreted.
     assert record_line({**record, "stream": "stderr"}, paint).endswith(said)
+
+
+def test_claude_tokens_are_shown_as_sloop_counts_them() -> None:
+    """``logs`` and ``show`` agree: ``in`` is the uncached input plus cache writes and
+    reads (Claude's own ``input_tokens`` is only the first), ``cached`` the reads."""
+    usage = {
+        "input_tokens": 3600,
+        "cache_creation_input_tokens": 300,
+        "cache_read_input_tokens": 900,
+        "output_tokens": 700,
+    }
+    event = line({"type": "result", "subtype": "success", "usage": usage})
+    stored = Usage()
+    assert parse(event, stored)
+    assert readable(event) == (
+        f"done (success): {stored.input_tokens} in ({stored.cached_tokens} cached), 700 out"
+    )
+    assert stored.input_tokens == 4800
+
+
+def test_gemini_prompt_echo_is_one_short_labelled_line() -> None:
+    """Gemini echoes a 200 KB ticket as one event; ``logs`` shows its size and its start."""
+    prompt = "Implement the ticket.\n\n" + "word " * 40_000
+    shown = readable(line({"type": "message", "role": "user", "content": prompt}))
+    assert shown is not None
+    assert shown.startswith(f"prompt ({len(prompt)} chars): Implement the ticket. word")
+    assert len(shown) < 200
+    assert "\n" not in shown

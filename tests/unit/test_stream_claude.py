@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from sloopd.core.model import UsageSum
 from sloopd.vendor import stream_claude
-from sloopd.vendor.usage import Usage
+from sloopd.vendor.usage import Usage, from_row, total
 
 STREAMS = Path(__file__).parent / "streams"
 FAILED = [
@@ -126,3 +127,22 @@ def test_it_is_a_stream_parser() -> None:
 
     parser: StreamParser = stream_claude.parse
     assert parser(lines("claude-success.jsonl")[-1], Usage())
+
+
+def test_cost_is_kept_to_a_millionth_where_it_is_summed() -> None:
+    """``show`` printed ``usage.cost_usd 0.018480000000000003``: two stages' costs summed
+    as floats.  Every sum (a run's stages, the dashboard's settled runs) is rounded."""
+    stages = [Usage(10, 1, 0, 0.00013), Usage(10, 1, 0, 0.01835)]
+    assert 0.00013 + 0.01835 != 0.01848  # the float sum shows its binary rounding
+    summed = total(stages)
+    assert summed is not None
+    assert summed.row()["cost_usd"] == 0.01848
+    assert UsageSum.of(u.row() for u in stages).row() == {
+        "input_tokens": 20,
+        "output_tokens": 2,
+        "cached_tokens": 0,
+        "cost_usd": 0.01848,
+    }
+    stored = from_row({**summed.row(), "cost_usd": 0.018480000000000003})
+    assert stored is not None
+    assert stored.row()["cost_usd"] == 0.01848

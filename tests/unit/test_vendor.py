@@ -62,6 +62,55 @@ def at(hour: int, minute: int = 0, *, day: int = 15, month: int = 1, zone: tzinf
 
 # (line, classification, vendor): one or more per row of DEFAULT_PATTERNS.
 SAMPLES: list[tuple[str, str, str | None]] = [
+    # ------------------- harvested in 0.8.0 from the pinned CLIs' bundles (vendor_strings)
+    (
+        "[API Error: Model capacity exceeded for gemini-2.5-pro. (Status: RESOURCE_EXHAUSTED)]",
+        "overloaded",
+        "gemini",
+    ),
+    (
+        "You've hit your org's monthly spend limit · visit https://claude.ai/settings/usage",
+        "usage_limit",
+        "claude",
+    ),
+    (
+        "Your organization's usage credit cap is reached for this period. Contact your admin.",
+        "usage_limit",
+        "claude",
+    ),
+    ("API Error: Usage credits ran out before the response was finished.", "usage_limit", "claude"),
+    (
+        "You have reached your specified API usage limits. You will regain access on 2027-01-01.",
+        "usage_limit",
+        "claude",
+    ),
+    (
+        "You hit your spend cap set in your workspace. Increase your spend cap to continue.",
+        "usage_limit",
+        "codex",
+    ),
+    ("Your workspace is out of credits. Add credits to continue.", "usage_limit", "codex"),
+    (
+        "Your included usage is exhausted. Choose an option below to continue.",
+        "usage_limit",
+        "codex",
+    ),
+    ("To continue using this model now, purchase more AI Credits.", "usage_limit", "gemini"),
+    ("API Error: The API is temporarily unavailable", "overloaded", "claude"),
+    ("server overloaded", "overloaded", "codex"),
+    ("Policy-restricted capacity is unavailable. Please try again later.", "overloaded", "codex"),
+    ("Stream timed out because of no activity for 300000 ms", "network", "claude"),
+    (
+        "@smithy/node-http-handler - the request socket timed out after 600000 ms of inactivity",
+        "network",
+        "claude",
+    ),
+    ("Reconnecting... waiting for network", "network", "codex"),
+    ("Total timeout exceeded before any response was received", "network", "gemini"),
+    ("Connect Timeout Error", "network", None),
+    ("Request timed out", "network", None),
+    ("Request timed out after 60000ms", "network", None),
+    ("Error: capacity temporarily unavailable, try again later", "overloaded", None),
     # ------------------------------------- harvested in 0.6.0 (tests/unit/vendor_strings)
     ("You've hit your org's monthly usage limit · resets Jan 1", "usage_limit", "claude"),
     ("You're out of usage credits", "usage_limit", "claude"),
@@ -607,6 +656,30 @@ def test_evidence_is_the_matched_line_trimmed_around_the_match() -> None:
     assert evidence.endswith("…")
     head = "Error: read ECONNRESET " + "z" * 2000
     assert classify([head], NOW_MS).evidence == head[: EVIDENCE_MAX - 1] + "…"
+
+
+@pytest.mark.parametrize("pad", range(0, 12))
+def test_evidence_is_cut_between_words(pad: int) -> None:
+    """``rate_limited (…I Error: You exceeded …)`` read as a word that is not there:
+    a window's edges fall between words, wherever the match sits in the line."""
+    words = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod "
+    line = (
+        "x" * pad
+        + words * 8
+        + "API Error: You exceeded your current quota, please check your plan."
+        + " and more"
+        + words * 8
+    )
+    evidence = classify([line], NOW_MS).evidence
+    assert evidence is not None
+    assert len(evidence) <= EVIDENCE_MAX
+    assert "exceeded your current quota" in evidence
+    inner = evidence.removeprefix("\u2026").removesuffix("\u2026")
+    at = line.index(inner)
+    assert evidence.startswith("\u2026") == (at > 0)
+    assert at == 0 or line[at - 1] == " ", evidence
+    after = at + len(inner)
+    assert after == len(line) or line[after] == " ", evidence
 
 
 def test_a_limit_carries_its_reset_time() -> None:

@@ -244,7 +244,9 @@ def test_a_ticket_cannot_name_a_notify_target() -> None:
 
 
 def test_the_init_templates_commented_table_loads_when_switched_on() -> None:
-    parsed = config.parse(tomllib.loads(uncommented(init_template.SLOOP_TOML)))
+    # The template's commented budget needs the Codex preset's model to be priced.
+    environ = {"CODEX_MODEL": "gpt-5.5"}
+    parsed = config.parse(tomllib.loads(uncommented(init_template.SLOOP_TOML)), environ=environ)
     (table,) = parsed.notify
     assert table.format == "slack"
     assert table.on == {"merged", "failed", "needs_review"}

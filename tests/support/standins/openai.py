@@ -7,6 +7,21 @@ and ``response.completed`` carrying the usage.  Its shell tool is ``exec_command
 (arguments ``{"cmd": "<shell command>"}``); the command's result comes back on the
 next request as a ``function_call_output`` input item.
 
+**Code mode.**  With no model named, Codex 0.171.0 picks its default (``gpt-6.2-sol``),
+whose tools are declared as an ``additional_tools`` input item (role ``developer``), not
+in the body's ``tools``: a ``functions`` namespace holding one *custom* tool ``exec``
+(free-form input, a Lark grammar: JavaScript source, optionally led by a
+``// @exec: {…}`` pragma line) that runs in Codex's V8 host, where the shell is
+``await tools.exec_command({cmd})`` (resolving to ``{output, exit_code, …}``); ``wait``
+resumes a yielded cell.  The model calls it with a ``custom_tool_call`` output item
+(``name: "exec"``, ``input``: the source; streamed as ``response.custom_tool_call_input``
+deltas), and Codex sends the result back as a ``custom_tool_call_output`` input item.
+When a request declares ``exec`` so, a ``Shell`` step answers in that protocol
+(``code_mode_turns`` counts them; see ``tests.support.standins.openai_code_mode``);
+otherwise with the classic ``exec_command`` function call.  Codex also accepts that
+from its default model, so only answering in code mode makes a test run what a user's
+default runs.
+
 ``OpenAIStandin`` is a ``ThreadingHTTPServer`` on 127.0.0.1 (port 0) in a thread.
 Its ``script`` says what each turn answers: a ``Shell`` step makes the model call
 ``exec_command``; a ``Say`` step is the final assistant message (``busy_script`` is a
@@ -27,6 +42,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.support.standins.openai_code_mode import code_mode_call, declares_code_mode
 
 # Fixed usage of every completed response: what the tests expect Codex to report.
 USAGE = {"input_tokens": 1500, "output_tokens": 250, "cached_tokens": 200}
@@ -78,6 +95,9 @@ class Say:
 Step = Shell | Say
 HELLO_SCRIPT: tuple[Step, ...] = (Shell(HELLO_COMMAND), Say(HELLO_DONE))
 
+# The input items that carry a tool's result back, classic and code mode.
+OUTPUT_ITEMS = ("function_call_output", "custom_tool_call_output")
+
 
 def busy_script(turns: int) -> tuple[Step, ...]:
     """``turns`` harmless shell calls, one model request each, then a final message."""
@@ -103,6 +123,7 @@ class OpenAIStandin:
     # What every completed response reports having used.
     usage: dict[str, int] = field(default_factory=lambda: dict(USAGE))
     requests: list[Request] = field(default_factory=list)
+    code_mode_turns: int = 0  # Shell steps answered with a custom ``exec`` call
     _server: ThreadingHTTPServer | None = None
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -167,7 +188,7 @@ class OpenAIStandin:
         if not turns or not isinstance(turns[-1].body, dict):
             return []
         items = turns[-1].body.get("input", [])
-        return [str(i.get("output")) for i in items if i.get("type") == "function_call_output"]
+        return [_output_text(i.get("output")) for i in items if i.get("type") in OUTPUT_ITEMS]
 
     # -- answering ------------------------------------------------------------------
 
@@ -211,16 +232,18 @@ class OpenAIStandin:
             self.send_json(h, status, value, headers)
             return
         items = body.get("input", [])
-        done = sum(
-            1 for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"
-        )
+        done = sum(1 for i in items if isinstance(i, dict) and i.get("type") in OUTPUT_ITEMS)
         step = self.script[min(done, len(self.script) - 1)]
+        code_mode = isinstance(step, Shell) and declares_code_mode(body)
+        if code_mode:
+            with self._lock:
+                self.code_mode_turns += 1
         h.send_response(200)
         h.send_header("content-type", "text/event-stream")
         h.send_header("cache-control", "no-cache")
         h.send_header("connection", "close")
         h.end_headers()
-        events = self.events(step, done + 1)
+        events = self.events(step, done + 1, code_mode)
         if self.mode is Mode.DISCONNECT:
             events = events[:1]
         for event in events:
@@ -270,12 +293,16 @@ class OpenAIStandin:
             return 400, value, {}
         return None
 
-    def events(self, step: Step, turn: int) -> list[dict[str, Any]]:
+    def events(self, step: Step, turn: int, code_mode: bool = False) -> list[dict[str, Any]]:
         rid = f"resp_standin_{turn}"
         created = {"id": rid, "object": "response", "status": "in_progress", "output": []}
-        if isinstance(step, Shell):
+        item: dict[str, Any]
+        middle: list[dict[str, Any]]
+        if isinstance(step, Shell) and code_mode:
+            item, middle = code_mode_call(turn, step.command)
+        elif isinstance(step, Shell):
             arguments = json.dumps({"cmd": step.command})
-            item: dict[str, Any] = {
+            item = {
                 "type": "function_call",
                 "id": f"fc_{turn}",
                 "call_id": f"call_standin_{turn}",
@@ -283,7 +310,7 @@ class OpenAIStandin:
                 "arguments": arguments,
                 "status": "completed",
             }
-            middle: list[dict[str, Any]] = [
+            middle = [
                 {
                     "type": "response.output_item.added",
                     "output_index": 0,
@@ -342,6 +369,13 @@ class OpenAIStandin:
             *middle,
             {"type": "response.completed", "response": completed},
         ]
+
+
+def _output_text(output: Any) -> str:
+    """A tool result as text: a string, or code mode's list of ``{type, text}`` items."""
+    if isinstance(output, list):
+        return "\n".join(str(part.get("text", "")) for part in output if isinstance(part, dict))
+    return str(output)
 
 
 def refused_url() -> str:
