@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,14 @@ import pytest
 
 from tests.support.agents import Bench, kill_leftovers
 from tests.support.daemon import DaemonProcess, make_repo, new_daemon, short_tmpdir
+
+# pytest-xdist's workers run with COLUMNS=80 and LINES=24 in their environment, which
+# every CLI a test starts inherits and obeys before its terminal's real size (as
+# shutil.get_terminal_size does): a live view on a 40-column pty drew 80-column
+# lines.  A test sees the terminal it made, as a user's shell (which does not export
+# them) does.
+for _size in ("COLUMNS", "LINES"):
+    os.environ.pop(_size, None)
 
 
 @pytest.fixture
