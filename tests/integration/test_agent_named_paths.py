@@ -64,7 +64,10 @@ def test_thousands_of_long_paths_left_behind_stay_out_of_every_reply(bench: Benc
     assert len(reason) < 1000, len(reason)
     assert f"… and {FILES - quoting.QUOTED_NAMES:,} more" in reason
     assert "zzz-00000, " in reason  # a cut path keeps its file name's end
-    assert run["reason"].startswith("stage 'implement' failed on execution 1: the agent left")
+    # The run's reason names the stage and the classification, then the stage's reason.
+    assert run["reason"].startswith(
+        "stage 'implement' failed on execution 1: uncommitted_changes (the agent left"
+    )
     assert len(run["reason"]) <= quoting.REASON_CHARS, len(run["reason"])
 
     # The discarded entry lists a bounded number of whole paths and counts the rest.
