@@ -460,6 +460,50 @@ def test_sync_conflict_fails_the_run(bench: Bench) -> None:
     assert git(worktree, "status", "--porcelain", "--untracked-files=no") == ""
 
 
+def test_sync_in_rebase_mode_replays_the_work_on_main_or_names_the_conflict(
+    bench: Bench,
+) -> None:
+    """``mode = "rebase"`` (the one sync still made in a fresh checkout): work beside a
+    main that moved merges as a line of commits on main, with no merge commit; work
+    that clashes with main fails the stage naming the path, main untouched."""
+    rebase = {"name": "sync", "action": "sync", "mode": "rebase"}
+    flows = {
+        "default": [
+            agent_stage(bench, "--wait-for", bench.flag("go"), "--write", "beside.txt=work"),
+            rebase,
+            MERGE,
+        ],
+        "clash": [
+            agent_stage(
+                bench, "--wait-for", bench.flag("go"), "--write", "README.md=the agent's line"
+            ),
+            rebase,
+            MERGE,
+        ],
+    }
+    tickets = {"beside": ticket_text("Beside"), "clash": ticket_text("Clash", flow="clash")}
+    bench.setup(sloop_toml(bench.argv(), flows=flows, parallel=2), tickets)
+    bench.start()
+    bench.post("beside")
+    bench.post("clash")
+    bench.wait_stage_running("beside#1", "implement")
+    bench.wait_stage_running("clash#1", "implement")
+    moved = bench.commit_on_main({"README.md": "main's line\n"})
+    bench.release("go")
+    beside, clash = bench.wait_run("beside#1"), bench.wait_run("clash#1")
+
+    assert beside["state"] == "merged", beside
+    tip = bench.rev("main")
+    assert git(bench.repo, "rev-list", "--parents", "-n", "1", tip).split()[1:] == [moved]
+    assert git(bench.repo, "show", f"{tip}:beside.txt") == "work"
+
+    assert clash["state"] == "failed", clash
+    sync = row(clash, "sync", 1)
+    assert "rebasing the branch onto main conflicts in: README.md" in sync["reason"], sync
+    assert bench.rev("main") == tip  # only the clean run moved it
+    assert git(bench.repo, "show", f"{tip}:README.md") == "main's line"
+
+
 def test_main_moved_between_sync_and_merge(bench: Bench) -> None:
     flows = {
         "default": [
