@@ -40,6 +40,8 @@ SCRUBBED_ENV: Final = (
     "GIT_INDEX_FILE",
 )
 
+RAY_ADDRESS: Final = os.environ.get("RAY_ADDRESS", "")
+
 TICKETS: Final = {
     "greeting.md": """\
 # Add a greeting
@@ -144,7 +146,11 @@ returns = 3
 def start_daemon(demo: Path, state: Path, sockets: Path, log: Path) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "sloopd", "serve", "--repo", str(demo)]
     argv += ["--state-dir", str(state), "--socket-dir", str(sockets)]
-    print(f"$ sloopd serve --repo {demo} --state-dir {state} --socket-dir {sockets}")
+    # make demo RAY_ADDRESS=HOST:PORT: every stage on that Ray cluster's nodes
+    # (docs/scale-out.md); RAY_AUTH_TOKEN or the token file must be set for it.
+    on_ray = ["--executor", "ray", "--ray-address", RAY_ADDRESS] if RAY_ADDRESS else []
+    argv += on_ray
+    print(f"$ sloopd serve --repo {demo} --state-dir {state} --socket-dir {sockets}", *on_ray)
     print(f"  (its log: {log})", flush=True)
     with log.open("ab") as sink:
         return subprocess.Popen(

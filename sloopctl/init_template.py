@@ -177,6 +177,12 @@ token_env = true
 #                   them, with a message naming the ticket and the stage).
 #   allow_empty   ff_only only: false (default: a branch with nothing beyond
 #                   main fails, "nothing to merge") | true (that passes).
+#   backend       agent and command stages (and a panel's reviewers): local
+#                   (this host) | ray (a node of the [executor] Ray cluster);
+#                   default: [executor] backend.
+#   resources     with backend ray: cpus, memory ("2GiB") and custom (Ray's
+#                   custom resources by name), over [executor] resources key
+#                   by key.
 #
 # A flow that ends without an ff_only stage leaves the branch for a person: the
 # run settles needs_review.
@@ -190,6 +196,8 @@ result_check = "exit_code"
 # command = ["my-agent", "--prompt-file", "{prompt_file}"]
 # network = true
 # commit = "manual"
+# backend = "local"
+# resources = { cpus = 2, memory = "4GiB" }
 
 # A test stage that sends failures back to the agent, twice at most:
 # [[flows.default.stages]]
@@ -269,6 +277,19 @@ returns = 3
 # input = 1.25
 # output = 10.0
 # cached = 0.125
+
+# --- executor ----------------------------------------------------------------
+#
+# Where stages run (docs/scale-out.md).  local (default): this host.  ray: the
+# same sandbox on the nodes of a Ray cluster (pip install 'sloop[ray]'; the
+# cluster's token in RAY_AUTH_TOKEN).  A stage's or reviewer's own backend and
+# resources win.  sloopd serve --executor / --ray-address override these.
+#
+# [executor]
+# backend = "ray"
+# address = "10.0.0.5:6379"        # or "auto"
+# namespace = "sloop"
+# resources = { cpus = 1, memory = "2GiB", custom = { agents = 1 } }
 
 # --- notifications -----------------------------------------------------------
 #

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import click
 
-from sloopd.core import paths
+from sloopd.core import config, paths
 from sloopd.store import LockHeld, StoreLock, StoreTooNew, db, migrations
 from sloopd.wire import api
 
@@ -39,8 +40,23 @@ def main() -> None:
     "$XDG_RUNTIME_DIR/sloop/<repo-id>, else /tmp/sloop-<uid>/<repo-id>).",
 )
 @click.option("--metrics", metavar="HOST:PORT", help="Serve Prometheus metrics here.")
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    help="Where stages run, over [executor] backend in sloop.toml (ray: pip install 'sloop[ray]').",
+)
+@click.option(
+    "--ray-address",
+    metavar="ADDR",
+    help="The Ray cluster (HOST:PORT, or auto), over [executor] address in sloop.toml.",
+)
 def serve(
-    repo: Path | None, state_dir: Path | None, socket_dir: Path | None, metrics: str | None
+    repo: Path | None,
+    state_dir: Path | None,
+    socket_dir: Path | None,
+    metrics: str | None,
+    executor: str | None,
+    ray_address: str | None,
 ) -> None:
     """Run the daemon in the foreground.
 
@@ -52,6 +68,11 @@ def serve(
     from sloopd.server import ServeOptions, Server
 
     configure_logging()
+    # Every load of sloop.toml (start-up and each SIGHUP) applies these over the file.
+    if executor is not None:
+        os.environ[config.EXECUTOR_OVERRIDE] = executor
+    if ray_address is not None:
+        os.environ[config.RAY_ADDRESS_OVERRIDE] = ray_address
     try:
         server = Server(ServeOptions(repo, state_dir, socket_dir, metrics))
     except paths.RepoError as exc:

@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import logging
 import resource
+import socket
 from collections.abc import Mapping
 
+from sloopd.core import executor_config
 from sloopd.core.logsink import LogSink
 from sloopd.core.paths import Layout
 from sloopd.core.state import Daemon
 from sloopd.proc.children import Child, ProcessGroups
 from sloopd.proc.stage_io import Launcher
+from sloopd.remote.cluster_gate import ClusterGate
+from sloopd.remote.launcher import RayExecutor, RayLauncher
 from sloopd.runs.branch import RunBranches
 from sloopd.runs.execute import StageExecutor
 from sloopd.runs.launch import HostLauncher, SandboxLauncher, protected_paths
@@ -66,6 +70,27 @@ def local_launchers(layout: Layout, groups: ProcessGroups) -> dict[str, Launcher
         "bwrap": SandboxLauncher[Child](layout, groups),
         "none": HostLauncher[Child](groups),
     }
+
+
+def ray_executor(daemon: Daemon) -> RayExecutor | None:
+    """The Ray driver process and its gate, when the configuration places any child on
+    Ray (``[executor]`` or a stage's own ``backend``); None otherwise."""
+    settings = daemon.config
+    if not executor_config.uses_ray(settings.executor, settings.flows.values()):
+        return None
+    address = settings.executor.address
+    return RayExecutor(
+        address,
+        settings.executor.namespace,
+        daemon.layout.state_dir,
+        on_reachable=ClusterGate(daemon, address),
+    )
+
+
+def ray_launcher(daemon: Daemon, executor: RayExecutor) -> RayLauncher:
+    # The node's cache key: this daemon's repository on this host, never another's.
+    repository = f"{socket.gethostname()}:{daemon.layout.repo}"
+    return RayLauncher(executor, daemon.layout.repo, repository)
 
 
 class _Dispatchers:

@@ -29,6 +29,7 @@ from sloopd.proc.children import ProcessGroups
 from sloopd.proc.sandbox import probe as sandbox_probe
 from sloopd.queue import gate
 from sloopd.queue.scheduler import Scheduler
+from sloopd.remote.launcher import RayExecutor
 from sloopd.runs import cli_sight, leftovers
 from sloopd.runs.runner import RunManager
 from sloopd.runs.runstate import ActiveRun
@@ -79,6 +80,7 @@ class Server:
         self.metrics = Metrics()
         self._metrics_server: asyncio.AbstractServer | None = None
         self.notices: Notices | None = None
+        self._ray: RayExecutor | None = None
 
     def run(self) -> int:
         import uvloop
@@ -227,11 +229,16 @@ class Server:
         room = DiskRoom(self.layout.state_dir, lambda: daemon.config.repo.disk_reserve)
         store = daemon.require_store()
         self._sink = LogSink(store, self.metrics.log_records.inc, daemon.feed_notices, room)
+        launchers = compose.local_launchers(self.layout, self._groups)
+        self._ray = compose.ray_executor(self.daemon)
+        if self._ray is not None:
+            launchers["ray"] = compose.ray_launcher(self.daemon, self._ray)
+            await self._ray.ensure()  # connecting takes a second: begin before any claim
         self.runs = compose.run_manager(
             self.daemon,
             self._sink,
             self._active,
-            compose.local_launchers(self.layout, self._groups),
+            launchers,
             worker_connections=compose.worker_connection_budget(),
         )
         self.runs.worker_sockets.clear_stale()
@@ -399,6 +406,8 @@ class Server:
             await self.runs.stop_all(STOPPED_REASON)
         if self._groups is not None:
             await self._groups.stop_all()
+        if self._ray is not None:
+            await self._ray.close()  # the driver exits; Ray kills every actor it owned
         if self._sink is not None:
             self._sink.close()
         if self.notices is not None:  # reads the stop's own settles; then a short grace

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sloopd.core import cost_budgets
+from sloopd.core import cost_budgets, executor_config
+from sloopd.core.executor_config import ExecutorConfig, ExecutorConfigError
+from sloopd.flows import placement
 from sloopd.flows.flow import AgentSettings, Flow, FlowError, default_flow
 from sloopd.flows.flow import parse as parse_flows
 from sloopd.flows.prompts import check_policy as check_prompt_in_argv
@@ -69,10 +71,12 @@ class Config:
     # [pricing]: dollars per million tokens per model, over the built-in table
     # (sloopd.vendor.pricing): how the cost of a vendor that reports none is known.
     pricing: PriceTable = field(default_factory=PriceTable)
+    # [executor]: where children run (sloopd.core.executor_config).
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
 
 
 SANDBOX_MODES = ("bwrap", "none")
-_TOP_LEVEL = {"repo", "agent", "flows", "vendor", "sandbox", "notify", "pricing"}
+_TOP_LEVEL = {"repo", "agent", "flows", "vendor", "sandbox", "notify", "pricing", "executor"}
 
 
 def load(repo: Path, environ: Mapping[str, str] | None = None) -> Config:
@@ -133,7 +137,14 @@ def parse(
         notify = parse_targets(document.get("notify", []), environment)
     except NotifyConfigError as exc:
         raise ConfigError(f"{where}{exc}") from exc
+    try:
+        executor = executor_config.parse(document.get("executor", {}))
+        executor = executor_config.with_overrides(executor, *_serve_overrides(environment))
+        executor_config.check(executor, parsed.flows.values(), sandbox)
+    except (ExecutorConfigError, placement.PlacementError) as exc:
+        raise ConfigError(f"{where}{exc}") from exc
     return Config(
+        executor=executor,
         repo=repo,
         agent=parsed.agent,
         flows=parsed.flows,
@@ -143,6 +154,16 @@ def parse(
         notify=notify,
         pricing=pricing,
     )
+
+
+# sloopd serve --executor/--ray-address: set in the daemon's own environment by the
+# command line, so every load (start-up and each reload) applies them over the file.
+EXECUTOR_OVERRIDE = "SLOOPD_EXECUTOR"
+RAY_ADDRESS_OVERRIDE = "SLOOPD_RAY_ADDRESS"
+
+
+def _serve_overrides(environ: Mapping[str, str]) -> tuple[str | None, str | None]:
+    return environ.get(EXECUTOR_OVERRIDE) or None, environ.get(RAY_ADDRESS_OVERRIDE) or None
 
 
 def _check_streams(agent: AgentSettings, flows: dict[str, Flow], where: str) -> None:

@@ -7,9 +7,10 @@ changes a run in flight.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from sloopd.flows import placement
 from sloopd.flows.agent_settings import (
     DEFAULT_AGENT_COMMAND,
     AgentSettings,
@@ -22,6 +23,7 @@ from sloopd.flows.agent_settings import (
     preset_named,
     stream,
 )
+from sloopd.flows.placement import Placement
 from sloopd.util.names import NAME_RULE, name_problem
 
 __all__ = [
@@ -62,6 +64,8 @@ _STAGE_KEYS = {
     "timeout",
     "stream",
     "agent",
+    "backend",
+    "resources",
 }
 COMMIT_MODES = ("manual", "auto")
 
@@ -75,6 +79,8 @@ class Reviewer:
     env: tuple[str, ...] = ()
     # The seat's preset's login files (``~/...``), read-only in its HOME when present.
     logins: tuple[str, ...] = ()
+    # Its own backend and resources (sloopd.flows.placement); None: the stage's.
+    placement: Placement | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +111,8 @@ class Stage:
     env: tuple[str, ...] = ()
     # The stage's preset's login files (``~/...``), read-only in its HOME when present.
     logins: tuple[str, ...] = ()
+    # Its own backend and resources (sloopd.flows.placement); None: [executor]'s.
+    placement: Placement | None = None
 
     @property
     def advisory(self) -> bool:
@@ -148,9 +156,11 @@ class Flow:
                     r.get("stream"),
                     tuple(r.get("env", ())),
                     tuple(r.get("logins", ())),
+                    placement.from_json(r.get("placement")),
                 )
                 for r in raw.get("reviewers", ())
             )
+            raw["placement"] = placement.from_json(raw.get("placement"))
             if raw.get("command") is not None:
                 raw["command"] = tuple(raw["command"])
             raw["env"] = tuple(raw.get("env", ()))
@@ -246,7 +256,14 @@ def _stage(where: str, raw: Any, earlier: list[Stage]) -> Stage:
     allow_empty = _flag(raw, "allow_empty", where, False)
     if "allow_empty" in raw and action != "ff_only":
         raise FlowError(f"'{where}.allow_empty' is only for ff_only stages")
+    try:
+        placed = placement.of(raw, where)
+    except placement.PlacementError as exc:
+        raise FlowError(str(exc)) from exc
+    if placed is not None and action not in ("agent", "command"):
+        raise FlowError(f"'{where}.backend' and '.resources' are only for agent and command stages")
     return Stage(
+        placement=placed,
         name=name,
         action=action,
         result_check=check,
@@ -390,7 +407,8 @@ def _panel(where: str, raw: dict[str, Any], check: str) -> tuple[tuple[Reviewer,
     reviewers = []
     for index, entry in enumerate(listed):
         key = f"{where}.reviewers[{index}]"
-        if not isinstance(entry, dict) or set(entry) - {"target", "command", "agent", "stream"}:
+        seat_keys = {"target", "command", "agent", "stream", "backend", "resources"}
+        if not isinstance(entry, dict) or set(entry) - seat_keys:
             raise FlowError(
                 f"'{key}' must be a table with 'target' and 'command' or 'agent' (and 'stream')"
             )
@@ -398,7 +416,11 @@ def _panel(where: str, raw: dict[str, Any], check: str) -> tuple[tuple[Reviewer,
         if not isinstance(target, str) or not target:
             raise FlowError(f"'{key}.target' must be a non-empty string")
         seat_stream = stream(entry["stream"], f"{key}.stream") if "stream" in entry else None
-        reviewers.append(_reviewer(key, entry, target, seat_stream))
+        try:
+            placed = placement.of(entry, key)
+        except placement.PlacementError as exc:
+            raise FlowError(str(exc)) from exc
+        reviewers.append(replace(_reviewer(key, entry, target, seat_stream), placement=placed))
     quorum = raw.get("quorum", len(reviewers))
     if isinstance(quorum, bool) or not isinstance(quorum, int) or not 1 <= quorum <= len(reviewers):
         raise FlowError(f"'{where}.quorum' must be between 1 and {len(reviewers)}")

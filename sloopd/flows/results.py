@@ -21,6 +21,12 @@ UNCOMMITTED_CHANGES: Final = "uncommitted_changes"
 (``commit = "manual"``): the daemon's own finding, no vendor's."""
 
 
+NODE_LOST: Final = "node_lost"
+"""The classification of a child whose Ray node (or its actor) was lost mid-stage: a
+transient failure, so the ticket is queued again and no return_to is spent."""
+NODE_LOST_REASON: Final = "the Ray node running the stage was lost"
+
+
 def daemon_diagnosis(classification: str, detail: str) -> dict[str, Any]:
     """A diagnosis the daemon made itself (it stopped the child, saw it silent, or
     found the cause in the checkout).
@@ -60,6 +66,8 @@ class StageResult:
     discarded: tuple[dict[str, Any], ...] = ()
     usage: dict[str, Any] | None = None
     diagnosis: dict[str, Any] | None = None
+    # Where a remote executor ran the child ({"id", "host"}); None on the daemon's host.
+    node: dict[str, Any] | None = None
 
     @classmethod
     def interrupted(cls, reason: str) -> StageResult:
@@ -109,4 +117,6 @@ class StageResult:
             row["usage"] = self.usage
         if self.diagnosis is not None:
             row["diagnosis"] = self.diagnosis
+        if self.node is not None:
+            row["node"] = self.node
         return row

@@ -63,6 +63,8 @@ class Execution:
     merge_intent: dict[str, Any] | None = None
     # What its agent (a panel: all its seats) reported spending; None: nothing.
     usage: dict[str, Any] | None = None
+    # The Ray node its child ran on ({"id", "host"}); None: the daemon's host.
+    node: dict[str, Any] | None = None
 
     @property
     def running(self) -> bool:
@@ -220,6 +222,7 @@ def _on_seat_started(walk: Walk, row: LogRow) -> None:
         "confidence": None,
         "reason": None,
         "usage": None,
+        "node": None,
         "done": False,
     }
 
@@ -230,6 +233,7 @@ def _on_seat_finished(walk: Walk, row: LogRow) -> None:
     if seat["verdict"] is None:
         seat["verdict"] = "fail"
     seat["usage"] = row.data.get("usage")
+    seat["node"] = row.data.get("node")
     seat["done"] = True
 
 
@@ -252,6 +256,7 @@ def _on_finished(walk: Walk, row: LogRow) -> None:
     current.discarded = data.get("discarded")
     current.final = data.get("final") is True
     current.usage = data.get("usage")
+    current.node = data.get("node")
     _decide_after(walk, current)
 
 

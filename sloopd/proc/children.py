@@ -166,6 +166,15 @@ class Child:
         """SIGTERM the group, SIGKILL what still carries the marker after the grace."""
         await self._terminate()
 
+    def pause_reading(self, paused: bool) -> None:
+        """Stop (or go on) reading the pipes: whoever takes the lines cannot keep up (a
+        remote executor's bounded outbox), so the child blocks on a full pipe instead."""
+        for name, (fd, _splitter) in self._pipes.items():
+            if paused:
+                self._loop.remove_reader(fd)
+            else:
+                self._loop.add_reader(fd, self._on_readable, name)
+
     def _terminate(self) -> asyncio.Future[bool]:
         # One termination at a time, shared by every caller; shielded so a cancelled
         # caller does not leave the group half-stopped.

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from sloopd.proc.lines import OnLines
 
@@ -72,6 +72,27 @@ class StageLaunch:
     token_env: bool = True
     prompt_file: Path | None = None
     network: bool = True
+    # For an executor that runs the child elsewhere and brings its work back itself
+    # (sloopd.remote); the local launchers read none of these.
+    placement: Placement | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a remote executor runs a child, and what it hands back.
+
+    ``ref`` is the run-private ref the work is recorded under once it is checked
+    (fsck, descends from ``base``); ``auto_commit`` the message of ``commit =
+    "auto"`` (None: leftovers are only reported); ``resources`` the stage's
+    resolved request (cpus, memory in bytes, custom).
+    """
+
+    base: str
+    branch: str
+    ref: str
+    identity: tuple[str, str]
+    auto_commit: str | None = None
+    resources: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +106,11 @@ class StageEnd:
     # the checkout on this host, and the run's branches (sloopd.runs.branch) bring
     # it back from there and check it descends from the run's base.
     commit: str | None = None
+    # A remote executor's: what the child left uncommitted (after commit = "auto"), where
+    # it ran, and why it ended without an exit of its own (its node or actor was lost).
+    uncommitted: tuple[str, ...] = ()
+    node: Mapping[str, str] | None = None
+    lost: str | None = None
 
 
 class LaunchRefused(Exception):

@@ -23,7 +23,8 @@ from typing import Any, Final
 from sloopd.flows.flow import Stage
 from sloopd.flows.results import StageResult
 
-TRANSIENT_CLASSES: Final = frozenset({"overloaded", "network"})
+# node_lost: the Ray node running the child died (sloopd.remote), nothing of the stage's.
+TRANSIENT_CLASSES: Final = frozenset({"overloaded", "network", "node_lost"})
 OFFLINE_DETAIL: Final = (
     "the stage sets network = false, so its agent cannot reach its vendor's API "
     "(the sandbox has only a loopback of its own); not retried: remove network = false "

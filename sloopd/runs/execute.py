@@ -8,6 +8,7 @@ producing work, ended on), what a reviewing stage discarded, and a diagnosis.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
@@ -15,12 +16,20 @@ from sloopd import vendor
 from sloopd.core.state import Daemon
 from sloopd.flows import walk
 from sloopd.flows.flow import Stage
-from sloopd.flows.results import UNCOMMITTED_CHANGES, StageResult, daemon_diagnosis
+from sloopd.flows.results import (
+    NODE_LOST,
+    NODE_LOST_REASON,
+    UNCOMMITTED_CHANGES,
+    StageResult,
+    daemon_diagnosis,
+)
 from sloopd.git import ops as gitops
 from sloopd.git.checkout import CheckoutError
+from sloopd.proc.stage_io import StageEnd
 from sloopd.runs import cli_sight
-from sloopd.runs.branch import RunBranches, produces
+from sloopd.runs.branch import Discarded, RunBranches, produces
 from sloopd.runs.merge_slot import MergeSlot
+from sloopd.runs.placing import Work
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.runs.spawning import ChildStarter
@@ -159,39 +168,72 @@ class StageExecutor:
             return await self._run_panel(active, facts, stage, attempt, pinned)
         command = stage.command or (active.config.agent.command if stage.action == "agent" else ())
         start = pinned or self._recorded_tip(facts)  # the commit the child starts from
-        # A commit in: the checkout is made anew from it, whatever the last one left.
-        await self.branches.fresh(facts, start)
-        code, usage = await self.children.run(active, facts, stage, attempt, None, command, start)
+        name = self.branches.execution_name(facts, stage, attempt, None)
+        remote = self.children.backend(active, stage, None) == "ray"
+        if not remote:
+            # A commit in: the checkout is made anew from it, whatever the last one left.
+            await self.branches.fresh(facts, start)
+        auto = _auto_message(facts, stage, attempt) if stage.commit == "auto" else None
+        work = await self._work(facts, name, auto if stage.action == "agent" else None)
+        code, usage, end = await self.children.run(
+            active, facts, stage, attempt, None, command, start, work
+        )
         if isinstance(code, str):
             return StageResult.checked("exit_code", False, code)
+        if end is not None and end.lost is not None:
+            return _lost(end.lost, end.node)
         result = self._judge(facts, stage, attempt, code)
         if code == 127 and not result.passed:
             result = _unseen_program(active, command, result)
         if usage is not None:
             result = result.but(usage=usage.row())
+        if end is not None and end.node is not None:
+            result = result.but(node=dict(end.node))
         if active.refused_tools:
             # A headless CLI that refuses a tool still exits 0: say what it refused.
             refused = "the agent's CLI refused tools: " + quoting.quote_names(active.refused_tools)
             result = result.but(reason=f"{result.reason}; {refused}" if result.reason else refused)
-        name = self.branches.execution_name(facts, stage, attempt, None)
+        shipped = end if end is not None and end.commit is not None else None
         if not produces(stage):
-            left = await self.branches.review_leftovers(facts, pinned, name)
+            left = (
+                _shipped_leftovers(shipped, pinned)
+                if shipped is not None
+                else await self.branches.review_leftovers(facts, pinned, name)
+            )
             return result.but(commit=pinned, discarded=(left.row(None),) if left else ())
-        return await self._collect_work(facts, stage, attempt, name, result)
+        return await self._collect_work(facts, stage, attempt, name, result, shipped)
+
+    async def _work(self, facts: RunFacts, name: str, auto_commit: str | None) -> Work:
+        return Work(
+            base=await self.branches.base(facts),
+            ref=self.branches.ref(facts, name),
+            identity=self.branches.identity,
+            auto_commit=auto_commit,
+        )
 
     async def _collect_work(
-        self, facts: RunFacts, stage: Stage, attempt: int, name: str, result: StageResult
+        self,
+        facts: RunFacts,
+        stage: Stage,
+        attempt: int,
+        name: str,
+        result: StageResult,
+        shipped: StageEnd | None,
     ) -> StageResult:
-        """A producing stage's commit, once nothing is left uncommitted."""
+        """A producing stage's commit, once nothing is left uncommitted.
+
+        ``shipped``: a remote executor brought the work back already (recorded under
+        the execution's ref, checked), its leftovers listed and auto-committed there.
+        """
         if stage.action == "agent":
-            dirty = await self.branches.uncommitted(facts)
-            if dirty and stage.commit == "auto":
-                message = (
-                    f"sloop: {facts.ticket_name} ({facts.ticket}), "
-                    f"stage '{stage.name}' execution {attempt}"
-                )
-                await self.branches.commit_all(facts, message)
-            elif dirty and result.passed:
+            if shipped is not None:
+                dirty = list(shipped.uncommitted)
+            else:
+                dirty = await self.branches.uncommitted(facts)
+                if dirty and stage.commit == "auto":
+                    await self.branches.commit_all(facts, _auto_message(facts, stage, attempt))
+                    dirty = []
+            if dirty and result.passed:
                 # The first few paths quoted, the rest counted: an agent chooses how many
                 # files it leaves and how long their names are, and every client reads
                 # this reason.
@@ -207,7 +249,10 @@ class StageExecutor:
                     reason=reason,
                     diagnosis=daemon_diagnosis(UNCOMMITTED_CHANGES, reason),
                 ).naming(dirty)
-        commit = await self.branches.bring_back(facts, name)
+        if shipped is not None and shipped.commit is not None:
+            commit = shipped.commit
+        else:
+            commit = await self.branches.bring_back(facts, name)
         await self.branches.advance(facts, commit)
         return result.but(commit=commit)
 
@@ -218,6 +263,7 @@ class StageExecutor:
         discarded: list[dict[str, Any]] = []
         seat_usage: list[Usage | None] = []
         timed_out: list[str] = []
+        lost: list[str] = []
         for seat, reviewer in enumerate(stage.reviewers):
             if stops_children(active.stop):
                 break  # stopped: a spent budget ends the panel too
@@ -229,14 +275,24 @@ class StageExecutor:
                 seat,
                 {"target": reviewer.target},
             )
-            # Each seat in a checkout of its own: nothing a seat before it left applies.
-            await self.branches.fresh(facts, pinned)
-            code, usage = await self.children.run(
-                active, facts, stage, attempt, seat, reviewer.command, pinned
-            )
+            name = self.branches.execution_name(facts, stage, attempt, seat)
+            remote = self.children.backend(active, stage, seat) == "ray"
+            if not remote:
+                # Each seat in a checkout of its own: nothing a seat before it left applies.
+                await self.branches.fresh(facts, pinned)
+            code, usage, end = await self.children.run(
+                active, facts, stage, attempt, seat, reviewer.command, pinned,
+                await self._work(facts, name, None),
+            )  # fmt: skip
             result: dict[str, Any] = {"exit_code": code if isinstance(code, int) else None}
             if isinstance(code, str):
                 result["error"] = code
+            if end is not None and end.node is not None:
+                result["node"] = dict(end.node)
+            if end is not None and end.lost is not None:
+                result["exit_code"] = None
+                result["error"] = f"{NODE_LOST_REASON}: {end.lost}"
+                lost.append(f"seat {seat} ({reviewer.target}): {end.lost}")
             if usage is not None:
                 result["usage"] = usage.row()
             seat_usage.append(usage)
@@ -246,8 +302,13 @@ class StageExecutor:
                 result["error"] = cause.reason
                 timed_out.append(f"seat {seat} ({reviewer.target}) {cause.reason}")
                 active.seat_ended()
-            name = self.branches.execution_name(facts, stage, attempt, seat)
-            left = await self.branches.review_leftovers(facts, pinned, name)
+            shipped = end if end is not None and end.commit is not None else None
+            if shipped is not None:
+                left = _shipped_leftovers(shipped, pinned)
+            elif end is not None and end.lost is not None:
+                left = None  # nothing came back from the lost node
+            else:
+                left = await self.branches.review_leftovers(facts, pinned, name)
             if left is not None:
                 discarded.append(left.row(seat))
             await self.records.append_steps_durably(
@@ -268,9 +329,12 @@ class StageExecutor:
             commit=pinned,
             discarded=tuple(discarded),
             usage=spent.row() if spent is not None else None,
-            # A panel that failed with seats stopped by their timeout says so.
+            # A panel that failed with seats stopped by their timeout says so; one whose
+            # seat's node was lost is a transient failure (the ticket is queued again).
             diagnosis=None
-            if passed or not timed_out
+            if passed or not (timed_out or lost)
+            else daemon_diagnosis(NODE_LOST, "; ".join(lost))
+            if lost
             else daemon_diagnosis(TIMED_OUT, "; ".join(timed_out)),
         )
 
@@ -296,6 +360,26 @@ class StageExecutor:
                 confidence=verdict.get("confidence"),
             )
         return StageResult.checked("panel", False, "panel stages need reviewer seats", code)
+
+
+def _auto_message(facts: RunFacts, stage: Stage, attempt: int) -> str:
+    return f"sloop: {facts.ticket_name} ({facts.ticket}), stage '{stage.name}' execution {attempt}"
+
+
+def _shipped_leftovers(end: StageEnd, pinned: str) -> Discarded | None:
+    """What a reviewing child on a node committed or left (recorded, never merged)."""
+    if end.commit == pinned and not end.uncommitted:
+        return None
+    return Discarded(end.commit if end.commit != pinned else None, end.uncommitted)
+
+
+def _lost(reason: str, node: Mapping[str, str] | None) -> StageResult:
+    """A child whose Ray node (or actor) was lost: failed, transient (queued again)."""
+    detail = f"{NODE_LOST_REASON}: {reason}"
+    result = StageResult.checked("exit_code", False, detail)
+    if node is not None:
+        result = result.but(node=dict(node))
+    return result.but(diagnosis=daemon_diagnosis(NODE_LOST, detail))
 
 
 def _followed_by_ff_only(facts: RunFacts, stage: Stage) -> bool:

@@ -21,9 +21,11 @@ from sloopd.flows.flow import Stage
 from sloopd.flows.presets import configured_model
 from sloopd.proc.lines import OutputBudget
 from sloopd.proc.sandbox import PROMPT_PATH
-from sloopd.proc.stage_io import Launcher, LaunchRefused, Limits, StageLaunch
+from sloopd.proc.stage_io import Launcher, LaunchRefused, Limits, Placement, StageEnd, StageLaunch
 from sloopd.runs import budget as budgets
+from sloopd.runs import placing
 from sloopd.runs.branch import repository_identity
+from sloopd.runs.placing import Work
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.runs.stop import stops_children
@@ -115,6 +117,7 @@ class ChildStarter:
         *,
         token: str,
         prompt_file: Path,
+        placement: Placement | None = None,
     ) -> StageLaunch:
         """What this child starts from, every value resolved now from the admitted config."""
         agent = active.config.agent
@@ -152,7 +155,12 @@ class ChildStarter:
             token_env=agent.token_env,
             prompt_file=prompt_file,
             network=stage.network,
+            placement=placement,
         )
+
+    def backend(self, active: ActiveRun, stage: Stage, seat: int | None) -> str:
+        """Where this child runs: ``local`` or ``ray`` (sloopd.runs.placing)."""
+        return placing.placed(active, stage, seat)[0]
 
     async def run(
         self,
@@ -163,20 +171,18 @@ class ChildStarter:
         seat: int | None,
         base: tuple[str, ...],
         commit: str,
-    ) -> tuple[int | str, Usage | None]:
+        work: Work | None = None,
+    ) -> tuple[int | str, Usage | None, StageEnd | None]:
         """Run one child under a fresh credential, from ``commit``.
 
-        Its exit code (or why it never ran), and the usage its stream reported
-        (None: no stream, or nothing it recognised).
+        Its exit code (or why it never ran), the usage its stream reported (None: no
+        stream, or nothing it recognised), and its end (None when it never ran).
+        ``work`` says where a remote executor records what the child leaves.
         """
-        prompt_file, prompt = self._write_prompt(facts, stage, attempt)
-        # {prompt_file}: the path the child reads, which inside the sandbox is not the host's.
-        seen = str(prompt_file) if active.config.sandbox == "none" else PROMPT_PATH
-        argv = prompts.expand(base, prompt, seen)
-        too_long = prompts.argv_problem(base, argv)
-        if too_long is not None:
-            # Said before anything starts: the kernel's E2BIG would name neither cause nor fix.
-            return f"the child was not started: {too_long.message}", None
+        prompt_file, argv = self._argv(active, facts, stage, attempt, base)
+        if isinstance(argv, str):
+            return argv, None, None
+        placed = placing.placement(active, facts, stage, seat, work)
         credential = self.credentials.mint(facts.run_id, stage.name, attempt, seat)
         launch = self.launch(
             active,
@@ -188,6 +194,7 @@ class ChildStarter:
             commit,
             token=credential.token,
             prompt_file=prompt_file,
+            placement=placed,
         )
         recent = active.recent_output
         recent.clear()
@@ -217,13 +224,7 @@ class ChildStarter:
             nonlocal unflushed
             recent.extend(texts)  # bounded; dropped lines still tell why a child failed
             if parse is not None and stream == "stdout":
-                for text in texts:
-                    if _parsed(parse, text, usage):
-                        active.live = price(usage)
-                        budgets.check(active)
-                        if stream_name == "claude" and '"permission_denials"' in text:
-                            refused = stream_claude.permission_denials(text) or []
-                            active.refused_tools = tuple(dict.fromkeys(refused))
+                _read_usage(active, parse, usage, price, stream_name, texts)
             admitted = budget.admit_many(texts)
             if not admitted:
                 return
@@ -234,29 +235,65 @@ class ChildStarter:
                 unflushed = 0
                 sink.flush()
 
-        launcher = self.launchers[active.config.sandbox]
         try:
+            launcher = self._launcher(active, placed)
             child = await launcher.start(launch, on_lines)
         except LaunchRefused as exc:
             self.credentials.revoke(facts.run_id, credential)
-            return str(exc), None
+            return str(exc), None, None
         active.child = child
         active.child_started_monotonic = time.monotonic()
         active.child_timeout_ms = launch.limits.timeout_ms
         try:
             if stops_children(active.stop):  # stopped before the child was there to stop
                 await child.stop()
-            code = (await child.end()).exit_code
+            end = await child.end()
+        except LaunchRefused as exc:  # a remote child refused on its node, or its work
+            return str(exc), None, None
         finally:
             self.credentials.revoke(facts.run_id, credential)
-            active.child = None
-            active.child_started_monotonic = active.child_timeout_ms = None
-            self._after_output(facts, stage.name, attempt, budget)
-            reported = active.live
-            active.live = None
-            active.spent = usages.total([active.spent, reported])
-            self._count(stream_name, reported)
-        return code, reported
+            reported = self._ended(active, facts, stage.name, attempt, budget, stream_name)
+        return end.exit_code, reported, end
+
+    def _ended(
+        self,
+        active: ActiveRun,
+        facts: RunFacts,
+        stage: str,
+        attempt: int,
+        budget: OutputBudget,
+        stream_name: str,
+    ) -> Usage | None:
+        """The child is gone: what it spent counted, its output's summary written."""
+        active.child = None
+        active.child_started_monotonic = active.child_timeout_ms = None
+        self._after_output(facts, stage, attempt, budget)
+        reported = active.live
+        active.live = None
+        active.spent = usages.total([active.spent, reported])
+        self._count(stream_name, reported)
+        return reported
+
+    def _argv(
+        self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int, base: tuple[str, ...]
+    ) -> tuple[Path, tuple[str, ...] | str]:
+        """The prompt's file and the child's argv, or why it cannot start with it."""
+        prompt_file, prompt = self._write_prompt(facts, stage, attempt)
+        # {prompt_file}: the path the child reads, which inside the sandbox is not the host's.
+        seen = str(prompt_file) if active.config.sandbox == "none" else PROMPT_PATH
+        argv = prompts.expand(base, prompt, seen)
+        too_long = prompts.argv_problem(base, argv)
+        if too_long is not None:
+            # Said before anything starts: the kernel's E2BIG would name neither cause nor fix.
+            return prompt_file, f"the child was not started: {too_long.message}"
+        return prompt_file, argv
+
+    def _launcher(self, active: ActiveRun, placed: Placement | None) -> Launcher:
+        launcher = self.launchers.get("ray" if placed else active.config.sandbox)
+        if launcher is None:
+            # Stages placed on Ray by a reload: the driver is started at start-up only.
+            raise LaunchRefused("the Ray executor is not running: restart the daemon to start it")
+        return launcher
 
     def _count(self, stream_name: str, reported: Usage | None) -> None:
         metrics = self.records.daemon.metrics
@@ -355,6 +392,24 @@ def timeout_of(active: ActiveRun, stage: Stage) -> int:
         return stage.timeout_ms
     settings = active.config.agent
     return settings.agent_timeout_ms if stage.action == "agent" else settings.command_timeout_ms
+
+
+def _read_usage(
+    active: ActiveRun,
+    parse: usages.StreamParser,
+    usage: Usage,
+    price: CostReader,
+    stream_name: str,
+    texts: list[str],
+) -> None:
+    """What a batch of stdout lines says the child spent (and tools it was refused)."""
+    for text in texts:
+        if _parsed(parse, text, usage):
+            active.live = price(usage)
+            budgets.check(active)
+            if stream_name == "claude" and '"permission_denials"' in text:
+                refused = stream_claude.permission_denials(text) or []
+                active.refused_tools = tuple(dict.fromkeys(refused))
 
 
 def _parsed(parse: usages.StreamParser, line: str, usage: Usage) -> bool:

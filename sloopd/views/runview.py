@@ -84,6 +84,7 @@ def stage_rows(
                     "commit": None,
                     "discarded": [],
                     "usage": None,
+                    "node": None,
                 }
             )
     return result
@@ -117,6 +118,8 @@ def _execution_row(
                 key: seat[key]
                 for key in ("reviewer", "target", "verdict", "confidence", "reason", "usage")
             }
+            # Additive in 0.8.0: the Ray node the seat ran on (null: the daemon's host).
+            | {"node": seat.get("node")}
             for _, seat in seats
         ]
         if execution.stage.result_check == "panel"
@@ -127,4 +130,6 @@ def _execution_row(
         "discarded": execution.discarded or [],
         # Additive in 0.6.0: tokens and cost its agent (a panel: its seats) reported.
         "usage": spent,
+        # Additive in 0.8.0: the Ray node its child ran on (null: the daemon's host).
+        "node": execution.node,
     }

@@ -21,7 +21,7 @@ from sloopd.flows import flow, presets
 from sloopd.queue import tickets
 
 # A commented-out key (`# returns = 2`), table header or continuation line.
-_COMMENTED_OUT = re.compile(r"^# (?=\[\[|\[pricing\.|[a-z_]+ = |\s+\{)")
+_COMMENTED_OUT = re.compile(r"^# (?=\[\[|\[pricing\.|\[executor\]|[a-z_]+ = |\s+\{)")
 
 
 def uncommented(text: str) -> str:

@@ -1,0 +1,91 @@
+"""``[executor]``: where stages run unless a stage says otherwise.
+
+``backend = "local"`` (the default) runs every child on the daemon's host;
+``"ray"`` runs them on a Ray cluster at ``address`` (``auto``: the cluster Ray
+finds by itself, from ``RAY_ADDRESS`` or a local head), in ``namespace``, asking
+each for ``resources`` unless the stage or seat asks for its own.  A daemon
+without Ray installed refuses ``ray`` at load, naming the install command; so
+does ``sandbox = "none"``, since a node runs every child in its sandbox.
+``sloopd serve --executor``/``--ray-address`` override the file (``with_overrides``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sloopd.flows import placement
+from sloopd.flows.flow import Flow
+from sloopd.flows.placement import PlacementError, Resources
+
+KEYS = ("backend", "address", "namespace", "resources")
+
+
+class ExecutorConfigError(Exception):
+    """An ``[executor]`` that does not validate; the message names the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorConfig:
+    backend: str = "local"
+    address: str = "auto"
+    namespace: str = "sloop"
+    resources: Resources = field(default_factory=Resources)
+
+
+def parse(section: Any) -> ExecutorConfig:
+    if not isinstance(section, dict):
+        raise ExecutorConfigError("'executor' must be a table")
+    unknown = sorted(set(section) - set(KEYS))
+    if unknown:
+        raise ExecutorConfigError(f"unknown key 'executor.{unknown[0]}' (known: {', '.join(KEYS)})")
+    try:
+        backend = placement.backend(section.get("backend", "local"), "executor.backend")
+        asked = placement.resources(section.get("resources", {}), "executor.resources")
+    except PlacementError as exc:
+        raise ExecutorConfigError(str(exc)) from exc
+    texts = {}
+    for key, default in (("address", "auto"), ("namespace", "sloop")):
+        value = section.get(key, default)
+        if not isinstance(value, str) or not value.strip() or "\n" in value:
+            raise ExecutorConfigError(f"'executor.{key}' must be a non-empty string on one line")
+        texts[key] = value.strip()
+    return ExecutorConfig(backend, texts["address"], texts["namespace"], asked)
+
+
+def with_overrides(
+    executor: ExecutorConfig, backend: str | None, address: str | None
+) -> ExecutorConfig:
+    """``sloopd serve --executor/--ray-address`` over the file's ``[executor]``."""
+    if backend is not None:
+        executor = replace(executor, backend=placement.backend(backend, "--executor"))
+    if address is not None:
+        executor = replace(executor, address=address)
+    return executor
+
+
+def uses_ray(executor: ExecutorConfig, flows: Iterable[Flow]) -> bool:
+    """Whether any child may be placed on Ray (the executor's default, or a stage's own)."""
+    if executor.backend == "ray":
+        return True
+    for flow in flows:
+        for stage in flow.stages:
+            places = [stage.placement, *(seat.placement for seat in stage.reviewers)]
+            if any(p is not None and p.backend == "ray" for p in places):
+                return True
+    return False
+
+
+def check(executor: ExecutorConfig, flows: Iterable[Flow], sandbox: str) -> None:
+    """Refuse what this installation or the sandbox setting cannot honour."""
+    if not uses_ray(executor, flows):
+        return
+    missing = placement.ray_missing()
+    if missing is not None:
+        raise ExecutorConfigError(missing)
+    if sandbox == "none":
+        raise ExecutorConfigError(
+            'backend = "ray" runs every child in the bubblewrap sandbox on its node; '
+            'it cannot be combined with sandbox = "none"'
+        )

@@ -1,0 +1,124 @@
+"""What the daemon sends a Ray node and takes back from it: git bundles.
+
+Out: a bundle of the stage's start commit holding only what the node's cache
+lacks (its ``haves``; none when the node has the commit already).  Back: the
+node's bundle of the new commits is fetched into a bare repository the daemon
+makes for it (borrowing the main object store, so the bundle's prerequisites
+are there), and from there into the main repository by ``checkout.bring_back``,
+the same path a local stage's work takes: fsck on every object, the tip must
+descend from the run's base, and the run-private ref moves only then.  git 2.39
+does not fsck what it fetches from a bundle file; the second hop does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from pathlib import Path
+
+from sloopd.git import checkout
+from sloopd.git import runner as git_runner
+from sloopd.git.checkout import CheckoutError
+from sloopd.util import trees
+
+GIT_TIMEOUT_S = 120.0
+
+
+class ShippingError(Exception):
+    """A bundle could not be made or taken; the message says why."""
+
+
+async def _git(repo: Path, *args: str, stdin: bytes | None = None) -> git_runner.Finished:
+    try:
+        return await git_runner.run(
+            ["git", "-C", str(repo), *args], timeout=GIT_TIMEOUT_S, stdin=stdin
+        )
+    except git_runner.TimedOut:
+        raise ShippingError(f"git {args[0]} did not finish within {GIT_TIMEOUT_S:.0f} s") from None
+
+
+async def _known(repo: Path, shas: list[str]) -> list[str]:
+    """The ones of ``shas`` that name commits in ``repo`` (a node may hold others)."""
+    if not shas:
+        return []
+    done = await _git(
+        repo, "cat-file", "--batch-check=%(objectname) %(objecttype)",
+        stdin="".join(f"{sha}\n" for sha in shas).encode(),
+    )  # fmt: skip
+    known = []
+    for line in done.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1] == "commit":
+            known.append(parts[0])
+    return known
+
+
+async def bundle_for(repo: Path, folder: Path, commit: str, haves: list[str]) -> Path | None:
+    """A bundle of ``commit`` less what ``haves`` reach; None when they reach it all."""
+    known = await _known(repo, haves)
+    if commit in known:
+        return None
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    name = uuid.uuid4().hex
+    ref = f"refs/sloop/ship/{name}"
+    path = folder / f"{name}.bundle"
+    done = await _git(repo, "update-ref", ref, commit)
+    if done.returncode != 0:
+        raise ShippingError(f"cannot name {commit[:12]} to ship it: {done.stderr.strip()}")
+    try:
+        done = await _git(repo, "bundle", "create", "-q", str(path), ref, *(f"^{h}" for h in known))
+        if done.returncode != 0:
+            if "empty bundle" in done.stderr:
+                return None  # every object is on the node already
+            raise ShippingError(f"cannot bundle {commit[:12]}: {done.stderr.strip()[-400:]}")
+        return path
+    finally:
+        await _git(repo, "update-ref", "-d", ref)
+
+
+async def adopt(repo: Path, folder: Path, bundle: Path, *, branch: str, ref: str, base: str) -> str:
+    """Take a node's bundle of ``branch`` into ``repo`` as ``ref``, checked; its tip."""
+    objects = await _git(repo, "rev-parse", "--path-format=absolute", "--git-path", "objects")
+    if objects.returncode != 0:
+        raise ShippingError(f"cannot read {repo}: {objects.stderr.strip()}")
+    landing = folder / f"landing-{uuid.uuid4().hex}.git"
+    try:
+        done = await git_runner.run(
+            ["git", "init", "-q", "--bare", "--template=", str(landing)], timeout=GIT_TIMEOUT_S
+        )
+        if done.returncode != 0:
+            raise ShippingError(f"cannot make a landing repository: {done.stderr.strip()}")
+        alternates = landing / "objects" / "info" / "alternates"
+        alternates.write_text(objects.stdout.strip() + "\n", encoding="utf-8")
+        heads = await _git(landing, "bundle", "list-heads", str(bundle))
+        names = [line.split()[1] for line in heads.stdout.splitlines() if len(line.split()) == 2]
+        if heads.returncode != 0 or len(names) != 1:
+            raise ShippingError("the node's bundle does not hold exactly one branch")
+        done = await _git(
+            landing, "fetch", "-q", "--no-tags", "--no-write-fetch-head", "--no-auto-gc",
+            str(bundle), f"+{names[0]}:refs/heads/{branch}",
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise ShippingError(f"the node's bundle was refused: {done.stderr.strip()[-400:]}")
+        try:
+            return await checkout.bring_back(
+                repo, landing, branch, ref, base, sandboxed_upload_pack=None, timeout=GIT_TIMEOUT_S
+            )
+        except CheckoutError as exc:
+            raise ShippingError(str(exc)) from exc
+    finally:
+        await asyncio.to_thread(trees.remove_blocking, landing)
+        with contextlib.suppress(OSError):
+            bundle.unlink()
+
+
+async def record(repo: Path, ref: str, tip: str, base: str) -> str:
+    """The node made no commit: ``tip`` is a commit the daemon has; record it as ``ref``."""
+    done = await _git(repo, "merge-base", "--is-ancestor", base, tip)
+    if done.returncode != 0:
+        raise ShippingError(f"{tip[:12]} does not descend from the run's base {base[:12]}")
+    done = await _git(repo, "update-ref", ref, tip)
+    if done.returncode != 0:
+        raise ShippingError(f"cannot record {ref}: {done.stderr.strip()}")
+    return tip

@@ -1,0 +1,158 @@
+"""A Ray node's cache of a daemon's repository: a bare repository only Sloop's git touches.
+
+One per daemon repository under the node folder (``sloopd.remote.room``), made with
+no templates; its git reads no global or system config or attributes and runs no
+hook (the scratch repository's rules, ``sloopd.git.scratch``).  A stage's commit
+arrives in a bundle of what the cache lacked (``haves`` says what it holds); the
+work goes back as a bundle of the new commits only (``bundle``).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from sloopd.git import checkout
+from sloopd.git import runner as git_runner
+from sloopd.util import trees
+
+GIT_TIMEOUT_S = 120.0
+HAVE_PREFIX = "refs/sloop/have/"
+# The haves a node reports; older ones are pruned so the list stays short.
+MAX_HAVES = 32
+
+
+class CacheError(Exception):
+    """git failed in the node's cache; the message says what and why."""
+
+
+# The cache is Sloop's own: its git reads no global or system config or attributes,
+# and runs no hook (the scratch repository's rules, sloopd.git.scratch).
+_NOWHERE = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1", "GIT_ATTR_NOSYSTEM": "1"}
+_SETTINGS = [part for key, value in checkout.HARDENING for part in ("-c", f"{key}={value}")]
+
+
+def _environment() -> dict[str, str]:
+    return git_runner.environment(_NOWHERE)
+
+
+async def _run(repo: Path | None, *args: str, stdin: bytes | None = None) -> git_runner.Finished:
+    where = ["-C", str(repo)] if repo is not None else []
+    try:
+        return await git_runner.run(
+            ["git", *where, *_SETTINGS, *args],
+            timeout=GIT_TIMEOUT_S,
+            env=_environment(),
+            stdin=stdin,
+        )
+    except git_runner.TimedOut:
+        raise CacheError(f"git {args[0]} did not finish within {GIT_TIMEOUT_S:.0f} s") from None
+
+
+async def _git(repo: Path, *args: str, stdin: bytes | None = None, what: str) -> str:
+    done = await _run(repo, *args, stdin=stdin)
+    if done.returncode != 0:
+        raise CacheError(f"{what} failed: {done.stderr.strip()[-500:]}")
+    return done.stdout.strip()
+
+
+@dataclass
+class Cache:
+    """The node's bare repository for one daemon repository."""
+
+    path: Path
+
+    @classmethod
+    async def of(cls, root: Path) -> Cache:
+        """The cache in ``root`` (the node folder of one daemon repository), made once."""
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = root / "cache.git"
+        if not (path / "HEAD").exists():
+            staging = root / f"cache-{uuid.uuid4().hex}.git"
+            done = await _run(None, "init", "-q", "--bare", "--template=", str(staging))
+            if done.returncode != 0:
+                raise CacheError(f"cannot make the node's cache: {done.stderr.strip()}")
+            try:
+                staging.rename(path)  # two stages at once: one cache wins, the other goes
+            except OSError:
+                trees.remove_blocking(staging)
+        return cls(path)
+
+    async def haves(self) -> list[str]:
+        out = await _git(
+            self.path,
+            "for-each-ref",
+            "--sort=-creatordate",
+            "--format=%(objectname)",
+            HAVE_PREFIX,
+            what="listing the node's cache",
+        )
+        shas = list(dict.fromkeys(out.split()))
+        return shas[:MAX_HAVES]
+
+    async def take(self, bundle: bytes, commit: str) -> None:
+        """Fetch a bundle of ``commit`` (what the cache lacked) and keep it as a have."""
+        if await self.has(commit):
+            return
+        if not bundle:
+            raise CacheError(f"the node lacks {commit[:12]} and no bundle came with the stage")
+        with tempfile.NamedTemporaryFile(dir=self.path, suffix=".bundle") as file:
+            file.write(bundle)
+            file.flush()
+            await _git(
+                self.path,
+                "-c",
+                "fetch.fsckObjects=true",
+                "-c",
+                "protocol.file.allow=always",  # the bundle is a file the node just wrote
+                "fetch",
+                "-q",
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--no-auto-gc",
+                file.name,
+                f"+refs/*:{HAVE_PREFIX}in-{uuid.uuid4().hex}/*",
+                what="fetching the stage's bundle",
+            )
+        if not await self.has(commit):
+            raise CacheError(f"the bundle did not hold {commit[:12]}")
+        await self.keep(commit)
+
+    async def has(self, commit: str) -> bool:
+        done = await _run(self.path, "cat-file", "-e", f"{commit}^{{commit}}")
+        return done.returncode == 0
+
+    async def keep(self, commit: str) -> None:
+        await _git(self.path, "update-ref", f"{HAVE_PREFIX}{commit}", commit, what="keeping a have")
+        await self._prune()
+
+    async def _prune(self) -> None:
+        out = await _git(
+            self.path,
+            "for-each-ref",
+            "--sort=-creatordate",
+            "--format=%(refname)",
+            HAVE_PREFIX,
+            what="listing the node's cache",
+        )
+        stale = out.split()[MAX_HAVES * 2 :]
+        if stale:
+            script = "".join(f"delete {ref}\n" for ref in stale).encode()
+            await _git(self.path, "update-ref", "--stdin", stdin=script, what="pruning haves")
+
+    async def bundle(self, tip: str, start: str) -> bytes:
+        """The commits from ``start`` to ``tip``: what the daemon lacks of the work."""
+        ref = f"refs/sloop/out/{uuid.uuid4().hex}"
+        await _git(self.path, "update-ref", ref, tip, what="naming the work")
+        try:
+            with tempfile.TemporaryDirectory(dir=self.path) as scratch:
+                out = Path(scratch) / "work.bundle"
+                await _git(
+                    self.path, "bundle", "create", "-q", str(out), ref, f"^{start}",
+                    what="bundling the work",
+                )  # fmt: skip
+                return out.read_bytes()
+        finally:
+            await _git(self.path, "update-ref", "-d", ref, what="forgetting the work's name")

@@ -1,0 +1,127 @@
+"""A node's places for one stage execution: its cache of the repository, a checkout, a HOME.
+
+The node keeps one bare cache repository per daemon repository (``SLOOP_NODE_DIR``,
+default ``<tmp>/sloop-node-<uid>``), made by Sloop with no templates and read
+only by hardened git.  A stage's commit arrives as a bundle of what the cache
+lacks (``haves`` says what it holds), and the checkout is made from the cache
+exactly as the daemon makes one (``sloopd.git.checkout.create``).  After the
+child, the daemon-side steps run here, as on the daemon's host: the status and
+the auto-commit through Sloop's own index in the checkout's sandbox, and the
+bring-back into the cache through a sandboxed upload-pack with fsck and the
+descends-from-base check.  What goes back is a bundle of the new commits only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from sloopd.git import checkout, checkout_edits
+from sloopd.git.checkout import Isolation
+from sloopd.git.node_cache import HAVE_PREFIX, Cache, CacheError
+from sloopd.util import trees
+
+GIT_TIMEOUT_S = 120.0
+
+
+class RoomError(Exception):
+    """The node could not prepare or collect a stage; the message says why."""
+
+
+def node_dir() -> Path:
+    configured = os.environ.get("SLOOP_NODE_DIR")
+    if configured:
+        return Path(configured)
+    return Path(tempfile.gettempdir()) / f"sloop-node-{os.getuid()}"
+
+
+def _key(repository: str) -> str:
+    # The daemon names its repository; the node folder is a hash, never that text.
+    return hashlib.sha256(repository.encode()).hexdigest()[:16]
+
+
+async def cache_of(repository: str) -> Cache:
+    """The node's cache of one daemon's repository."""
+    try:
+        return await Cache.of(node_dir() / _key(repository))
+    except CacheError as exc:
+        raise RoomError(str(exc)) from exc
+
+
+@dataclass
+class Room:
+    """One execution's checkout, HOME, files and socket on the node."""
+
+    cache: Cache
+    root: Path
+    branch: str
+
+    @property
+    def checkout(self) -> Path:
+        return self.root / "work"
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def files(self) -> Path:
+        return self.root / "files"
+
+    @property
+    def socket(self) -> Path:
+        return self.root / "w.sock"
+
+    def isolation(self, hide: tuple[Path, ...]) -> Isolation:
+        git_home = self.root / "git-home"
+        git_home.mkdir(mode=0o700, exist_ok=True)
+        return Isolation(
+            objects=self.cache.path / "objects", home=git_home, hide=hide, bwrap="bwrap"
+        )
+
+    @classmethod
+    async def make(cls, cache: Cache, branch: str, commit: str) -> Room:
+        root = cache.path.parent / "rooms" / uuid.uuid4().hex[:16]
+        root.mkdir(mode=0o700, parents=True)
+        room = cls(cache, root, branch)
+        room.files.mkdir(mode=0o700)
+        await checkout.create(cache.path, room.checkout, branch, commit, timeout=GIT_TIMEOUT_S)
+        return room
+
+    async def collect(
+        self, hide: tuple[Path, ...], *, start: str, base: str, auto_commit: str | None,
+        identity: tuple[str, str],
+    ) -> tuple[str, list[str], bytes]:  # fmt: skip
+        """(the tip, what is left uncommitted, a bundle of the new commits) after the child."""
+        isolation = self.isolation(hide)
+        try:
+            dirty = await checkout_edits.uncommitted(
+                self.checkout, self.branch, isolation, timeout=GIT_TIMEOUT_S
+            )
+            if dirty and auto_commit is not None:
+                await checkout_edits.commit_all(
+                    self.checkout, self.branch, auto_commit, isolation,
+                    identity=identity, timeout=GIT_TIMEOUT_S,
+                )  # fmt: skip
+                dirty = []
+            private = f"{HAVE_PREFIX}work-{uuid.uuid4().hex}"
+            tip = await checkout.bring_back(
+                self.cache.path,
+                self.checkout,
+                self.branch,
+                private,
+                base,
+                sandboxed_upload_pack=checkout.upload_pack_command(self.checkout, isolation),
+                timeout=GIT_TIMEOUT_S,
+            )
+            bundle = b"" if tip == start else await self.cache.bundle(tip, start)
+        except (checkout.CheckoutError, CacheError) as exc:
+            raise RoomError(str(exc)) from exc
+        return tip, dirty, bundle
+
+    def remove(self) -> None:
+        trees.remove_blocking(self.root)
