@@ -317,8 +317,7 @@ def demo_agents() -> Any:
 
 
 EXAMPLE_AGENT: Final = (
-    "# The bundled example agent: writes notes/<ticket>.md and commits it.\n"
-    'preset = "example"\n'
+    '# The bundled example agent: writes notes/<ticket>.md and commits it.\npreset = "example"\n'
 )
 
 

@@ -144,7 +144,11 @@ class Capture:
     ) -> dict[str, Any]:
         self.n += 1
         message: dict[str, Any] = {
-            "v": 1, "id": str(self.n), "verb": verb, "args": args or {}, "token": None
+            "v": 1,
+            "id": str(self.n),
+            "verb": verb,
+            "args": args or {},
+            "token": None,
         }
         message.update(extra)
         line = json.dumps(message, separators=(",", ":")).encode()
@@ -166,7 +170,9 @@ def wait_for(predicate: Any, timeout: float = 60.0) -> Any:
     raise SystemExit("timed out waiting")
 
 
-def start(repo: Path, state: Path, sockets: Path, log: Path) -> tuple[subprocess.Popen[bytes], Path]:
+def start(
+    repo: Path, state: Path, sockets: Path, log: Path
+) -> tuple[subprocess.Popen[bytes], Path]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLOOP_")}
     env.pop("NOTIFY_SOCKET", None)
     argv = [sys.executable, "-m", "sloopd", "serve", "--repo", str(repo)]
@@ -316,8 +322,11 @@ action = "ff_only"
         c.call("show: dashboard of a fresh daemon", "show")
         c.call("post: a new ticket", "post", {"path": "tickets/greeting.md"})
         wait_for(lambda: c.quiet("show", {"ref": "greeting"})["value"]["runs"])
-        c.call("wait (deprecated): until greeting#1 settles", "wait",
-               {"run": "greeting#1", "timeout_ms": 30000})
+        c.call(
+            "wait (deprecated): until greeting#1 settles",
+            "wait",
+            {"run": "greeting#1", "timeout_ms": 30000},
+        )
         c.call("post: repost of a merged ticket", "post", {"path": "tickets/greeting.md"})
         c.call("post: name clash (conflict)", "post", {"path": "tickets/dup/greeting.md"})
         c.call("run: on a merged ticket (conflict)", "run", {"ref": "greeting"})
@@ -328,8 +337,11 @@ action = "ff_only"
 
         c.call("post: --hold", "post", {"path": "tickets/docs/usage.md", "hold": True})
         c.call("post: --manual", "post", {"path": "tickets/docs/faq.md", "manual": True})
-        c.call("post: hold-requested trigger on a held ticket", "post",
-               {"path": "tickets/docs/usage.md"})
+        c.call(
+            "post: hold-requested trigger on a held ticket",
+            "post",
+            {"path": "tickets/docs/usage.md"},
+        )
 
         # A usage limit closes the gate.
         c.call(None, "post", {"path": "tickets/limited.md"})
@@ -342,29 +354,48 @@ action = "ff_only"
 
         # A slow run in flight.
         later = int(time.time() * 1000) + 3_600_000
-        c.call("post: with a trigger due later", "post",
-               {"path": "tickets/later.md", "trigger": {"at_ms": later}})
+        c.call(
+            "post: with a trigger due later",
+            "post",
+            {"path": "tickets/later.md", "trigger": {"at_ms": later}},
+        )
         c.call("post: slow ticket", "post", {"path": "tickets/slow-one.md"})
         wait_for(lambda: c.quiet("show", {"ref": "slow-one"})["value"]["runs"])
-        wait_for(lambda: len(c.quiet("logs", {"run": "slow-one#1", "tail": 1})["records"]) and
-                 c.quiet("logs", {"run": "slow-one#1", "tail": 1})["records"][0]["stream"]
-                 == "note")
+        wait_for(
+            lambda: (
+                len(c.quiet("logs", {"run": "slow-one#1", "tail": 1})["records"])
+                and c.quiet("logs", {"run": "slow-one#1", "tail": 1})["records"][0]["stream"]
+                == "note"
+            )
+        )
         time.sleep(1.3)  # past stall_after
         c.call("show: dashboard with a run in flight", "show")
         c.call("show: a run in flight", "show", {"ref": "slow-one#1"})
         first = c.call("logs: first page (100 records)", "logs", {"run": "slow-one#1"})
-        c.call("logs: next page", "logs",
-               {"run": "slow-one#1", "after": first["data"]["next_cursor"]})
-        tail = c.call("logs: tail of one execution", "logs",
-                      {"run": "slow-one#1", "stage": "implement#1", "tail": 3})
-        c.call("logs: poll after the tail", "logs",
-               {"run": "slow-one#1", "after": tail["data"]["next_cursor"]})
-        c.call("logs: an attempt never reached", "logs",
-               {"run": "slow-one#1", "stage": "implement#2"})
-        c.call("logs: unknown stage (invalid_arguments)", "logs",
-               {"run": "slow-one#1", "stage": "deploy"})
-        c.call("logs: bad cursor (invalid_arguments)", "logs",
-               {"run": "slow-one#1", "after": "abc"})
+        c.call(
+            "logs: next page", "logs", {"run": "slow-one#1", "after": first["data"]["next_cursor"]}
+        )
+        tail = c.call(
+            "logs: tail of one execution",
+            "logs",
+            {"run": "slow-one#1", "stage": "implement#1", "tail": 3},
+        )
+        c.call(
+            "logs: poll after the tail",
+            "logs",
+            {"run": "slow-one#1", "after": tail["data"]["next_cursor"]},
+        )
+        c.call(
+            "logs: an attempt never reached", "logs", {"run": "slow-one#1", "stage": "implement#2"}
+        )
+        c.call(
+            "logs: unknown stage (invalid_arguments)",
+            "logs",
+            {"run": "slow-one#1", "stage": "deploy"},
+        )
+        c.call(
+            "logs: bad cursor (invalid_arguments)", "logs", {"run": "slow-one#1", "after": "abc"}
+        )
         c.call("pause", "pause", {"reason": "release freeze"})
         c.call("run: during a pause (queues)", "run", {"ref": "faq"})
         c.call("ready: release a held ticket", "ready", {"ref": "usage"})
@@ -388,8 +419,11 @@ action = "ff_only"
         c.call("events: tail", "events", {"tail": 4})
         c.call("events: first page", "events", {})
         c.call("events: scoped to a run", "events", {"scope": "slow-one#1"})
-        c.call("events: scoped to a pattern, after a cursor", "events",
-               {"scope": "limited", "after": "3"})
+        c.call(
+            "events: scoped to a pattern, after a cursor",
+            "events",
+            {"scope": "limited", "after": "3"},
+        )
         c.call("resume: end the pause", "resume")
         wait_for(lambda: c.quiet("show", {"ref": "usage"})["value"]["state"] == "merged")
         wait_for(lambda: c.quiet("show", {"ref": "faq"})["value"]["state"] == "merged")
@@ -409,32 +443,54 @@ action = "ff_only"
         c.raw("args missing", b'{"v":1,"id":"x3","verb":"show"}')
         c.raw("token not a string", b'{"v":1,"id":"x4","verb":"show","args":{},"token":5}')
         c.raw("unknown verb", b'{"v":1,"id":"x5","verb":"frobnicate","args":{}}')
-        c.raw("integer id, unknown envelope field ignored, token omitted",
-              b'{"v":1,"id":42,"verb":"show","args":{"ref":"later"},"trace":"abc"}')
-        c.raw("null optional arguments", b'{"v":1,"id":"x6","verb":"show","args":{"ref":null,"limit":null}}')
-        c.call("unknown argument: the retired activation (invalid_arguments)", "post",
-               {"path": "tickets/later.md", "activation": {"at_ms": 0}})
-        c.call("unknown field inside trigger (invalid_arguments)", "run",
-               {"ref": "later", "trigger": {"activation": 1}})
+        c.raw(
+            "integer id, unknown envelope field ignored, token omitted",
+            b'{"v":1,"id":42,"verb":"show","args":{"ref":"later"},"trace":"abc"}',
+        )
+        c.raw(
+            "null optional arguments",
+            b'{"v":1,"id":"x6","verb":"show","args":{"ref":null,"limit":null}}',
+        )
+        c.call(
+            "unknown argument: the retired activation (invalid_arguments)",
+            "post",
+            {"path": "tickets/later.md", "activation": {"at_ms": 0}},
+        )
+        c.call(
+            "unknown field inside trigger (invalid_arguments)",
+            "run",
+            {"ref": "later", "trigger": {"activation": 1}},
+        )
         c.call("integer above 2**53-1 (invalid_arguments)", "show", {"limit": 2**53})
         c.call("limit 0 (invalid_arguments)", "show", {"limit": 0})
         c.call("boolean where an integer is expected", "events", {"tail": True})
         c.call("required argument missing", "abort", {})
         c.call("empty string (invalid_arguments)", "show", {"ref": ""})
-        c.call("ticket file does not exist (invalid_arguments)", "post",
-               {"path": "tickets/missing.md"})
+        c.call(
+            "ticket file does not exist (invalid_arguments)", "post", {"path": "tickets/missing.md"}
+        )
         c.call("token on the operator socket (unauthorized)", "show", token="abc")
         c.call("worker verb on the operator socket (unauthorized)", "brief")
-        c.raw("over-long line (invalid_request)", b'{"v":1,"id":"big","verb":"show","args":{"ref":"'
-              + b"x" * (1024 * 1024) + b'"}}')
+        c.raw(
+            "over-long line (invalid_request)",
+            b'{"v":1,"id":"big","verb":"show","args":{"ref":"' + b"x" * (1024 * 1024) + b'"}}',
+        )
         c.call("the connection stays usable after it", "show", {"ref": "T1", "limit": 1})
         # Pipelining: two requests in one write, replies in order.
         first = b'{"v":1,"id":"p1","verb":"gc","args":{}}'
         second = b'{"v":1,"id":"p2","verb":"resume","args":{}}'
         c.sock.sendall(first + b"\n" + second + b"\n")
-        print("### pipelined\n> " + first.decode() + "\n> " + second.decode() + "\n< "
-              + c.reader.readline().decode().rstrip() + "\n< "
-              + c.reader.readline().decode().rstrip() + "\n")
+        print(
+            "### pipelined\n> "
+            + first.decode()
+            + "\n> "
+            + second.decode()
+            + "\n< "
+            + c.reader.readline().decode().rstrip()
+            + "\n< "
+            + c.reader.readline().decode().rstrip()
+            + "\n"
+        )
     finally:
         (flags / "go").write_text("go\n")
         c.sock.close()

@@ -157,6 +157,10 @@ class DaemonProcess:
             argv += ["--repo", str(self.repo)]
         if self.pass_dirs:
             argv += ["--state-dir", str(self.state_dir), "--socket-dir", str(self.socket_dir)]
+        # tests/conftest.py: an `on_ray` test in the Ray run serves with every stage on Ray.
+        address = os.environ.get("SLOOP_TEST_RAY_ADDRESS")
+        if os.environ.get("SLOOP_TEST_EXECUTOR") == "ray" and address:
+            argv += ["--executor", "ray", "--ray-address", address]
         return argv
 
     def environment(self) -> dict[str, str]:

@@ -58,9 +58,7 @@ LAYERS: dict[str, frozenset[str]] = {
     ),
     # Stages on Ray: the daemon's side (launcher, shipping, cluster_gate) and the
     # node's (node, room, relay) over the same launchers and git as the runs layer.
-    "remote": frozenset(
-        {"wire", "store", "util", "flows", "core", "queue", "proc", "git", "runs"}
-    ),
+    "remote": frozenset({"wire", "store", "util", "flows", "core", "queue", "proc", "git", "runs"}),
 }
 
 

@@ -1,0 +1,173 @@
+"""A real Ray cluster for the tests, on 127.0.0.1 only, with token authentication.
+
+Each node is ``ray start --block`` as a process group of the test's own (a head
+with no CPUs, so no stage lands there, and workers each with a custom resource
+named after it), with its own ``SLOOP_NODE_DIR``.  Stopping a node signals that
+process group only, by the pid the test started: never ``ray stop``, which ends
+every Ray process on the machine.  It must run inside a network namespace with
+only loopback up (``scripts/in-netns``); ``in_loopback_namespace`` tells.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+RAY = Path(sys.executable).with_name("ray")
+START_TIMEOUT_S = 60.0
+
+
+def in_loopback_namespace() -> bool:
+    """Whether the only network interface here is ``lo`` (scripts/in-netns)."""
+    names = [
+        line.split(":")[0].strip() for line in Path("/proc/net/dev").read_text().splitlines()[2:]
+    ]
+    return names == ["lo"]
+
+
+def ray_environment(token: str) -> dict[str, str]:
+    return {
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": token,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_DISABLE_DOCKER_CPU_WARNING": "1",
+    }
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+@dataclass
+class Node:
+    name: str
+    proc: subprocess.Popen[bytes]
+    node_dir: Path
+    log: Path
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signal the node's whole process group (the raylet and its workers)."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def pids(self) -> set[int]:
+        """Every live process of the node's group (Ray's workers keep the group)."""
+        found = set()
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if os.getpgid(int(entry.name)) == self.proc.pid:
+                        found.add(int(entry.name))
+                except (ProcessLookupError, PermissionError):
+                    continue
+        return found
+
+
+@dataclass
+class RayCluster:
+    root: Path
+    port: int = 6399
+    token: str = field(default_factory=lambda: secrets.token_hex(32))
+    nodes: dict[str, Node] = field(default_factory=dict)
+    temp_dir: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.temp_dir = self.root / "ray"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, **ray_environment(self.token)}
+
+    def _start(self, name: str, args: list[str], resources: str | None) -> Node:
+        node_dir = self.root / f"node-{name}"
+        node_dir.mkdir(parents=True, exist_ok=True)
+        log = self.root / f"{name}.log"
+        argv = [str(RAY), "start", "--block", "--node-ip-address", "127.0.0.1", *args]
+        if resources:
+            argv += ["--resources", resources]
+        with log.open("ab") as sink:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=sink,
+                env={**self.env(), "SLOOP_NODE_DIR": str(node_dir)},
+                start_new_session=True,
+            )
+        node = Node(name, proc, node_dir, log)
+        self.nodes[name] = node
+        return node
+
+    def start_head(self) -> None:
+        self._start(
+            "head",
+            [
+                "--head", "--port", str(self.port), "--num-cpus", "0",
+                "--include-dashboard", "false", "--disable-usage-stats",
+                "--temp-dir", str(self.temp_dir),
+            ],
+            None,
+        )  # fmt: skip
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _port_open(self.port):
+            if time.monotonic() > deadline or not self.nodes["head"].alive():
+                raise RuntimeError(f"the Ray head did not start:\n{self.log('head')}")
+            time.sleep(0.2)
+
+    def start_worker(self, name: str, cpus: int = 4) -> Node:
+        """A worker with the custom resource ``name`` (10 of it): a stage asking for it
+        lands there and nowhere else."""
+        return self._start(
+            name,
+            ["--address", self.address, "--num-cpus", str(cpus)],
+            f'{{"{name}": 10, "worker": 10}}',
+        )
+
+    def wait_for_nodes(self, alive: int) -> None:
+        script = (
+            "import ray,sys,time\n"
+            f"ray.init(address={self.address!r}, logging_level='ERROR')\n"
+            f"end=time.time()+{START_TIMEOUT_S}\n"
+            f"while sum(1 for n in ray.nodes() if n['Alive'])<{alive}:\n"
+            "    time.sleep(0.3)\n"
+            "    if time.time()>end: sys.exit(1)\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script], env=self.env(), capture_output=True, timeout=120
+        )
+        if done.returncode != 0:
+            logs = "\n".join(self.log(name) for name in self.nodes)
+            raise RuntimeError(f"{alive} Ray nodes did not come up:\n{done.stderr!r}\n{logs}")
+
+    def log(self, name: str) -> str:
+        return self.nodes[name].log.read_text(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        for name in [n for n in self.nodes if n != "head"] + ["head"]:
+            node = self.nodes.get(name)
+            if node is not None:
+                node.kill(signal.SIGTERM)
+        self.nodes.clear()
