@@ -34,9 +34,11 @@ def test_every_stage_runs_on_a_worker_node_and_show_says_which(
     assert run["state"] == "merged", run
     rows = {row["stage"]: row for row in run["stages"]}
     implement, test = rows["implement"]["node"], rows["test"]["node"]
-    assert implement is not None and test is not None
+    assert implement is not None
+    assert test is not None
     assert implement["id"] != test["id"], "each asked for its own node's resource"
-    assert rows["sync"]["node"] is None and rows["merge"]["node"] is None  # the daemon's git
+    assert rows["sync"]["node"] is None  # the daemon's own git, on its host
+    assert rows["merge"]["node"] is None
     # The work made on w1 came back as a bundle, was checked, and is what main holds.
     shown = git(bench.repo, "show", "main:impl-T1.txt")
     assert shown.strip() == "done"

@@ -10,6 +10,7 @@ only loopback up (``scripts/in-netns``); ``in_loopback_namespace`` tells.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -60,10 +61,8 @@ class Node:
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Signal the node's whole process group (the raylet and its workers)."""
         if self.proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
