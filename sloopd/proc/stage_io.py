@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from sloopd.proc.lines import OnLines
 
@@ -130,6 +130,20 @@ class RunningChild(Protocol):
 
     async def end(self) -> StageEnd:
         """Once it exited and nothing it left behind still runs: how it ended."""
+        ...
+
+
+@runtime_checkable
+class StartsLater(Protocol):
+    """A child a remote executor places first (a node, a checkout there) and starts after.
+
+    Its stage's clocks (timeout, stall) are restarted once it really started: the
+    placement's seconds are not the child's.  A placement that never comes is still
+    bounded by the timeout, which runs from the launch until then.
+    """
+
+    async def wait_started(self) -> bool:
+        """True once the child runs; False when it ended (or was refused) first."""
         ...
 
 

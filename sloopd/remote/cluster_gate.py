@@ -31,6 +31,8 @@ class ClusterGate:
             if ours:
                 gate.change(self.daemon, "open", None, None)
             return
+        reason = f"{PREFIX}{self.address} cannot be reached: {down}"
+        if ours and current.reason == reason and (current.until_ms or 0) > now_ms() + HOLD_MS // 2:
+            return  # the same outage, still held: no store write and no gate_changed event
         if current.state == "open" or ours:
-            reason = f"{PREFIX}{self.address} cannot be reached: {down}"
             gate.change(self.daemon, "cooldown", now_ms() + HOLD_MS, reason)

@@ -240,6 +240,15 @@ class RemoteChild:
         if not self._end.done():
             self._end.set_result(event)
 
+    async def wait_started(self) -> bool:
+        started = asyncio.ensure_future(self.started.wait())
+        ended: asyncio.Future[Any] = asyncio.shield(self._end)
+        try:
+            await asyncio.wait([started, ended], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            started.cancel()
+        return self.started.is_set()
+
     async def stop(self) -> None:
         self.executor.send({"op": "stop", "id": self.ident})
         with contextlib.suppress(TimeoutError):

@@ -79,7 +79,9 @@ def remote_launch(
         limits=launch.limits,
         variables=dict(launch.variables),
         passed=launch.passed,
-        values={name: environ[name] for name in launch.passed if name in environ},
+        # The passed names' values, and the daemon's PATH (the node keeps the folders of
+        # it that exist there: sloopd.remote.node.node_path).
+        values={name: environ[name] for name in (*launch.passed, "PATH") if name in environ},
         ro_mounts=launch.ro_mounts,
         rw_mounts=launch.rw_mounts,
         token=launch.token,

@@ -63,9 +63,19 @@ class NodeSandboxLauncher(SandboxLauncher[Child]):
             sloop["SLOOP_PROMPT_FILE"] = sandbox.PROMPT_PATH
         # The node's PATH and locale; the passed names' values are the daemon's, as a
         # child on the daemon's host would see them (the node's own never leak in).
-        host = {k: v for k, v in os.environ.items() if k == "PATH" or k.startswith("LC_")}
+        host = {k: v for k, v in os.environ.items() if k.startswith("LC_")}
         host.update({"LANG": os.environ.get("LANG", "C.UTF-8"), **self.values})
+        host["PATH"] = node_path(self.values.get("PATH"), os.environ.get("PATH"))
         return child_environment(host, passed=launch.passed, home=home, sloop=sloop)
+
+
+def node_path(daemon: str | None, node: str | None) -> str:
+    """The child's PATH on a node: the daemon's folders that exist here, in its order
+    (a CLI installed in the same place on every host is found as on the daemon's), then
+    the node's own."""
+    folders = [p for p in (daemon or "").split(":") if p and os.path.isdir(p)]
+    folders += [p for p in (node or os.defpath).split(":") if p and p not in folders]
+    return ":".join(folders)
 
 
 def _hidden_places(root: Path) -> tuple[Path, ...]:

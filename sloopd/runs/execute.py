@@ -174,7 +174,9 @@ class StageExecutor:
             # A commit in: the checkout is made anew from it, whatever the last one left.
             await self.branches.fresh(facts, start)
         auto = _auto_message(facts, stage, attempt) if stage.commit == "auto" else None
-        work = await self._work(facts, name, auto if stage.action == "agent" else None)
+        # Only a producing agent stage's leftovers are committed; a reviewer's are recorded.
+        producing_agent = stage.action == "agent" and produces(stage)
+        work = await self._work(facts, name, auto if producing_agent else None)
         code, usage, end = await self.children.run(
             active, facts, stage, attempt, None, command, start, work
         )
@@ -251,6 +253,10 @@ class StageExecutor:
                 ).naming(dirty)
         if shipped is not None and shipped.commit is not None:
             commit = shipped.commit
+            # The run's checkout here shows the work so far, as after a local stage: a
+            # person reads a kept run's worktree, and a next local stage starts in it.
+            await self.branches.fresh(facts, commit)
+            self.branches.untouched(facts, commit)
         else:
             commit = await self.branches.bring_back(facts, name)
         await self.branches.advance(facts, commit)

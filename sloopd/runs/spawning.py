@@ -21,7 +21,15 @@ from sloopd.flows.flow import Stage
 from sloopd.flows.presets import configured_model
 from sloopd.proc.lines import OutputBudget
 from sloopd.proc.sandbox import PROMPT_PATH
-from sloopd.proc.stage_io import Launcher, LaunchRefused, Limits, Placement, StageEnd, StageLaunch
+from sloopd.proc.stage_io import (
+    Launcher,
+    LaunchRefused,
+    Limits,
+    Placement,
+    StageEnd,
+    StageLaunch,
+    StartsLater,
+)
 from sloopd.runs import budget as budgets
 from sloopd.runs import placing
 from sloopd.runs.branch import repository_identity
@@ -247,6 +255,8 @@ class ChildStarter:
         try:
             if stops_children(active.stop):  # stopped before the child was there to stop
                 await child.stop()
+            if isinstance(child, StartsLater) and await child.wait_started():
+                active.child_started_monotonic = child.last_output_monotonic = time.monotonic()
             end = await child.end()
         except LaunchRefused as exc:  # a remote child refused on its node, or its work
             return str(exc), None, None

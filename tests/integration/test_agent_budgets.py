@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from tests.integration.test_agent_presets import (
     RUN_TIMEOUT_S,
     claude_api,
@@ -68,6 +70,7 @@ def stdout_events(bench: Bench, run_id: str) -> list[dict[str, Any]]:
     return events
 
 
+@pytest.mark.on_ray
 def test_claude_is_stopped_mid_session_once_its_cost_passes_the_budget(
     bench: Bench, claude_api: anthropic.AnthropicStandIn
 ) -> None:
@@ -114,6 +117,7 @@ def test_claude_is_stopped_mid_session_once_its_tokens_pass_the_budget(
     assert "over max_tokens 15000" in run["stages"][0]["reason"], run["stages"][0]
 
 
+@pytest.mark.on_ray
 def test_codex_prints_usage_only_at_the_end_so_its_budget_caps_what_merges(
     bench: Bench, codex_api: openai.OpenAIStandin
 ) -> None:

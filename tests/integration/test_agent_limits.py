@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from sloopctl.render import render
 from tests.support.agents import Bench, sloop_toml, start_with_args, ticket_text
 from tests.support.daemon import free_loopback_port, metrics_sample
@@ -38,6 +40,7 @@ def with_parser(bench: Bench) -> None:
     bench.env["PYTHONPATH"] = str(ROOT)
 
 
+@pytest.mark.on_ray
 def test_timeout_stops_a_chatty_agent_and_a_hung_command(bench: Bench) -> None:
     chatty = [
         {
@@ -90,6 +93,7 @@ def test_timeout_stops_a_chatty_agent_and_a_hung_command(bench: Bench) -> None:
     assert bench.dashboard()["gate"]["state"] == "open"
 
 
+@pytest.mark.on_ray
 def test_a_panel_seat_has_its_own_timeout(bench: Bench) -> None:
     panel: list[dict[str, Any]] = [
         {"name": "implement", "action": "agent", "command": bench.argv()},
@@ -217,6 +221,7 @@ def budget_flow(bench: Bench, tokens: int, *, hang: bool = True) -> list[dict[st
     ]
 
 
+@pytest.mark.on_ray
 def test_a_run_over_its_budget_is_stopped_and_fails(bench: Bench) -> None:
     with_parser(bench)
     config = sloop_toml(

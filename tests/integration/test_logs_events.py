@@ -15,6 +15,8 @@ import json
 import time
 from typing import Any
 
+import pytest
+
 from tests.support.agents import Bench, printer_argv, sloop_toml, ticket_text
 from tests.support.daemon import sloopctl_start, wait_until
 
@@ -90,6 +92,7 @@ def loop_flow(bench: Bench) -> dict[str, list[dict[str, Any]]]:
     }
 
 
+@pytest.mark.on_ray
 def test_logs_selectors_capture_tails_and_errors(bench: Bench) -> None:
     bench.setup(sloop_toml(bench.argv(), flows=loop_flow(bench)), {"one": ticket_text("One")})
     bench.start()
@@ -213,6 +216,7 @@ def cli_line(record: dict[str, Any]) -> str:
     return f"[{record['stage']}#{record['attempt']} {record['stream']}] {record['text']}"
 
 
+@pytest.mark.on_ray
 def test_cursors_across_a_live_run_and_followers_stop_at_complete_terminal(bench: Bench) -> None:
     printer = printer_argv(
         bench,

@@ -8,6 +8,8 @@ environment and counts as gone.
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support.agents import (
     Bench,
     alive_with,
@@ -25,6 +27,7 @@ def run_env(bench: Bench, run_id: str) -> tuple[str, str]:
     return bench.run_env(run_id)
 
 
+@pytest.mark.on_ray
 def test_hanging_agent_is_aborted(bench: Bench) -> None:
     # The first run's agent hangs; after `ready`, the next attempt's agent finishes.
     agent = bench.argv(
@@ -167,6 +170,7 @@ def test_daemon_killed_mid_stage_then_restarted(bench: Bench) -> None:
     assert bench.rev("main") == bench.rev("sloop/crash/2")
 
 
+@pytest.mark.on_ray
 def test_daemon_stopped_mid_stage_requeues_the_run(bench: Bench) -> None:
     agent = bench.argv(
         "--pidfile", bench.flag("{run}.pid"), "--hang-run", "R1", "--write", "x.txt=x"

@@ -13,6 +13,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support.agents import (
     Bench,
     read_json,
@@ -100,6 +102,7 @@ def row(value: dict[str, Any], stage: str, attempt: int) -> dict[str, Any]:
     return found[0]
 
 
+@pytest.mark.on_ray
 def test_ticket_merged_end_to_end(bench: Bench) -> None:
     # The operator's socket variable must not reach the agent.
     bench.env["SLOOP_OPERATOR_SOCKET"] = str(bench.root / "operator-elsewhere.sock")
@@ -203,6 +206,7 @@ def test_ticket_merged_end_to_end(bench: Bench) -> None:
     assert ("implement", 1, "stdout", "hello from implement#1") in bench.log_lines("R1")
 
 
+@pytest.mark.on_ray
 def test_exit_code_failure_then_next_attempt(bench: Bench) -> None:
     agent = bench.argv("--write", "one.txt=made by {run}", "--exit-run", "R1:3")
     bench.setup(sloop_toml(agent), {"one": ticket_text("One")})
@@ -269,6 +273,7 @@ def test_exit_code_failure_then_next_attempt(bench: Bench) -> None:
     assert bench.client.error("run", {"ref": "one"})["code"] == "conflict"
 
 
+@pytest.mark.on_ray
 def test_advisory_failure_stepped_over_and_flow_without_merge(bench: Bench) -> None:
     flows = {
         "default": [
@@ -328,6 +333,7 @@ def test_advisory_failure_stepped_over_and_flow_without_merge(bench: Bench) -> N
     assert Path(review["worktree"]).is_dir()
 
 
+@pytest.mark.on_ray
 def test_return_to_loop_passes_then_budget_exhausted(bench: Bench) -> None:
     implement = agent_stage(
         bench, "--say", "said by {stage}#{attempt}", "--write", "impl-{attempt}.txt=x"
@@ -420,6 +426,7 @@ def test_return_to_loop_passes_then_budget_exhausted(bench: Bench) -> None:
     assert bench.ok("gc") == {"removed": []}
 
 
+@pytest.mark.on_ray
 def test_sync_conflict_fails_the_run(bench: Bench) -> None:
     flows = {
         "default": [
@@ -504,6 +511,7 @@ def test_sync_in_rebase_mode_replays_the_work_on_main_or_names_the_conflict(
     assert git(bench.repo, "show", f"{tip}:README.md") == "main's line"
 
 
+@pytest.mark.on_ray
 def test_main_moved_between_sync_and_merge(bench: Bench) -> None:
     flows = {
         "default": [

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support.agents import Bench, read_json, sloop_toml, stage_table, ticket_text
 from tests.support.daemon import git
 
@@ -34,6 +36,7 @@ def flow(*stages: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 MERGE: dict[str, Any] = {"name": "merge", "action": "ff_only"}
 
 
+@pytest.mark.on_ray
 def test_uncommitted_changes_fail_the_stage_naming_the_paths(bench: Bench) -> None:
     (bench.repo / "README.md").write_text("readme\n")
     git(bench.repo, "add", "README.md")
@@ -57,6 +60,7 @@ def test_uncommitted_changes_fail_the_stage_naming_the_paths(bench: Bench) -> No
     assert run["diagnosis"]["detail"] == implement["reason"], run["diagnosis"]
 
 
+@pytest.mark.on_ray
 def test_commit_auto_commits_what_the_agent_left(bench: Bench) -> None:
     (bench.repo / "README.md").write_text("readme\n")
     git(bench.repo, "add", "README.md")
@@ -81,6 +85,7 @@ def test_commit_auto_commits_what_the_agent_left(bench: Bench) -> None:
     assert run["stages"][0]["commit"] == bench.rev("main")
 
 
+@pytest.mark.on_ray
 def test_an_agent_that_did_nothing_is_not_merged(bench: Bench) -> None:
     idle = {"name": "implement", "action": "agent", "command": bench.argv("--say", "done!")}
     bench.setup(sloop_toml(bench.argv(), flows=flow(idle)), {"idle": ticket_text("Idle")})
@@ -101,6 +106,7 @@ def test_an_agent_that_did_nothing_is_not_merged(bench: Bench) -> None:
     assert bench.rev("main") == before
 
 
+@pytest.mark.on_ray
 def test_allow_empty_merges_an_empty_branch(bench: Bench) -> None:
     idle = {"name": "implement", "action": "agent", "command": bench.argv("--say", "done!")}
     merge = {"name": "merge", "action": "ff_only", "allow_empty": True}
@@ -171,6 +177,7 @@ PANEL_SEAT = (
 )
 
 
+@pytest.mark.on_ray
 def test_panel_seats_do_not_see_each_others_verdicts(bench: Bench) -> None:
     seats = [
         {"target": "first", "command": [sys.executable, "-c", PANEL_SEAT, "fail", bench.flag("0")]},
@@ -203,6 +210,7 @@ def test_panel_seats_do_not_see_each_others_verdicts(bench: Bench) -> None:
     assert [s["verdict"] for s in final["reviewers"]] == ["fail", "pass"]
 
 
+@pytest.mark.on_ray
 def test_an_exit_code_over_128_is_not_read_as_a_signal_unless_one_ended_it(
     bench: Bench,
 ) -> None:

@@ -13,6 +13,8 @@ import sys
 import time
 from typing import Any
 
+import pytest
+
 from tests.support.agents import (
     Bench,
     alive_with,
@@ -55,6 +57,7 @@ def running_row(run: dict[str, Any]) -> dict[str, Any] | None:
     return rows[0] if rows else None
 
 
+@pytest.mark.on_ray
 def test_silent_agent_is_stalled_then_stopped_while_a_chatty_one_is_not(bench: Bench) -> None:
     bench.setup(
         config(bench),

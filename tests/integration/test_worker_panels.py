@@ -28,7 +28,9 @@ from tests.support.agents import (
 
 UNAUTHORIZED = {"code": "unauthorized", "message": "not authorized", "details": {}}
 # usage: additive in 0.6.0, the seat's own.
-REVIEWER_KEYS = frozenset({"reviewer", "target", "verdict", "confidence", "reason", "usage"})
+REVIEWER_KEYS = frozenset(
+    {"reviewer", "target", "verdict", "confidence", "reason", "usage", "node"}
+)
 
 
 def seats_of(stage_row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -145,6 +147,7 @@ def split_seats() -> list[list[dict[str, Any]]]:
     ]
 
 
+@pytest.mark.on_ray
 def test_panels_and_reported_stages(bench: Bench) -> None:
     flows = {
         "quorum": [

@@ -89,6 +89,7 @@ class RayCluster:
     token: str = field(default_factory=lambda: secrets.token_hex(32))
     nodes: dict[str, Node] = field(default_factory=dict)
     temp_dir: Path = field(init=False)
+    _slots: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.temp_dir = self.root / "ray"
@@ -105,6 +106,7 @@ class RayCluster:
         node_dir.mkdir(parents=True, exist_ok=True)
         log = self.root / f"{name}.log"
         argv = [str(RAY), "start", "--block", "--node-ip-address", "127.0.0.1", *args]
+        argv += self._ports(name)
         if resources:
             argv += ["--resources", resources]
         with log.open("ab") as sink:
@@ -119,6 +121,22 @@ class RayCluster:
         node = Node(name, proc, node_dir, log)
         self.nodes[name] = node
         return node
+
+    def _ports(self, name: str) -> list[str]:
+        """Ports of the node's own, from a block after the head's: nodes started at
+        once raced for the same free port otherwise ("bind: Address already in use")."""
+        slot = self._slots.setdefault(name, len(self._slots) + 1)
+        base = self.port + 200 * slot
+        return [
+            "--node-manager-port", str(base), "--object-manager-port", str(base + 1),
+            "--runtime-env-agent-port", str(base + 2), "--metrics-export-port", str(base + 3),
+            "--dashboard-agent-grpc-port", str(base + 4),
+            "--dashboard-agent-listen-port", str(base + 5),
+            "--min-worker-port", str(base + 10), "--max-worker-port", str(base + 199),
+            # Nodes on one host share the session folder: each its own sockets there.
+            "--plasma-store-socket-name", str(self.root / f"{name}-plasma.sock"),
+            "--raylet-socket-name", str(self.root / f"{name}-raylet.sock"),
+        ]  # fmt: skip
 
     def start_head(self) -> None:
         self._start(
