@@ -34,9 +34,13 @@ REVIEWER_KEYS = frozenset(
 
 
 def seats_of(stage_row: dict[str, Any]) -> list[dict[str, Any]]:
-    """A panel's seats without their usage (these agents print no usage stream)."""
+    """A panel's seats without their usage (these agents print no usage stream) and
+    the node they ran on (null here; a Ray node's in the Ray run)."""
     assert all(seat["usage"] is None for seat in stage_row["reviewers"]), stage_row
-    return [{k: v for k, v in seat.items() if k != "usage"} for seat in stage_row["reviewers"]]
+    return [
+        {k: v for k, v in seat.items() if k not in ("usage", "node")}
+        for seat in stage_row["reviewers"]
+    ]
 
 
 @pytest.fixture

@@ -133,9 +133,6 @@ class RayCluster:
             "--dashboard-agent-grpc-port", str(base + 4),
             "--dashboard-agent-listen-port", str(base + 5),
             "--min-worker-port", str(base + 10), "--max-worker-port", str(base + 199),
-            # Nodes on one host share the session folder: each its own sockets there.
-            "--plasma-store-socket-name", str(self.root / f"{name}-plasma.sock"),
-            "--raylet-socket-name", str(self.root / f"{name}-raylet.sock"),
         ]  # fmt: skip
 
     def start_head(self) -> None:
