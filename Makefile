@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := test
-.PHONY: venv test test-long lint typecheck unit coverage demo bench clean
+.PHONY: venv test test-long lint typecheck unit ray coverage demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ venv: $(STAMP)
 # its driver for the web view's browser tests).
 .PHONY: .debian-packages
 .debian-packages: scripts/ensure-debian-packages
-	scripts/ensure-debian-packages netcat-openbsd:nc git:git bubblewrap:bwrap prometheus:promtool systemd:systemd-analyze openssl:openssl chromium:chromium chromium-driver:chromedriver
+	scripts/ensure-debian-packages netcat-openbsd:nc git:git bubblewrap:bwrap prometheus:promtool systemd:systemd-analyze openssl:openssl iproute2:ip chromium:chromium chromium-driver:chromedriver
 
 lint: $(STAMP)
 	$(BIN)/ruff check sloopd sloopctl tests benchmarks
@@ -36,7 +36,7 @@ typecheck: $(STAMP)
 TEST_WORKERS ?= 2
 unit: $(STAMP)
 	rm -rf .coverage-data && mkdir -p .coverage-data
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --cov --cov-report=
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --cov --cov-report= -m "not long and not ray"
 	-@$(BIN)/coverage report --format=total \
 	  | sed 's/^/coverage of sloopd and sloopctl in the test processes (percent of lines): /'
 
@@ -52,7 +52,14 @@ coverage: $(STAMP) .debian-packages .agent-clis
 .agent-clis: scripts/ensure-agent-clis
 	scripts/ensure-agent-clis @anthropic-ai/claude-code@2.1.332 @openai/codex@0.171.0 @google/gemini-cli@0.61.0
 
-test: $(STAMP) .debian-packages .agent-clis lint typecheck unit
+# The Ray run (docs/scale-out.md): in a network namespace with only loopback, each
+# worker starts a real cluster (a head and two worker nodes, token auth on); the tests
+# marked on_ray run again with every stage on its nodes, and tests/ray run there too.
+ray: $(STAMP) .debian-packages .agent-clis
+	scripts/in-netns env SLOOP_REQUIRE_RAY=1 SLOOP_TEST_EXECUTOR=ray \
+	  $(BIN)/pytest -q -n $(TEST_WORKERS) -m "on_ray or ray" tests/integration tests/ray
+
+test: $(STAMP) .debian-packages .agent-clis lint typecheck unit ray
 
 # Minutes of load, not run by `make test`: the long protocol fuzz (-m overrides
 # pyproject's `-m 'not long'`).  SLOOP_FUZZ_SEED=<seed> replays its first seed.

@@ -77,7 +77,9 @@ def ray_cluster() -> Iterator[RayCluster]:
             pytest.fail(message)
         pytest.skip(message)
     root = short_tmpdir()
-    cluster = RayCluster(root)
+    # One cluster per xdist worker, each on ports of its own (gw0: 6399, gw1: 7399, ...).
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    cluster = RayCluster(root, port=6399 + 1000 * int(worker or 0))
     try:
         cluster.start_head()
         # One at a time: nodes of one host share the session folder, and two starting at

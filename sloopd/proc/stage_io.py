@@ -137,9 +137,10 @@ class RunningChild(Protocol):
 class StartsLater(Protocol):
     """A child a remote executor places first (a node, a checkout there) and starts after.
 
-    Its stage's clocks (timeout, stall) are restarted once it really started: the
-    placement's seconds are not the child's.  A placement that never comes is still
-    bounded by the timeout, which runs from the launch until then.
+    Its stage's clocks (timeout, stall) start once it really started: the placement's
+    seconds are not the child's (under load a node took longer to place and start a
+    child than a 2 s timeout).  The executor bounds the placement itself, and an abort
+    or a stopping daemon stops a child still being placed.
     """
 
     async def wait_started(self) -> bool:

@@ -8,7 +8,7 @@ lacks, hands each batch of the child's lines to the same ``on_lines`` a local
 child's go to (so the same sink, cursors and limits apply), opens the run's real
 worker socket for each connection the agent makes on the node (the daemon checks
 the token as for a local child), and on the child's end takes its work back
-through ``sloopd.remote.shipping``.  A driver that exits ends every remote stage
+through ``sloopd.git.bundles``.  A driver that exits ends every remote stage
 in flight as lost; the next start starts a new driver.
 """
 
@@ -33,9 +33,12 @@ from sloopd.remote import messages
 
 log = logging.getLogger(__name__)
 
-# How long a stop waits for the node to confirm the child's end, past the grace.
+# How long a stop waits for the node to confirm the child's end (the node's grace
+# is 5 s, then SIGKILL; the rest is the poll and the collect).
 STOP_CONFIRM_SECONDS = 15.0
 STDERR_TAIL_LINES = 20
+# How long a child may wait for a node with its resources (and its checkout there).
+PLACEMENT_TIMEOUT_S = 600.0
 
 
 class RayExecutor:
@@ -186,12 +189,21 @@ class RemoteChild:
         self.remote = remote
         self.on_lines = on_lines
         self.repo = repo
-        self.last_output_monotonic = time.monotonic()
+        self._last_output = time.monotonic()
         self.started = asyncio.Event()
         self.node: dict[str, str] | None = None
         self._end: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._connections: dict[int, _Connection] = {}
         self.ident = executor.register(self)
+
+    @property
+    def last_output_monotonic(self) -> float:
+        # No stall while the child is placed and started: its silence starts with it.
+        return self._last_output if self.started.is_set() else time.monotonic()
+
+    @last_output_monotonic.setter
+    def last_output_monotonic(self, value: float) -> None:
+        self._last_output = value
 
     def placed(self, event: dict[str, Any]) -> None:
         self.node = event.get("node")
@@ -244,9 +256,19 @@ class RemoteChild:
         started = asyncio.ensure_future(self.started.wait())
         ended: asyncio.Future[Any] = asyncio.shield(self._end)
         try:
-            await asyncio.wait([started, ended], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                [started, ended], timeout=PLACEMENT_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             started.cancel()
+        if not self.started.is_set() and not self._end.done():
+            # No node with the resources asked for took it: said, never waited on forever.
+            self.executor.send({"op": "stop", "id": self.ident})
+            resources = self.launch.placement.resources if self.launch.placement else {}
+            self.ended(
+                {"refused": f"no Ray node took the stage within {PLACEMENT_TIMEOUT_S:.0f} s "
+                 f"(it asked for {dict(resources)}): check the cluster's resources"}
+            )  # fmt: skip
         return self.started.is_set()
 
     async def stop(self) -> None:

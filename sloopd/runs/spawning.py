@@ -30,16 +30,15 @@ from sloopd.proc.stage_io import (
     StageLaunch,
     StartsLater,
 )
-from sloopd.runs import budget as budgets
 from sloopd.runs import placing
 from sloopd.runs.branch import repository_identity
 from sloopd.runs.placing import Work
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.runs.stop import stops_children
+from sloopd.runs.usage_reading import CostReader, read_usage
 from sloopd.store import TicketExtra
 from sloopd.util import memory, trees
-from sloopd.vendor import pricing, stream_claude
 from sloopd.vendor import usage as usages
 from sloopd.vendor.usage import Usage
 from sloopd.worker.credentials import Credentials
@@ -232,7 +231,7 @@ class ChildStarter:
             nonlocal unflushed
             recent.extend(texts)  # bounded; dropped lines still tell why a child failed
             if parse is not None and stream == "stdout":
-                _read_usage(active, parse, usage, price, stream_name, texts)
+                read_usage(active, parse, usage, price, stream_name, texts)
             admitted = budget.admit_many(texts)
             if not admitted:
                 return
@@ -250,12 +249,15 @@ class ChildStarter:
             self.credentials.revoke(facts.run_id, credential)
             return str(exc), None, None
         active.child = child
-        active.child_started_monotonic = time.monotonic()
+        # A child a remote executor still places has no clock yet: its timeout runs from
+        # its real start (the executor bounds the placement itself).
+        later = child if isinstance(child, StartsLater) else None
+        active.child_started_monotonic = None if later is not None else time.monotonic()
         active.child_timeout_ms = launch.limits.timeout_ms
         try:
             if stops_children(active.stop):  # stopped before the child was there to stop
                 await child.stop()
-            if isinstance(child, StartsLater) and await child.wait_started():
+            if later is not None and await later.wait_started():
                 active.child_started_monotonic = child.last_output_monotonic = time.monotonic()
             end = await child.end()
         except LaunchRefused as exc:  # a remote child refused on its node, or its work
@@ -364,70 +366,12 @@ def stream_of(active: ActiveRun, stage: Stage, seat: int | None) -> str:
     return stage.stream or active.config.agent.stream
 
 
-class CostReader:
-    """A child's usage with its cost: the vendor's, else priced from ``[pricing]``.
-
-    Claude Code's cost arrives with its last event, Codex's and Gemini's never: a
-    priced cost is what lets ``max_cost_usd`` judge them while they run.  When some
-    tokens have no price, ``tell`` hears it once (the cost then stays unknown).
-    """
-
-    def __init__(
-        self, prices: pricing.PriceTable, model: str | None, tell: Callable[[str], None] | None
-    ) -> None:
-        self.prices = prices
-        self.model = model
-        self.tell = tell
-
-    def __call__(self, reported: Usage) -> Usage:
-        costed, missing = pricing.priced(reported, self.prices, self.model)
-        if missing is not None and self.tell is not None:
-            self.tell(unpriced_notice(missing))
-            self.tell = None
-        return costed
-
-
-def unpriced_notice(model: str) -> str:
-    """Said once per child when a dollar budget cannot see what it spends."""
-    named = f"model {model!r} has no price" if model else "its model is not known"
-    return (
-        f"sloop: this agent reports no cost and {named} in [pricing]: its cost is unknown "
-        "and max_cost_usd cannot stop it (docs/configuration.md#pricing)"
-    )
-
-
 def timeout_of(active: ActiveRun, stage: Stage) -> int:
     """A child's wall-clock limit: its stage's timeout, else the agent's or command's."""
     if stage.timeout_ms is not None:
         return stage.timeout_ms
     settings = active.config.agent
     return settings.agent_timeout_ms if stage.action == "agent" else settings.command_timeout_ms
-
-
-def _read_usage(
-    active: ActiveRun,
-    parse: usages.StreamParser,
-    usage: Usage,
-    price: CostReader,
-    stream_name: str,
-    texts: list[str],
-) -> None:
-    """What a batch of stdout lines says the child spent (and tools it was refused)."""
-    for text in texts:
-        if _parsed(parse, text, usage):
-            active.live = price(usage)
-            budgets.check(active)
-            if stream_name == "claude" and '"permission_denials"' in text:
-                refused = stream_claude.permission_denials(text) or []
-                active.refused_tools = tuple(dict.fromkeys(refused))
-
-
-def _parsed(parse: usages.StreamParser, line: str, usage: Usage) -> bool:
-    """A parser's verdict on one line; a parser that raises reads nothing from it."""
-    try:
-        return parse(line, usage)
-    except Exception:
-        return False
 
 
 def _quoted(value: str) -> str:
