@@ -30,7 +30,6 @@ import logging
 import os
 import signal
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +52,7 @@ def _die_with_parent() -> None:
 
 
 class Driver:
-    def __init__(self, address: str, namespace: str, out: Any) -> None:
+    def __init__(self, address: str, namespace: str, out: Any, ship_dir: Path) -> None:
         self.address = address
         self.namespace = namespace
         self._out = out
@@ -65,7 +64,10 @@ class Driver:
         self._ships: dict[str, asyncio.Future[str]] = {}
         self._actors: dict[str, Any] = {}
         self._stopping: set[str] = set()
-        self._ship_dir = Path(tempfile.mkdtemp(prefix="sloop-ray-"))
+        # The daemon's own folder (its state directory's ship/): what comes back lands
+        # where the daemon reads it and removes it.
+        self._ship_dir = ship_dir
+        ship_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     def emit(self, event: str, **fields: Any) -> None:
         line = json.dumps({"ev": event, **fields}, separators=(",", ":")) + "\n"
@@ -289,12 +291,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="sloopd-ray-driver")
     parser.add_argument("--address", required=True)
     parser.add_argument("--namespace", default="sloop")
+    parser.add_argument("--ship-dir", type=Path, required=True)
     args = parser.parse_args(argv)
     _die_with_parent()
     # The protocol has standard output to itself; anything Ray prints goes to stderr.
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
-    driver = Driver(args.address, args.namespace, out)
+    driver = Driver(args.address, args.namespace, out, args.ship_dir)
     try:
         asyncio.run(_serve(driver))
     finally:

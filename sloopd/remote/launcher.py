@@ -73,6 +73,7 @@ class RayExecutor:
             self._process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "sloopd.remote.driver",
                 "--address", self.address, "--namespace", self.namespace,
+                "--ship-dir", str(self.ship_dir),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,

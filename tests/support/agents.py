@@ -548,7 +548,8 @@ def read_json(path: Path) -> Any:
 def read_pid(path: Path) -> int:
     """The host pid an agent wrote: a pid, or a tag in its environment (sandboxed agents
     see their namespace's pids only)."""
-    text = str(wait_until(lambda: path.exists() and path.read_text().strip()))
+    # Generous: a stage on a Ray node is placed and its checkout made before it starts.
+    text = str(wait_until(lambda: path.exists() and path.read_text().strip(), timeout=30.0))
     if not text.startswith("tag:"):
         return int(text)
     # Until a child it forks has exec'd, that child shows the agent's environment (and
