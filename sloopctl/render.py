@@ -24,6 +24,7 @@ from sloopctl.layout import (
     table,
     text,
 )
+from sloopctl.stages_view import stages_section
 from sloopctl.usage_text import usage_text
 
 _STAGE_MARK: Final = {"passed": "✓", "failed": "✗", "running": "▶", "pending": "·"}
@@ -107,51 +108,6 @@ def runs_section(rows: Any, now: int, paint: Paint, title: str = "Runs") -> list
     ]
     headers = ["ID", "ALIAS", "STATE", "STARTED", "FINISHED", "STAGES", "USAGE", "REASON"]
     return section(title, headers, cells, paint)
-
-
-def stages_section(rows: Any, now: int, paint: Paint) -> list[str]:
-    stages = _rows(rows)
-    cells = [
-        [
-            text(s.get("stage")),
-            text(s.get("attempt")),
-            state_cell(s.get("state"), " (advisory)" if s.get("advisory") else ""),
-            relative(s.get("started_at_ms"), now),
-            span(s["duration_ms"]) if isinstance(s.get("duration_ms"), int) else "-",
-            text(s.get("exit_code")),
-            text(s.get("verdict_source")),
-            text(s.get("confidence")),
-            usage_text(s.get("usage")),
-            text(s.get("reason")) if s.get("reason") else "",
-        ]
-        for s in stages
-    ]
-    headers = ["STAGE", "ATTEMPT", "STATE", "STARTED", "TOOK", "EXIT", "SOURCE", "CONF", "USAGE"]
-    headers.append("REASON")
-    out = section("Stages", headers, cells, paint)
-    for s in stages:
-        seats = _rows(s.get("reviewers"))
-        if seats:
-            out += [
-                "",
-                paint(f"Reviewers of {text(s.get('stage'))}#{text(s.get('attempt'))}", "bold"),
-            ]
-            out += table(
-                ["SEAT", "TARGET", "VERDICT", "CONF", "USAGE", "REASON"],
-                [
-                    [
-                        text(r.get("reviewer")),
-                        text(r.get("target")),
-                        state_cell(r.get("verdict")),
-                        text(r.get("confidence")),
-                        usage_text(r.get("usage")),
-                        text(r.get("reason")) if r.get("reason") else "",
-                    ]
-                    for r in seats
-                ],
-                paint,
-            )
-    return out
 
 
 # --- show ----------------------------------------------------------------------

@@ -84,6 +84,7 @@ def ray_executor(daemon: Daemon) -> RayExecutor | None:
         settings.executor.namespace,
         daemon.layout.state_dir,
         on_reachable=ClusterGate(daemon, address),
+        metrics=daemon.metrics,
     )
 
 

@@ -119,8 +119,39 @@ class Metrics:
             "Webhook attempts that failed (an error, a timeout or a non-2xx answer).",
             registry=r,
         )
+        # Stages on Ray (sloopd.remote): where children run, what crosses to the nodes.
+        # The node label is its host name ("" on the daemon's host): as many as nodes.
+        self.children_running = Gauge(
+            "sloop_stage_children_running",
+            "Stage children (agents, commands, panel seats) running, by backend and node.",
+            ["backend", "node"],
+            registry=r,
+        )
+        self.children_running.labels("local", "")
+        self.shipped_bytes = Counter(
+            "sloop_ray_shipped_bytes",
+            "Bytes of git bundles shipped to Ray nodes (to_node) and back (from_node).",
+            ["direction"],
+            registry=r,
+        )
+        for direction in ("to_node", "from_node"):
+            self.shipped_bytes.labels(direction)
+        self.relay_latency = Histogram(
+            "sloop_ray_relay_latency_seconds",
+            "A relayed worker request's round trip, as the node saw it: from the agent's "
+            "request to the daemon's answer written back to it.",
+            buckets=REQUEST_BUCKETS,
+            registry=r,
+        )
         build = Gauge("sloop_build_info", "Build information.", ["version"], registry=r)
         build.labels(api.SOFTWARE_VERSION).set(1)
+
+    # sloopd.remote.launcher.RemoteMetrics
+    def shipped(self, direction: str, size: int) -> None:
+        self.shipped_bytes.labels(direction).inc(size)
+
+    def relayed(self, seconds: float) -> None:
+        self.relay_latency.observe(seconds)
 
     def observe_request(self, verb: str, code: str, seconds: float) -> None:
         self._requests.observe(verb, code, seconds)

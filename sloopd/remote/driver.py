@@ -16,7 +16,7 @@ sandbox dies with the actor (bubblewrap's ``--die-with-parent``).
 Ops: ``start {id, launch, resources}``, ``ship {id, bundle}`` (a file path),
 ``stop {id}``, ``deliver {id, conn, data}``.  Events: ``up {nodes}``,
 ``down {reason}``, ``placed {id, node, haves}``, ``started {id}``,
-``items {id, items, last_output}``, ``ended {id, ...}``.
+``items {id, items}``, ``ended {id, ...}``.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -41,6 +41,22 @@ STDERR_TAIL_LINES = 20
 PLACEMENT_TIMEOUT_S = 600.0
 
 
+class RemoteMetrics(Protocol):
+    """What the executor counts (``sloopd.ops.metrics.Metrics`` implements it)."""
+
+    def shipped(self, direction: str, size: int) -> None: ...
+
+    def relayed(self, seconds: float) -> None: ...
+
+
+class _Uncounted:
+    def shipped(self, direction: str, size: int) -> None:
+        pass
+
+    def relayed(self, seconds: float) -> None:
+        pass
+
+
 class RayExecutor:
     """The driver process and the reachability of the cluster it talks to."""
 
@@ -50,6 +66,7 @@ class RayExecutor:
         namespace: str,
         state_dir: Path,
         on_reachable: Callable[[str | None], None] = lambda _reason: None,
+        metrics: RemoteMetrics | None = None,
     ) -> None:
         self.address = address
         self.namespace = namespace
@@ -63,7 +80,7 @@ class RayExecutor:
         self._next = 0
         self._stderr: list[str] = []
         self._lock = asyncio.Lock()
-        self.shipped_bytes = 0
+        self.metrics: RemoteMetrics = metrics or _Uncounted()
         self._closing = False
 
     async def ensure(self) -> None:
@@ -192,7 +209,7 @@ class RemoteChild:
         self.repo = repo
         self._last_output = time.monotonic()
         self.started = asyncio.Event()
-        self.node: dict[str, str] | None = None
+        self.node: dict[str, str] | None = None  # where it was placed: {"id", "host"}
         self._end: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._connections: dict[int, _Connection] = {}
         self.ident = executor.register(self)
@@ -220,7 +237,7 @@ class RemoteChild:
             self.ended({"refused": str(exc)})
             return
         if path is not None:
-            self.executor.shipped_bytes += path.stat().st_size
+            self.executor.metrics.shipped("to_node", path.stat().st_size)
         self.executor.send({"op": "ship", "id": self.ident, "bundle": str(path or "")})
         if path is not None:
             asyncio.get_running_loop().call_later(60.0, path.unlink, True)
@@ -232,6 +249,8 @@ class RemoteChild:
                 self.on_lines(item[1], item[2], bool(item[3]))
             elif item[0] == "conn":
                 self._relay(int(item[1]), item[2])
+            elif item[0] == "latency":
+                self.executor.metrics.relayed(float(item[1]))
 
     def _relay(self, number: int, data: str | None) -> None:
         connection = self._connections.get(number)
@@ -292,7 +311,7 @@ class RemoteChild:
         try:
             if event.get("bundle"):
                 bundle = Path(str(event["bundle"]))
-                self.executor.shipped_bytes += bundle.stat().st_size
+                self.executor.metrics.shipped("from_node", bundle.stat().st_size)
                 tip = await shipping.adopt(
                     self.repo, self.executor.ship_dir, bundle,
                     branch=placement.branch, ref=placement.ref, base=placement.base,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,9 @@ from typing import Any
 from sloopd.remote.messages import NODE_OUTBOX_BYTES
 
 CHUNK_BYTES = 64 * 1024
-# Connections one child may hold open through the relay, as its worker socket allows.
-MAX_CONNECTIONS = 64
+# Connections one child may hold open through the relay (the daemon's worker socket
+# bounds what it accepts of them again, as for a local child).
+MAX_CONNECTIONS = 32
 
 
 class Outbox:
@@ -40,6 +42,9 @@ class Outbox:
 
     def conn(self, number: int, data: bytes | None) -> None:
         self._add(["conn", number, data], len(data or b"") + 16)
+
+    def latency(self, seconds: float) -> None:
+        self._add(["latency", seconds], 16)
 
     def _add(self, item: list[Any], size: int) -> None:
         self._items.append(item)
@@ -70,6 +75,9 @@ class SocketRelay:
         self.outbox = outbox
         self._server: asyncio.AbstractServer | None = None
         self._writers: dict[int, asyncio.StreamWriter] = {}
+        # When each connection's request waiting for an answer arrived (the node's clock:
+        # the round trip is measured where both ends are seen).
+        self._asked: dict[int, float] = {}
         self._next = 0
         self._readable = asyncio.Event()
         self._readable.set()
@@ -100,6 +108,7 @@ class SocketRelay:
                     # side half-closes too, and its answers still come back on this one.
                     self.outbox.conn(number, None)
                     return
+                self._asked.setdefault(number, time.monotonic())
                 self.outbox.conn(number, data)
         except (ConnectionError, OSError):
             if self._writers.pop(number, None) is not None:
@@ -115,6 +124,9 @@ class SocketRelay:
             self._writers.pop(number, None)
             writer.close()
             return
+        asked = self._asked.pop(number, None)
+        if asked is not None:
+            self.outbox.latency(time.monotonic() - asked)
         try:
             writer.write(data)
             await writer.drain()

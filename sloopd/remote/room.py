@@ -13,6 +13,8 @@ descends-from-base check.  What goes back is a bundle of the new commits only.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import os
 import tempfile
@@ -26,6 +28,29 @@ from sloopd.git.node_cache import HAVE_PREFIX, Cache, CacheError
 from sloopd.util import trees
 
 GIT_TIMEOUT_S = 120.0
+
+
+def _owner_of(pid: int) -> str:
+    """A process by pid and start time (field 22 of its stat): pid reuse is not it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+    except OSError:
+        return ""
+    return f"{pid} {stat.rsplit(')', 1)[1].split()[19]}"
+
+
+def _sweep_orphans(rooms: Path) -> None:
+    if not rooms.is_dir():
+        return
+    for room in rooms.iterdir():
+        try:
+            owner = (room / "owner").read_text(encoding="ascii").strip()
+            pid = int(owner.split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # being made right now, or not a room of ours
+        if _owner_of(pid) != owner:
+            with contextlib.suppress(OSError, trees.NotAFolder):
+                trees.remove_blocking(room)
 
 
 class RoomError(Exception):
@@ -85,8 +110,13 @@ class Room:
 
     @classmethod
     async def make(cls, cache: Cache, branch: str, commit: str) -> Room:
-        root = cache.path.parent / "rooms" / uuid.uuid4().hex[:16]
+        rooms = cache.path.parent / "rooms"
+        await asyncio.to_thread(_sweep_orphans, rooms)
+        root = rooms / uuid.uuid4().hex[:16]
         root.mkdir(mode=0o700, parents=True)
+        # Whose room it is: an actor killed with its driver never removes its room, so
+        # the next one on this node removes every room whose owner is gone.
+        (root / "owner").write_text(_owner_of(os.getpid()), encoding="ascii")
         room = cls(cache, root, branch)
         room.files.mkdir(mode=0o700)
         await checkout.create(cache.path, room.checkout, branch, commit, timeout=GIT_TIMEOUT_S)

@@ -259,7 +259,12 @@ class ChildStarter:
                 await child.stop()
             if later is not None and await later.wait_started():
                 active.child_started_monotonic = child.last_output_monotonic = time.monotonic()
-            end = await child.end()
+            counted = self._running("ray" if later else "local", later, +1)
+            try:
+                end = await child.end()
+            finally:
+                if counted:
+                    self._running("ray" if later else "local", later, -1)
         except LaunchRefused as exc:  # a remote child refused on its node, or its work
             return str(exc), None, None
         finally:
@@ -299,6 +304,15 @@ class ChildStarter:
             # Said before anything starts: the kernel's E2BIG would name neither cause nor fix.
             return prompt_file, f"the child was not started: {too_long.message}"
         return prompt_file, argv
+
+    def _running(self, backend: str, later: StartsLater | None, delta: int) -> bool:
+        """sloop_stage_children_running, by backend and the node's host name."""
+        metrics = self.records.daemon.metrics
+        if metrics is None:
+            return False
+        node = getattr(later, "node", None) or {}
+        metrics.children_running.labels(backend, str(node.get("host", ""))).inc(delta)
+        return True
 
     def _launcher(self, active: ActiveRun, placed: Placement | None) -> Launcher:
         launcher = self.launchers.get("ray" if placed else active.config.sandbox)
