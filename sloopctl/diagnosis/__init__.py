@@ -27,6 +27,7 @@ from sloopctl.diagnosis.config_checks import check_prompt
 from sloopctl.diagnosis.daemon_checks import (
     check_clis,
     check_clock,
+    check_executor,
     check_sandbox,
     check_socket,
     check_store,
@@ -57,6 +58,7 @@ CHECKS: Final[tuple[tuple[str, Callable[[Doctor], Check]], ...]] = (
     ("version", check_version),
     ("sandbox", check_sandbox),
     ("clis", check_clis),
+    ("executor", check_executor),
     ("prompt", check_prompt),
     ("store", check_store),
     ("git", check_git),

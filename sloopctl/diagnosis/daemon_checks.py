@@ -129,6 +129,31 @@ def check_clis(d: Doctor) -> Check:
     return found.result(name, "")
 
 
+def check_executor(d: Doctor) -> Check:
+    """Whether the Ray cluster stages are placed on is reachable (docs/scale-out.md);
+    while it is not, the gate is closed and no run is claimed."""
+    name = "executor"
+    if not d.up:
+        return Check(name, "warn", NOT_REACHABLE)
+    info = d.daemon.get("executor")
+    if not isinstance(info, dict) or info.get("address") is None:
+        return Check(name, "ok", "every stage runs on this host")
+    address = info.get("address")
+    if info.get("reachable") is None:
+        return Check(
+            name, "warn", f"the daemon is still connecting to the Ray cluster at {address}"
+        )
+    if not info.get("reachable"):
+        return Check(
+            name,
+            "fail",
+            f"the Ray cluster at {address} cannot be reached: {info.get('reason')}",
+            "start the cluster, or check [executor] address and RAY_AUTH_TOKEN in the "
+            "daemon's environment (docs/scale-out.md); the gate reopens by itself",
+        )
+    return Check(name, "ok", f"stages run on the Ray cluster at {address}")
+
+
 def check_store(d: Doctor) -> Check:
     name = "store"
     if d.up:

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from sloopd.core import executor_config
 from sloopd.core.changelog import ChangeLog
 from sloopd.core.config import Config
 from sloopd.core.longpoll import FeedNotices
@@ -65,6 +66,9 @@ class Daemon:
     # The configured presets whose CLI the sandbox would not find (sloopd.runs.cli_sight),
     # checked at start and on each reload: daemon.sandbox.clis.
     unseen_clis: list[dict[str, Any]] = field(default_factory=list)
+    # The Ray cluster as the executor's driver last reported it (sloopd.remote.
+    # cluster_gate): None until it reported; "" once reachable, else why not.
+    executor_problem: str | None = None
     # The read model (None until derived after recovery, and on a refused store) and
     # its epoch, which every ``show`` reply carries.
     model: ReadModel | None = None
@@ -139,6 +143,20 @@ class Daemon:
             # Additive in 0.6.0: the store refuses writes (full disk, a held lock) since
             # when; null while writes succeed.
             "store_fault": fault.row() if (fault := self.store_fault()) else None,
+            "executor": self.executor_info(),
+        }
+
+    def executor_info(self) -> dict[str, Any]:
+        """Additive in 0.8.0: where stages run, and whether the Ray cluster is reachable."""
+        executor = self.config.executor
+        if not executor_config.uses_ray(executor, self.config.flows.values()):
+            return {"backend": executor.backend, "address": None, "reachable": None, "reason": None}
+        problem = self.executor_problem
+        return {
+            "backend": executor.backend,
+            "address": executor.address,
+            "reachable": None if problem is None else problem == "",
+            "reason": problem or None,
         }
 
     def store_fault(self) -> StoreFault | None:

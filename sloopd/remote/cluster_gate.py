@@ -25,6 +25,7 @@ class ClusterGate:
         self.address = address
 
     def __call__(self, down: str | None) -> None:
+        self.daemon.executor_problem = down or ""  # status and doctor say it
         current = self.daemon.gate
         ours = current.state == "cooldown" and (current.reason or "").startswith(PREFIX)
         if down is None:

@@ -37,6 +37,7 @@ CHECKS = [
     "version",
     "sandbox",
     "clis",
+    "executor",
     "prompt",
     "store",
     "git",
