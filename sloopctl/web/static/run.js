@@ -9,7 +9,7 @@ import {LogView} from "./logview.js";
 import {Slots} from "./sections.js";
 import {duration, growing, onTick, when} from "./time.js";
 import {timeline} from "./timeline.js";
-import {actionBar, badge, chip, problemBox, stageLabel, ticketLink, usageText} from "./widgets.js";
+import {actionBar, badge, chip, nodeText, problemBox, stageLabel, ticketLink, usageText} from "./widgets.js";
 
 export function run(main, ref) {
   const heading = h("h1", {}, "Run ", ref);
@@ -88,21 +88,23 @@ function stages(rows) {
     verdict(stage),
     stage.commit ? h("code", {}, String(stage.commit).slice(0, 12)) : "—",
     usageText(stage.usage),
+    nodeText(stage.node),
   ]);
   const seats = rows.filter((s) => s.reviewers?.length).map((stage) =>
     h("div", {class: "panel", dataset: {stage: stageLabel(stage)}},
       h("h3", {}, `Panel of ${stageLabel(stage)}`),
-      table(["Seat", "Target", "Verdict", "Confidence", "Reason", "Usage"],
+      table(["Seat", "Target", "Verdict", "Confidence", "Reason", "Usage", "Node"],
         stage.reviewers.map((seat) => [
           String(seat.reviewer), String(seat.target ?? "—"),
           chip(seat.verdict === "pass" ? "passed" : "failed", String(seat.verdict)),
           String(seat.confidence ?? "—"), String(seat.reason ?? ""), usageText(seat.usage),
+          nodeText(seat.node),
         ]))));
   const discarded = rows.filter((s) => s.discarded?.length).map((stage) =>
     h("p", {class: "muted"}, `${stageLabel(stage)} left work that was not merged: `,
       stage.discarded.map((d) => `${(d.paths ?? []).join(", ")}${d.paths_omitted ? ` … and ${d.paths_omitted} more` : ""}${d.commit ? ` (${String(d.commit).slice(0, 12)})` : ""}`).join("; ")));
   return section("Stage executions",
-    table(["Execution", "Started", "Took", "Exit", "Verdict", "Commit", "Usage"], body),
+    table(["Execution", "Started", "Took", "Exit", "Verdict", "Commit", "Usage", "Node"], body),
     seats, discarded);
 }
 

@@ -5,7 +5,7 @@
 
 import {h} from "./dom.js";
 import {duration} from "./time.js";
-import {chip, stageLabel} from "./widgets.js";
+import {chip, nodeText, stageLabel} from "./widgets.js";
 
 export function timeline(run, now) {
   const executions = (run.stages ?? []).filter((s) => s.attempt > 0 && s.started_at_ms);
@@ -18,7 +18,7 @@ export function timeline(run, now) {
     const finish = stage.finished_at_ms ?? now;
     const bar = h("span", {
       class: `bar state-${stage.state}${stage.advisory ? " advisory" : ""}`,
-      title: `${stageLabel(stage)} ${stage.state}, ${duration(finish - stage.started_at_ms)}`,
+      title: `${stageLabel(stage)} ${stage.state}, ${duration(finish - stage.started_at_ms)}${stage.node ? ` on ${nodeText(stage.node)}` : ""}`,
     });
     // Geometry through the CSSOM (allowed by the CSP, unlike a style attribute).
     bar.style.left = `${((stage.started_at_ms - start) / span) * 100}%`;
@@ -27,7 +27,9 @@ export function timeline(run, now) {
       h("span", {class: "tl-label"}, chip(stage.state, stageLabel(stage))),
       h("span", {class: "tl-track"}, bar),
       h("span", {class: "tl-took"}, duration(finish - stage.started_at_ms),
-        stage.exit_code !== null && stage.exit_code !== undefined ? ` · exit ${stage.exit_code}` : ""));
+        stage.exit_code !== null && stage.exit_code !== undefined ? ` · exit ${stage.exit_code}` : "",
+        // Where it ran (0.8.0): a Ray node; nothing for the daemon's own host.
+        stage.node ? h("span", {class: "tl-node"}, ` · on ${nodeText(stage.node)}`) : ""));
   });
   return h("div", {class: "timeline", role: "img", "aria-label": `${executions.length} stage executions over ${duration(span)}`},
     rows,

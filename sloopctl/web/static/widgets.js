@@ -28,6 +28,13 @@ export function chip(state, label) {
 
 const COUNT = new Intl.NumberFormat(undefined, {notation: "compact", maximumFractionDigits: 1});
 
+// A Ray node as host/id (its first 12 hex digits), as `sloopctl show` writes it.
+export function nodeText(node) {
+  if (!node) return "—";
+  const id = String(node.id ?? "").slice(0, 12);
+  return id ? `${node.host ?? "?"}/${id}` : String(node.host ?? "?");
+}
+
 export function usageText(usage) {
   if (!usage) return "—";
   const parts = [
