@@ -40,6 +40,8 @@ class LiveRun(Protocol):
 
     def live_usage(self) -> dict[str, Any] | None: ...
 
+    def live_node(self) -> dict[str, Any] | None: ...
+
 
 def _nothing() -> None:
     pass

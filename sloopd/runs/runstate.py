@@ -78,6 +78,14 @@ class ActiveRun:
         """The executing child's usage so far (a panel's earlier seats are stored)."""
         return self.live.row() if self.live is not None else None
 
+    def live_node(self) -> dict[str, Any] | None:
+        """The Ray node the executing child runs on (None: this host, or still placed)."""
+        node = getattr(self.child, "node", None)
+        started = getattr(self.child, "started", None)
+        if isinstance(node, dict) and started is not None and started.is_set():
+            return dict(node)
+        return None
+
     def running_for_ms(self) -> int | None:
         """Wall-clock time of the executing child, without the daemon's pauses."""
         if self.child is None or self.child_started_monotonic is None:

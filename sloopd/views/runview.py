@@ -23,6 +23,10 @@ def run_detail(daemon: Daemon, run_id: str, active: LiveRun | None) -> dict[str,
     silent_for_ms = _silent_for_ms(active)
     live = active.live_usage() if active is not None else None
     row["stages"] = stage_rows(state, silent_for_ms, live)
+    node = active.live_node() if active is not None else None
+    for stage in row["stages"]:
+        if node is not None and stage["state"] == "running" and stage["node"] is None:
+            stage["node"] = node  # where the executing child runs, before its row says
     if row["terminal"]:
         _close_interrupted(row["stages"], state)
     row["stall"] = active.stall() if active is not None else None
