@@ -141,6 +141,7 @@ def parse(
         executor = executor_config.parse(document.get("executor", {}))
         executor = executor_config.with_overrides(executor, *_serve_overrides(environment))
         executor_config.check(executor, parsed.flows.values(), sandbox)
+        executor_config.check_passed(parsed.agent.env)
     except (ExecutorConfigError, placement.PlacementError) as exc:
         raise ConfigError(f"{where}{exc}") from exc
     return Config(

@@ -77,6 +77,20 @@ def uses_ray(executor: ExecutorConfig, flows: Iterable[Flow]) -> bool:
     return False
 
 
+# The cluster's credential: whoever holds it may submit work to every node.
+CLUSTER_SECRETS = frozenset({"RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"})
+
+
+def check_passed(names: Iterable[str]) -> None:
+    """No child is handed the Ray cluster's token, whatever the configuration passes."""
+    leaked = sorted(set(names) & CLUSTER_SECRETS)
+    if leaked:
+        raise ExecutorConfigError(
+            f"'agent.env' passes {leaked[0]} to every child: that is the Ray cluster's "
+            "token, with which an agent could submit work to every node; remove it"
+        )
+
+
 def check(executor: ExecutorConfig, flows: Iterable[Flow], sandbox: str) -> None:
     """Refuse what this installation or the sandbox setting cannot honour."""
     if not uses_ray(executor, flows):
