@@ -51,6 +51,14 @@ def parse(section: Any) -> ExecutorConfig:
         if not isinstance(value, str) or not value.strip() or "\n" in value:
             raise ExecutorConfigError(f"'executor.{key}' must be a non-empty string on one line")
         texts[key] = value.strip()
+    if texts["address"].startswith("ray://"):
+        # Ray Client keeps a dropped driver's session (and its actors) for a reconnect
+        # grace: a dead daemon would leave stages running.  The driver joins as a node's
+        # peer instead, and its actors die with it.
+        raise ExecutorConfigError(
+            "'executor.address' must be HOST:PORT of the cluster's head (its GCS) or auto; "
+            "ray:// (Ray Client) is not supported"
+        )
     return ExecutorConfig(backend, texts["address"], texts["namespace"], asked)
 
 

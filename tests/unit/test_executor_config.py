@@ -41,6 +41,7 @@ def test_executor_keys_and_resources_parse() -> None:
         ({"resources": {"memory": "lots"}}, "executor.resources.memory"),
         ({"resources": {"custom": {"CPU": 1}}}, "not a custom resource name"),
         ({"address": ""}, "executor.address"),
+        ({"address": "ray://head:10001"}, "Ray Client"),
     ],
 )
 def test_a_bad_executor_is_refused_naming_the_key(section: dict[str, object], words: str) -> None:
