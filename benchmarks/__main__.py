@@ -1,7 +1,8 @@
 """``python -m benchmarks [NAME ...] [--quick] [--markdown FILE]``: run, print one table each.
 
 Names: ingest, logs, events, throughput, dashboard, sandbox, memory, longpoll, rss,
-stagestart, drain (or their numbers 1-11); none = all.  After the tables, issue 15's
+stagestart, drain, ray (or their numbers 1-12; ray needs
+``scripts/in-netns``); none = all.  After the tables, issue 15's
 table gathered from them.
 ``--quick`` shrinks sizes and windows for a smoke run (about a minute).
 Exit status: 0 when every benchmark ran (goals met or not; the tables say), 1 when one
@@ -25,6 +26,7 @@ from benchmarks import (
     logs,
     longpoll,
     memory,
+    ray_stages,
     rss,
     sandbox_start,
     stagestart,
@@ -45,6 +47,7 @@ BENCHMARKS: dict[str, Callable[[bool], Table]] = {
     "rss": rss.run,
     "stagestart": stagestart.run,
     "drain": drain.run,
+    "ray": ray_stages.run,
 }
 NUMBERS = {str(i): name for i, name in enumerate(BENCHMARKS, 1)}
 
