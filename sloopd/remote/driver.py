@@ -233,6 +233,9 @@ def _options(resources: dict[str, Any]) -> dict[str, Any]:
         "num_cpus": float(resources.get("cpus", 1)),
         "max_restarts": 0,  # a lost stage is the daemon's to retry, never Ray's
         "max_concurrency": 64,  # polls, deliveries and a stop at once
+        # Stages spread over the nodes that have their resources (Ray packs them onto one
+        # node by default): agent CLIs hold hundreds of MB each.
+        "scheduling_strategy": "SPREAD",
     }
     if resources.get("memory"):
         options["memory"] = int(resources["memory"])

@@ -87,6 +87,9 @@ class RayExecutor:
         async with self._lock:
             if self._process is not None and self._process.returncode is None:
                 return
+            if self._process is None:
+                # No driver of this daemon ran yet: what is in ship/ is a dead one's.
+                await asyncio.to_thread(_clear, self.ship_dir)
             self._process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "sloopd.remote.driver",
                 "--address", self.address, "--namespace", self.namespace,
@@ -169,6 +172,7 @@ class RayExecutor:
             child.placed(event)
         elif kind == "started":
             child.started.set()
+            child.forget_shipped()
         elif kind == "items":
             child.items(event.get("items") or [])
         elif kind == "ended":
@@ -195,6 +199,13 @@ class RayExecutor:
             await process.wait()
 
 
+def _clear(folder: Path) -> None:
+    if folder.is_dir():
+        for entry in folder.iterdir():
+            if entry.is_file() and not entry.is_symlink():
+                entry.unlink(missing_ok=True)
+
+
 class RemoteChild:
     """A child on a Ray node, as the run sees it (``stage_io.RunningChild``)."""
 
@@ -212,6 +223,7 @@ class RemoteChild:
         self.node: dict[str, str] | None = None  # where it was placed: {"id", "host"}
         self._end: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._connections: dict[int, _Connection] = {}
+        self._shipped: Path | None = None
         self.ident = executor.register(self)
 
     @property
@@ -238,9 +250,8 @@ class RemoteChild:
             return
         if path is not None:
             self.executor.metrics.shipped("to_node", path.stat().st_size)
+            self._shipped = path  # removed once the driver has read it (started or ended)
         self.executor.send({"op": "ship", "id": self.ident, "bundle": str(path or "")})
-        if path is not None:
-            asyncio.get_running_loop().call_later(60.0, path.unlink, True)
 
     def items(self, items: list[list[Any]]) -> None:
         for item in items:
@@ -266,7 +277,13 @@ class RemoteChild:
              "data": None if data is None else messages.encode(data)}
         )  # fmt: skip
 
+    def forget_shipped(self) -> None:
+        if self._shipped is not None:
+            self._shipped.unlink(missing_ok=True)
+            self._shipped = None
+
     def ended(self, event: dict[str, Any]) -> None:
+        self.forget_shipped()
         for connection in self._connections.values():
             connection.close()
         if not self._end.done():
