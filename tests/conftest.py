@@ -80,7 +80,10 @@ def ray_cluster() -> Iterator[RayCluster]:
     cluster = RayCluster(root)
     try:
         cluster.start_head()
+        # One node at a time: two raylets starting at once on one host pick the same
+        # socket names in the session folder and one dies ("bind: Address already in use").
         cluster.start_worker("w1")
+        cluster.wait_for_nodes(2)
         cluster.start_worker("w2")
         cluster.wait_for_nodes(3)
         saved = {name: os.environ.get(name) for name in ray_environment(cluster.token)}
