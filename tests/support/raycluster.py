@@ -69,6 +69,15 @@ class Node:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=30)
+        # `ray start` can exit before the rest of its group (the GCS, the raylet): a node
+        # started next must not meet them, so wait for the group to be gone.
+        deadline = time.monotonic() + 30
+        while self.pids():
+            if time.monotonic() > deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                deadline = time.monotonic() + 30
+            time.sleep(0.2)
 
     def pids(self) -> set[int]:
         """Every live process of the node's group (Ray's workers keep the group)."""
@@ -124,6 +133,10 @@ class RayCluster:
         return node
 
     def start_head(self) -> None:
+        # A head started again: `ray start` refuses to when the temp folder's last
+        # address is the port and any GCS on the machine (another netns's too: the
+        # process list is shared) serves that address.  The file is ours to forget.
+        (self.temp_dir / "ray_current_cluster").unlink(missing_ok=True)
         self._start(
             "head",
             [
