@@ -35,6 +35,8 @@ SYNC = {"name": "sync", "action": "sync"}
 MERGE = {"name": "merge", "action": "ff_only"}
 # The machine is small and shared: waits are long, and only properties are asserted.
 SETTLE_S = 180.0
+# Whole-cluster restarts take minutes on a small shared machine (the default is 120 s).
+pytestmark = pytest.mark.timeout(900)
 GONE_S = 60.0
 
 

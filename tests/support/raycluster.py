@@ -228,8 +228,14 @@ class RayCluster:
         return self.nodes[name].log.read_text(errors="replace")[-4000:]
 
     def stop(self) -> None:
-        for name in [n for n in self.nodes if n != "head"] + ["head"]:
-            node = self.nodes.get(name)
-            if node is not None:
-                node.kill(signal.SIGTERM)
+        order = [self.nodes[n] for n in self.nodes if n != "head"]
+        order += [self.nodes["head"]] if "head" in self.nodes else []
+        # Every node told first, then each waited for: the waits overlap (a loaded
+        # machine takes many seconds per node), and no node outlives the cluster.
+        for node in order:
+            if node.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(node.proc.pid, signal.SIGTERM)
+        for node in order:
+            node.kill(signal.SIGTERM)
         self.nodes.clear()
