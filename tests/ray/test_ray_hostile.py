@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 
 import sloopd
+from sloopd.remote.room import _key as room_key
 from tests.support.agents import Bench, read_json, sloop_toml, ticket_text
 from tests.support.daemon import REPO_ROOT, short_tmpdir, wait_until
 from tests.support.raycluster import RayCluster
@@ -117,9 +119,20 @@ def test_a_hostile_agent_on_a_node_sees_no_ray_secret_or_place_and_only_its_sock
              "command": [sys.executable, str(script), json.dumps(plan)],
              "resources": {"custom": {"w1": 1}}}  # fmt: skip
     bench.setup(ray_config(bench, cluster, [stage]), {"probe": ticket_text("Probe")})
-    bench.start()
-    bench.post("probe")
-    run = bench.wait_run("R1", timeout=SETTLE_S)
+    # Decoys on w1: another stage's room of this repository, another repository's cache.
+    node_dir = cluster.nodes["w1"].node_dir
+    key = room_key(f"{socket.gethostname()}:{bench.repo}")
+    decoys = [node_dir / key / "rooms" / "decoy" / "work", node_dir / "0123456789abcdef"]
+    for decoy in decoys:
+        decoy.mkdir(parents=True, exist_ok=True)
+        (decoy / "secret.txt").write_text("another stage's\n")
+    try:
+        bench.start()
+        bench.post("probe")
+        run = bench.wait_run("R1", timeout=SETTLE_S)
+    finally:
+        shutil.rmtree(node_dir / key / "rooms" / "decoy", ignore_errors=True)
+        shutil.rmtree(decoys[1], ignore_errors=True)
     assert run["stages"][0]["node"] is not None, run
     assert run["stages"][0]["exit_code"] == 0, (run, bench.log_lines("R1"))
     seen = read_json(Path(out))
@@ -130,17 +143,27 @@ def test_a_hostile_agent_on_a_node_sees_no_ray_secret_or_place_and_only_its_sock
     assert not any(cluster.token in value for value in env.values()), sorted(env)
     assert env.get("SLOOP_RUN") == "R1"
 
-    # (b) Ray's folder and every node folder (the caches, other rooms) are hidden: what
-    # the child may see of them is the path down to its own room, made for its mounts.
-    cwd = Path(seen["cwd"])
-    room = cwd.parent
+    # (b) Ray's folder and every node folder (other rooms, the cache's refs, the
+    # process groups) are hidden.  What the child may see of them is the path down to
+    # its own room, made for its mounts, and the cache's object store, read only: its
+    # checkout borrows those objects, as a local child's borrows the repository's.
+    caches = list(cluster.nodes["w1"].node_dir.glob("*/cache.git"))
+    assert caches, "the node has its cache (there was something to hide)"
+    objects = caches[0] / "objects"
+    rooms: set[str] = set()
     for place in places:
-        for entry in map(Path, seen["places"][place].get("entries", [])):
-            mine = entry in cwd.parents or entry == cwd or room in entry.parents
-            assert mine, (place, entry, seen["places"][place])
-            assert "cache.git" not in entry.parts, entry
-    # There was something to hide: the node's cache, outside the child's sandbox.
-    assert list(cluster.nodes["w1"].node_dir.glob("*/cache.git")), "the node has its cache"
+        found = [Path(e) for e in seen["places"][place].get("entries", [])]
+        for entry in found:
+            if "rooms" in entry.parts[:-1]:
+                rooms.add(entry.parts[entry.parts.index("rooms") + 1])
+        seen_too = [
+            str(e) for e in found
+            if e not in (objects, *objects.parents) and objects not in e.parents
+            and "rooms" not in e.parts
+        ]  # fmt: skip
+        assert seen_too == [], (place, seen_too[:40])
+    assert len(rooms) <= 1, f"the child saw other rooms than its own: {sorted(rooms)}"
+    assert "decoy" not in rooms, rooms
 
     # (c) The cluster is reachable from the sandbox, and refuses it without the token.
     assert seen["port_reachable"] is True, seen
