@@ -169,8 +169,11 @@ def test_a_node_killed_mid_stage_is_node_lost_and_the_ticket_is_queued_again(
 
 def _pid_tag(bench: Bench, run_id: str) -> str:
     path = bench.path(f"{run_id}.pid")
-    text: str = wait_for(lambda: path.exists() and path.read_text().strip(),
-                         what=f"{run_id}'s agent on its node")  # fmt: skip
+    try:
+        text: str = wait_for(lambda: path.exists() and path.read_text().strip(),
+                             what=f"{run_id}'s agent on its node")  # fmt: skip
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {bench.show_run(run_id)}\n{bench.log()[-6000:]}") from None
     return text.removeprefix("tag:")
 
 

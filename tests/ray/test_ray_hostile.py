@@ -147,9 +147,8 @@ def test_a_hostile_agent_on_a_node_sees_no_ray_secret_or_place_and_only_its_sock
     # process groups) are hidden.  What the child may see of them is the path down to
     # its own room, made for its mounts, and the cache's object store, read only: its
     # checkout borrows those objects, as a local child's borrows the repository's.
-    caches = list(cluster.nodes["w1"].node_dir.glob("*/cache.git"))
-    assert caches, "the node has its cache (there was something to hide)"
-    objects = caches[0] / "objects"
+    objects = node_dir / key / "cache.git" / "objects"
+    assert objects.is_dir(), "this repository's cache on w1 (there was something to hide)"
     rooms: set[str] = set()
     for place in places:
         found = [Path(e) for e in seen["places"][place].get("entries", [])]
