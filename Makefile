@@ -57,14 +57,16 @@ coverage: $(STAMP) .debian-packages .agent-clis
 # marked on_ray run again with every stage on its nodes, and tests/ray run there too.
 ray: $(STAMP) .debian-packages .agent-clis
 	scripts/in-netns env SLOOP_REQUIRE_RAY=1 SLOOP_TEST_EXECUTOR=ray \
-	  $(BIN)/pytest -q -n $(TEST_WORKERS) -m "on_ray or ray" tests/integration tests/ray
+	  $(BIN)/pytest -q -n $(TEST_WORKERS) -m "(on_ray or ray) and not long" tests/integration tests/ray
 
 test: $(STAMP) .debian-packages .agent-clis lint typecheck unit ray
 
-# Minutes of load, not run by `make test`: the long protocol fuzz (-m overrides
+# Minutes of load, not run by `make test`: the long protocol fuzz and the Ray fault
+# runs (a node killed mid-stage, the daemon SIGKILLed, the cluster restarted) (-m overrides
 # pyproject's `-m 'not long'`).  SLOOP_FUZZ_SEED=<seed> replays its first seed.
-test-long: $(STAMP) .debian-packages
-	$(BIN)/pytest -q -s -m long
+test-long: $(STAMP) .debian-packages .agent-clis
+	$(BIN)/pytest -q -s -m "long and not ray"
+	scripts/in-netns env SLOOP_REQUIRE_RAY=1 $(BIN)/pytest -q -m "ray and long" tests/ray
 
 # Every agent runs in a bubblewrap sandbox (docs/security.md): the demo's too.
 # make demo AGENT=claude|codex|gemini: a real agent CLI against a local stand-in.

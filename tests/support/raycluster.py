@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,6 +69,15 @@ class Node:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=30)
+        # `ray start` can exit before the rest of its group (the GCS, the raylet): a node
+        # started next must not meet them, so wait for the group to be gone.
+        deadline = time.monotonic() + 30
+        while self.pids():
+            if time.monotonic() > deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                deadline = time.monotonic() + 30
+            time.sleep(0.2)
 
     def pids(self) -> set[int]:
         """Every live process of the node's group (Ray's workers keep the group)."""
@@ -101,7 +111,9 @@ class RayCluster:
     def env(self) -> dict[str, str]:
         return {**os.environ, **ray_environment(self.token)}
 
-    def _start(self, name: str, args: list[str], resources: str | None) -> Node:
+    def _start(
+        self, name: str, args: list[str], resources: str | None, env: dict[str, str] | None = None
+    ) -> Node:
         node_dir = self.root / f"node-{name}"
         node_dir.mkdir(parents=True, exist_ok=True)
         log = self.root / f"{name}.log"
@@ -115,7 +127,7 @@ class RayCluster:
                 stdin=subprocess.DEVNULL,
                 stdout=sink,
                 stderr=sink,
-                env={**self.env(), "SLOOP_NODE_DIR": str(node_dir)},
+                env={**self.env(), "SLOOP_NODE_DIR": str(node_dir), **(env or {})},
                 start_new_session=True,
             )
         node = Node(name, proc, node_dir, log)
@@ -136,6 +148,10 @@ class RayCluster:
         ]  # fmt: skip
 
     def start_head(self) -> None:
+        # A head started again: `ray start` refuses to when the temp folder's last
+        # address is the port and any GCS on the machine (another netns's too: the
+        # process list is shared) serves that address.  The file is ours to forget.
+        (self.temp_dir / "ray_current_cluster").unlink(missing_ok=True)
         self._start(
             "head",
             [
@@ -151,13 +167,15 @@ class RayCluster:
                 raise RuntimeError(f"the Ray head did not start:\n{self.log('head')}")
             time.sleep(0.2)
 
-    def start_worker(self, name: str, cpus: int = 4) -> Node:
+    def start_worker(self, name: str, cpus: int = 4, env: dict[str, str] | None = None) -> Node:
         """A worker with the custom resource ``name`` (10 of it): a stage asking for it
-        lands there and nowhere else."""
+        lands there and nowhere else.  ``env`` is added to the node's environment (a
+        ``PYTHONPATH`` gives the node other code than the daemon's)."""
         return self._start(
             name,
             ["--address", self.address, "--num-cpus", str(cpus)],
             f'{{"{name}": 10, "worker": 10}}',
+            env,
         )
 
     def wait_for_nodes(self, alive: int) -> None:
@@ -176,12 +194,63 @@ class RayCluster:
             logs = "\n".join(self.log(name) for name in self.nodes)
             raise RuntimeError(f"{alive} Ray nodes did not come up:\n{done.stderr!r}\n{logs}")
 
+    def wait_for_workers(self, names: Iterable[str]) -> None:
+        """Until the live nodes are the head and exactly ``names`` (each by its resource).
+
+        After a node was killed, its old entry stays alive in the head's view until its
+        health checks fail; counting live nodes alone would be satisfied by that corpse.
+        """
+        wanted = sorted(names)
+        script = (
+            "import ray,sys,time\n"
+            f"ray.init(address={self.address!r}, logging_level='ERROR')\n"
+            f"end=time.time()+{START_TIMEOUT_S * 2}\n"
+            f"want={wanted!r}\n"
+            "while True:\n"
+            "    alive=[n for n in ray.nodes() if n['Alive']]\n"
+            "    have=sorted(k for n in alive for k in n['Resources'] if k in want)\n"
+            "    if len(alive)==len(want)+1 and have==want: break\n"
+            "    if time.time()>end: sys.exit(1)\n"
+            "    time.sleep(0.5)\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script], env=self.env(), capture_output=True, timeout=240
+        )
+        if done.returncode != 0:
+            logs = "\n".join(self.log(name) for name in self.nodes)
+            raise RuntimeError(f"the Ray nodes {wanted} did not come up:\n{done.stderr!r}\n{logs}")
+
+    def make_whole(self, workers: Iterable[str] = ("w1", "w2")) -> None:
+        """The cluster as the session fixture made it: the head and ``workers`` alive,
+        started one at a time (see ``tests/conftest.py``), and nothing else."""
+        head = self.nodes.get("head")
+        if head is None or not head.alive():
+            # A new head is a new cluster: workers of the old one cannot join it.
+            self.stop()
+            self.start_head()
+        for name in list(self.nodes):
+            if name != "head" and name not in workers:
+                self.nodes.pop(name).kill(signal.SIGTERM)
+        for name in workers:
+            node = self.nodes.get(name)
+            if node is None or not node.alive():
+                self.start_worker(name)
+                # This one registered (and a killed one's corpse gone) before the next.
+                self.wait_for_workers(n for n in workers if n in self.nodes)
+        self.wait_for_workers(workers)
+
     def log(self, name: str) -> str:
         return self.nodes[name].log.read_text(errors="replace")[-4000:]
 
     def stop(self) -> None:
-        for name in [n for n in self.nodes if n != "head"] + ["head"]:
-            node = self.nodes.get(name)
-            if node is not None:
-                node.kill(signal.SIGTERM)
+        order = [self.nodes[n] for n in self.nodes if n != "head"]
+        order += [self.nodes["head"]] if "head" in self.nodes else []
+        # Every node told first, then each waited for: the waits overlap (a loaded
+        # machine takes many seconds per node), and no node outlives the cluster.
+        for node in order:
+            if node.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(node.proc.pid, signal.SIGTERM)
+        for node in order:
+            node.kill(signal.SIGTERM)
         self.nodes.clear()
