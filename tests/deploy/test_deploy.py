@@ -70,6 +70,11 @@ METRICS = frozenset(
         "sloop_agent_cost_usd_total",
         "sloop_notify_deliveries_total",
         "sloop_notify_attempt_failures_total",
+        "sloop_stage_children_running",
+        "sloop_ray_shipped_bytes_total",
+        "sloop_ray_relay_latency_seconds_bucket",
+        "sloop_ray_relay_latency_seconds_sum",
+        "sloop_ray_relay_latency_seconds_count",
         "up",
     }
 )
@@ -77,7 +82,7 @@ METRICS = frozenset(
 LABELS = frozenset(
     {
         *("job", "instance", "repo", "le", "state", "flow", "stage", "verb", "code"),
-        *("version", "vendor", "kind", "outcome"),
+        *("version", "vendor", "kind", "outcome", "backend", "node", "direction"),
     }
 )
 ALERTS = frozenset(

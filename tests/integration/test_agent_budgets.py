@@ -117,7 +117,6 @@ def test_claude_is_stopped_mid_session_once_its_tokens_pass_the_budget(
     assert "over max_tokens 15000" in run["stages"][0]["reason"], run["stages"][0]
 
 
-@pytest.mark.on_ray
 def test_codex_prints_usage_only_at_the_end_so_its_budget_caps_what_merges(
     bench: Bench, codex_api: openai.OpenAIStandin
 ) -> None:
