@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import os
 import socket
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,8 +28,7 @@ from sloopd.git import checkout
 from sloopd.git.node_cache import CacheError
 from sloopd.proc import sandbox
 from sloopd.proc.children import Child, ProcessGroups
-from sloopd.proc.environment import child_environment
-from sloopd.proc.stage_io import LaunchRefused, StageLaunch
+from sloopd.proc.stage_io import LaunchRefused
 from sloopd.remote import messages
 from sloopd.remote.relay import Outbox, SocketRelay
 from sloopd.remote.room import Room, RoomError, cache_of, node_dir
@@ -51,22 +49,13 @@ class NodeSandboxLauncher(SandboxLauncher[Child]):
     def protected(self) -> tuple[Path, ...]:
         return self._hide
 
-    def _environment(self, launch: StageLaunch, *, checkout: str, home: str) -> dict[str, str]:
-        sloop = {**launch.variables, "SLOOP_WORKTREE": checkout}
-        if launch.worker_socket is not None and launch.token is not None:
-            sloop["SLOOP_SOCKET"] = sandbox.WORKER_SOCKET_PATH
-            if launch.token_env:
-                sloop["SLOOP_TOKEN"] = launch.token
-            if launch.token_file is not None:
-                sloop["SLOOP_TOKEN_FILE"] = sandbox.TOKEN_PATH
-        if launch.prompt_file is not None:
-            sloop["SLOOP_PROMPT_FILE"] = sandbox.PROMPT_PATH
+    def host_environ(self) -> Mapping[str, str]:
         # The node's PATH and locale; the passed names' values are the daemon's, as a
         # child on the daemon's host would see them (the node's own never leak in).
         host = {k: v for k, v in os.environ.items() if k.startswith("LC_")}
         host.update({"LANG": os.environ.get("LANG", "C.UTF-8"), **self.values})
         host["PATH"] = node_path(self.values.get("PATH"), os.environ.get("PATH"))
-        return child_environment(host, passed=launch.passed, home=home, sloop=sloop)
+        return host
 
 
 def node_path(daemon: str | None, node: str | None) -> str:
@@ -172,14 +161,7 @@ class StageRoom:
                 await asyncio.wait_for(outbox.changed.wait(), wait_s)
         items = outbox.take()
         ended = self._ended if outbox.empty and self._ended is not None else None
-        return {
-            "items": items,
-            "ended": ended,
-            "failure": self._failure,
-            "last_output": time.monotonic() - self._child.last_output_monotonic
-            if self._child is not None
-            else 0.0,
-        }
+        return {"items": items, "ended": ended, "failure": self._failure}
 
     async def deliver(self, number: int, data: bytes | None) -> None:
         if self._relay is not None:

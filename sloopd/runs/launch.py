@@ -164,7 +164,12 @@ class HostLauncher(Generic[ChildT]):
                 sloop["SLOOP_TOKEN_FILE"] = self._inside(launch.token_file, sandbox.TOKEN_PATH)
         if launch.prompt_file is not None:
             sloop["SLOOP_PROMPT_FILE"] = self._inside(launch.prompt_file, sandbox.PROMPT_PATH)
-        return child_environment(os.environ, passed=launch.passed, home=home, sloop=sloop)
+        return child_environment(self.host_environ(), passed=launch.passed, home=home, sloop=sloop)
+
+    def host_environ(self) -> Mapping[str, str]:
+        """Where PATH, the locale and the passed names' values come from: this host's
+        environment (a Ray node's launcher gives the daemon's values instead)."""
+        return os.environ
 
     def _inside(self, host: Path, _sandboxed: str) -> str:
         return str(host)
