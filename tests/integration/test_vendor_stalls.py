@@ -13,7 +13,6 @@ import sys
 import time
 from typing import Any
 
-
 from tests.support.agents import (
     Bench,
     alive_with,
