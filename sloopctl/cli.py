@@ -113,13 +113,14 @@ def run(ref: str, at_ms: int | None) -> None:
 
 @main.command()
 @click.argument("run_ref", metavar="RUN")
+@click.option("--reason", metavar="TEXT", help="Why, kept in the run's reason.")
 @common_options
-def abort(run_ref: str) -> None:
+def abort(run_ref: str, reason: str | None) -> None:
     """Stop a run, settle it aborted and hold its ticket.
 
     A merge that has already started is let finish: the run then reads merged.
     """
-    call("abort", {"run": run_ref})
+    call("abort", present_args(run=run_ref, reason=reason))
 
 
 @main.command()

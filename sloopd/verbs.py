@@ -122,6 +122,9 @@ class OperatorVerbs:
 
     async def abort(self, args: dict[str, Any]) -> dict[str, Any]:
         run_id = self._run_id(args["run"])
+        reason = ABORTED_BY_OPERATOR
+        if args.get("reason"):  # 0.8.0: the operator's words, kept on the run for whoever reads it
+            reason = f"{ABORTED_BY_OPERATOR}: {args['reason']}"
         if run_id not in self.daemon.active_runs:
             state = show.run_detail(self.daemon, run_id)["state"]
             raise api.ProtocolError(
@@ -133,7 +136,7 @@ class OperatorVerbs:
         fault = store.fault
         if fault is not None:
             # Stopping goes ahead; the settle waits for the store, so do not hold the client.
-            stopping = asyncio.ensure_future(self.runs.abort(run_id, ABORTED_BY_OPERATOR))
+            stopping = asyncio.ensure_future(self.runs.abort(run_id, reason))
             self._background.add(stopping)
             stopping.add_done_callback(self._background.discard)
             raise api.ProtocolError(
@@ -146,7 +149,7 @@ class OperatorVerbs:
                     "reason": fault.reason,
                 },
             )
-        await self.runs.abort(run_id, ABORTED_BY_OPERATOR)
+        await self.runs.abort(run_id, reason)
         return {"run": rows.run_row(self.daemon.require_store(), run_id)}
 
     async def diff(self, args: dict[str, Any]) -> dict[str, Any]:

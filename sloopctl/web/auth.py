@@ -18,6 +18,9 @@ it). So every request carries a token the gateway made at start and wrote to a
   Referer, and the cookie is ``HttpOnly`` (no script reads it).
 
 Refusals are a bare status line and a fixed word: nothing a request sent is echoed.
+The one exception is for a person: a browser loading a page without a valid token
+(a tab left from before the gateway restarted with a new token) gets the same 401
+with a fixed page saying so and what to open instead, never any data.
 """
 
 from __future__ import annotations

@@ -28,12 +28,13 @@ from sloopctl.web.settings import Settings
 from sloopd.wire import api
 
 HEARTBEAT_S: Final = 15.0
+SESSION_SHOW_S: Final = 3.0  # a page's start waits no longer for the sandbox warning
 # The arguments a browser may send with each action: nothing else reaches the socket.
 ACTIONS: Final[dict[str, frozenset[str]]] = {
     "hold": frozenset({"ref"}),
     "ready": frozenset({"ref"}),
     "run": frozenset({"ref"}),
-    "abort": frozenset({"run"}),
+    "abort": frozenset({"run", "reason"}),
     "pause": frozenset({"reason"}),
     "resume": frozenset(),
 }
@@ -67,6 +68,33 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 def refusal(status: int, word: str) -> web.Response:
     """A bare refusal: a fixed word, never anything the request carried."""
     return web.Response(status=status, text=word + "\n", content_type="text/plain")
+
+
+# A person's browser opening a page without a valid token: most often a tab the
+# gateway's restart (a new token) left behind, or a bookmark without the token.
+# Fixed text, like every refusal: nothing of the request and nothing of the daemon.
+ACCESS_ENDED_PAGE: Final = """<!doctype html>
+<html lang="en">
+<head><meta charset="utf-8"><meta name="referrer" content="no-referrer">
+<title>401 unauthorized · Sloop</title></head>
+<body>
+<h1>This view's access has ended</h1>
+<p>401 unauthorized: this browser holds no valid token for this gateway.
+The gateway restarted or its token changed, or this address was opened
+without the token.</p>
+<p>Open the URL <code>sloopctl web</code> printed (it ends in
+<code>?token=&hellip;</code>); the token is also in the gateway's token file.</p>
+</body>
+</html>
+"""
+
+
+def unauthorized(request: web.Request) -> web.Response:
+    """The one-word refusal for API clients; a readable page for a browser's page load."""
+    page = not request.path.startswith(("/api/", "/sse/", "/static/"))
+    if page and request.method == "GET" and "text/html" in request.headers.get("Accept", ""):
+        return web.Response(status=401, text=ACCESS_ENDED_PAGE, content_type="text/html")
+    return refusal(401, "unauthorized")
 
 
 class Gateway:
@@ -105,10 +133,10 @@ class Gateway:
         offered = request.query.get(auth.TOKEN_QUERY)
         if offered is not None:
             if request.method != "GET" or not self.guard.token_ok(offered):
-                return refusal(401, "unauthorized")
+                return unauthorized(request)
             return self._enter(request)
         if not self.guard.token_ok(request.cookies.get(self.guard.cookie_name)):
-            return refusal(401, "unauthorized")
+            return unauthorized(request)
         writes = request.method not in ("GET", "HEAD")
         if writes and self.guard.write_refusal(request.headers) is not None:
             return refusal(403, "forbidden")
@@ -150,12 +178,29 @@ class Gateway:
         return _json(
             {
                 "actions": self.settings.allow_actions,
+                "unsafe": await self._sandbox_warning(),
                 "csrf": self.guard.csrf,
                 "version": api.SOFTWARE_VERSION,
                 "feeds": self.feeds.describe(),
                 "long_poll_refused": sorted(self.feeds.polls.refused),
             }
         )
+
+    async def _sandbox_warning(self) -> str | None:
+        """The daemon's ``UNSAFE`` sentence (``sandbox = "none"``), for every page's header.
+
+        Read per page load, so a daemon reloaded into or out of ``none`` is seen on the
+        next page; null when all is well or the daemon does not answer now.
+        """
+        try:
+            reply = await self.link.call("show", {"limit": 1}, SESSION_SHOW_S)
+        except ClientError:
+            return None
+        data = reply.data if reply.ok and isinstance(reply.data, dict) else {}
+        daemon = data.get("daemon")
+        sandbox = daemon.get("sandbox") if isinstance(daemon, dict) else None
+        warning = sandbox.get("warning") if isinstance(sandbox, dict) else None
+        return warning if isinstance(warning, str) and warning else None
 
     async def show(self, request: web.Request) -> web.Response:
         args: dict[str, Any] = {}

@@ -76,7 +76,8 @@ def waiting(ticket_id: str, state: str, flow: str, facts: QueueFacts) -> dict[st
         hint = "" if state == "merged" else "; 'run' starts a new attempt"
         return {"reason": "terminal", "message": f"the ticket is {state}{hint}"}
     if state == "held":
-        return {"reason": "held", "message": "held; 'ready' releases it"}
+        # The reason already says "held": every client shows it beside the message.
+        return {"reason": "held", "message": "'ready' releases it"}
     if flow not in facts.flows:
         # The scheduler steps over its triggers until a reload brings the flow back.
         return {

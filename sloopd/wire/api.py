@@ -246,7 +246,7 @@ VERBS: Final[Mapping[str, Verb]] = {
         _verb("run", ref=_REF, trigger=_TRIGGER),
         _verb("hold", ref=_REF),
         _verb("ready", ref=_REF),
-        _verb("abort", run=_REF),
+        _verb("abort", run=_REF, reason=Field(_nonempty_string)),  # reason: additive in 0.8.0
         _verb(
             "logs",
             run=_REF,

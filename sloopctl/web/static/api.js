@@ -1,14 +1,23 @@
 // The gateway's JSON reads and its one write. The session cookie goes with every
 // request by itself; a write also carries the CSRF header, which a page of another
-// origin can neither read (/api/session is same-origin) nor send.
+// origin can neither read (/api/session is same-origin) nor send. A 401 means
+// the gateway's token is not this tab's any more (it restarted): banner.js ends
+// the page then, rather than show errors as if a retry could help.
+
+import {endAccess, showUnsafe} from "./banner.js";
 
 let session = null;
 
 export async function getSession() {
   if (session === null) {
     const response = await fetch("/api/session", {credentials: "same-origin"});
+    if (response.status === 401) {
+      endAccess();
+      return new Promise(() => {}); // the page stays as endAccess left it: nothing draws over it
+    }
     if (!response.ok) throw new Error(`the gateway answered ${response.status}`);
     session = await response.json();
+    showUnsafe(session.unsafe); // sandbox = "none": said on every page, as the CLI does
   }
   return session;
 }
@@ -22,6 +31,7 @@ export function current() {
 export async function read(path, params = {}) {
   const query = new URLSearchParams(Object.entries(params).filter(([, v]) => v !== null && v !== undefined));
   const response = await fetch(`${path}?${query}`, {credentials: "same-origin"});
+  if (response.status === 401) endAccess();
   if (response.headers.get("Content-Type")?.startsWith("application/json")) {
     return response.json();
   }
@@ -37,6 +47,7 @@ export async function act(verb, args = {}) {
     headers: {"Content-Type": "application/json", "X-Sloop-CSRF": csrf},
     body: JSON.stringify({verb, args}),
   });
+  if (response.status === 401) endAccess();
   if (response.headers.get("Content-Type")?.startsWith("application/json")) {
     return response.json();
   }

@@ -6,7 +6,8 @@ import {follow} from "./live.js";
 import {Slots} from "./sections.js";
 import {growing, when} from "./time.js";
 import {
-  actionBar, badge, problemBox, runLink, stageLabel, ticketLink, usageText, waitingText,
+  badge, gateActions, problemBox, runActions, runLink, stageLabel, ticketActions, ticketLink,
+  usageText, waitingText,
 } from "./widgets.js";
 
 export function dashboard(main) {
@@ -36,7 +37,7 @@ function render(top, slots, data, now) {
     () => section("Queued triggers", table(["Trigger", "Ticket", "Due"],
       (data.queued_triggers ?? []).map((t) => [t.id, ticketLink(t.ticket), when(t.due_at_ms)]),
       "Nothing queued.")));
-  slots.update("tickets", data.tickets, now, () => ticketsSection(data.tickets ?? []));
+  slots.update("tickets", [data.tickets, data.gate], now, () => ticketsSection(data.tickets ?? [], data.gate));
   slots.update("recent", [data.recent, data.recent_total], now, () => recentSection(data));
 }
 
@@ -49,10 +50,7 @@ function gateSection(data) {
       gate.until_ms ? h("span", {}, " until ", when(gate.until_ms)) : ""),
     data.next_wake ? h("p", {class: "muted"}, "Next look at the queue: ", when(data.next_wake)) : null,
     fault ? problemBox({code: `store ${fault.reason}`, message: fault.detail}) : null,
-    actionBar(
-      ["Pause", "pause", {reason: "paused from the web view"}],
-      ["Resume", "resume", {}],
-    ));
+    gateActions(gate));
 }
 
 function runsSection(runs, now) {
@@ -67,24 +65,20 @@ function runsSection(runs, now) {
       h("span", {class: run.stall ? "stall" : ""}, silent, run.stall ? " ▲ stalled" : ""),
       when(run.started_at_ms ?? run.claimed_at_ms),
       usageText(run.usage),
-      actionBar([`Abort ${run.id}`, "abort", {run: run.id}]),
+      runActions(run),
     ];
   });
   return section("Runs in flight",
     table(["Run", "Ticket", "Stage", "Silent for", "Started", "Usage", ""], rows, "No run in flight."));
 }
 
-function ticketsSection(tickets) {
+function ticketsSection(tickets, gate) {
   const rows = tickets.map((t) => [
     ticketLink(t.id),
     h("a", {href: `/ticket/${encodeURIComponent(t.id)}`, class: "title"}, String(t.title)),
     badge(t.state),
     waitingText(t.waiting),
-    actionBar(
-      ["Hold", "hold", {ref: t.id}],
-      ["Ready", "ready", {ref: t.id}],
-      ["Run", "run", {ref: t.id}],
-    ),
+    ticketActions(t, gate),
   ]);
   return section("Tickets", table(["Id", "Title", "State", "Waiting", ""], rows,
     "No open ticket. Post one with 'sloopctl post'."));

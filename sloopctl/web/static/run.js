@@ -9,7 +9,7 @@ import {LogView} from "./logview.js";
 import {Slots} from "./sections.js";
 import {duration, growing, onTick, when} from "./time.js";
 import {timeline} from "./timeline.js";
-import {actionBar, badge, chip, nodeText, problemBox, stageLabel, ticketLink, usageText} from "./widgets.js";
+import {badge, chip, nodeText, problemBox, runActions, stageLabel, ticketLink, usageText} from "./widgets.js";
 
 export function run(main, ref) {
   const heading = h("h1", {}, "Run ", ref);
@@ -75,7 +75,7 @@ function about(value) {
       ["Agent exit", value.agent_exit_code === null ? "—" : String(value.agent_exit_code)],
       ["Tokens and cost", h("span", {id: "run-usage"}, usageText(value.usage))],
     ]),
-    value.terminal ? null : actionBar([`Abort ${value.id}`, "abort", {run: value.id}]));
+    runActions(value));
 }
 
 function stages(rows) {

@@ -4,7 +4,9 @@ import {fields, h, replace, section, table} from "./dom.js";
 import {follow} from "./live.js";
 import {Slots} from "./sections.js";
 import {duration, when} from "./time.js";
-import {actionBar, badge, chip, problemBox, runLink, stageLabel, usageText, waitingText} from "./widgets.js";
+import {
+  badge, chip, problemBox, runActions, runLink, stageLabel, ticketActions, usageText, waitingText,
+} from "./widgets.js";
 
 export function ticket(main, ref) {
   const heading = h("h1", {}, "Ticket ", ref);
@@ -45,11 +47,8 @@ function about(value) {
       ["Changed", when(value.updated_at_ms)],
       ["Usage", usageText(value.usage)],
     ]),
-    actionBar(
-      ["Hold", "hold", {ref: value.id}],
-      ["Ready", "ready", {ref: value.id}],
-      ["Run", "run", {ref: value.id}],
-    ));
+    ticketActions(value),
+    runActions(value.runs.find((run) => !run.terminal)));
 }
 
 function runs(list) {

@@ -60,6 +60,19 @@ export function growing(since) {
 }
 
 const tickers = new Set();
+let frozen = false;
+
+// While the daemon (or the gateway) does not answer nothing shown is news: every
+// growing duration and running bar stops where it was, rather than keep counting
+// as if the run were still seen to run. Relative times ("3 min ago") go on: they
+// name a moment that does not move.
+export function setFrozen(value) {
+  frozen = Boolean(value);
+}
+
+export function isFrozen() {
+  return frozen;
+}
 
 // Called every second (a running timeline redraws itself so).
 export function onTick(callback) {
@@ -72,6 +85,7 @@ setInterval(() => {
   for (const node of document.querySelectorAll("time[data-at]")) {
     node.textContent = relative(Number(node.dataset.at), now);
   }
+  if (frozen) return;
   for (const node of document.querySelectorAll("span.growing[data-since]")) {
     node.textContent = duration(now - Number(node.dataset.since));
   }

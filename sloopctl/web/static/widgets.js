@@ -58,15 +58,58 @@ export function ticketLink(id, label) {
 export function waitingText(waiting) {
   if (!waiting) return "—";
   return h("span", {class: "waiting", title: String(waiting.message ?? "")},
-    h("code", {}, String(waiting.reason)), " ", String(waiting.message ?? ""));
+    h("code", {}, String(waiting.reason)), waiting.message ? `: ${waiting.message}` : "");
 }
 
 export function stageLabel(row) {
   return row.attempt ? `${row.stage}#${row.attempt}` : String(row.stage);
 }
 
+// What a verb's answer changed, in words (not "done": a hold of a held ticket
+// changes nothing, and the reader should see what the daemon now says).
+function outcome(verb, data) {
+  if (data?.ticket && verb !== "run") return `now ${data.ticket.state}`;
+  if (data?.trigger) return `queued (${data.trigger.id})`;
+  if (data?.run) return `${data.run.id} ${data.run.state}`;
+  if (data?.gate) return `gate ${data.gate.state}`;
+  return "done";
+}
+
+// An in-page confirmation with a reason field (Abort, Pause). Resolves to the
+// reason typed (possibly ""), or null when cancelled: then nothing is sent.
+export function confirmAction({title, text, action, placeholder}) {
+  return new Promise((resolve) => {
+    const reason = h("input", {type: "text", name: "reason", id: "confirm-reason", class: "confirm-reason",
+      maxlength: "500", placeholder: placeholder ?? "", autocomplete: "off"});
+    const dialog = h("dialog", {class: "confirm", "aria-labelledby": "confirm-title"});
+    let answer = null;
+    const cancel = h("button", {type: "button", class: "confirm-cancel", onclick: () => dialog.close()}, "Cancel");
+    const go = h("button", {type: "submit", class: "confirm-go"}, action);
+    const form = h("form", {method: "dialog", onsubmit: (event) => {
+      event.preventDefault();
+      answer = reason.value.trim();
+      dialog.close();
+    }},
+      h("h2", {id: "confirm-title"}, title),
+      text ? h("p", {}, text) : null,
+      h("label", {for: "confirm-reason"}, "Reason (optional)"),
+      reason,
+      h("div", {class: "confirm-buttons"}, cancel, go));
+    dialog.append(form);
+    dialog.addEventListener("close", () => {
+      dialog.remove();
+      resolve(answer);
+    });
+    document.body.append(dialog);
+    dialog.showModal();
+    reason.focus();
+  });
+}
+
 // A button that calls an operator verb; only with --allow-actions (else nothing).
-export function actionButton(label, verb, args, done) {
+// options.confirm: ask first, the reason typed goes as args.reason (options.confirm.
+// fallback when left empty); options.disabled: why it cannot be used now (shown).
+export function actionButton(label, verb, args, options = {}) {
   if (!current()?.actions) return null;
   const out = h("span", {class: "action-result", role: "status"});
   const button = h("button", {
@@ -74,22 +117,86 @@ export function actionButton(label, verb, args, done) {
     class: `action action-${verb}`,
     "data-verb": verb,
     onclick: async () => {
+      let sent = typeof args === "function" ? args() : {...args};
+      if (options.confirm) {
+        const reason = await confirmAction(options.confirm);
+        if (reason === null) return; // cancelled: nothing reaches the daemon
+        const why = reason || options.confirm.fallback;
+        if (why) sent = {...sent, reason: why};
+      }
       button.disabled = true;
       out.textContent = "…";
-      const reply = await act(verb, typeof args === "function" ? args() : args);
+      const reply = await act(verb, sent);
       button.disabled = false;
-      out.textContent = reply.ok ? "done" : `${reply.error.code}: ${reply.error.message}`;
+      out.textContent = reply.ok ? outcome(verb, reply.data) : `${reply.error.code}: ${reply.error.message}`;
       out.className = `action-result ${reply.ok ? "ok" : "bad"}`;
-      if (reply.ok && done) done(reply.data);
+      if (reply.ok && options.done) options.done(reply.data);
     },
   }, label);
+  if (options.disabled) {
+    button.disabled = true;
+    button.title = options.disabled;
+    out.textContent = options.disabled;
+    out.className = "action-result muted";
+  }
   return h("span", {class: "action-wrap"}, button, out);
 }
 
-// [label, verb, args] specs -> a row of buttons, or null in a read-only view.
+// [label, verb, args, options] specs -> a row of buttons, or null in a read-only
+// view or when none applies (a null spec is one that does not apply).
 export function actionBar(...specs) {
-  const present = specs.map((spec) => actionButton(...spec)).filter(Boolean);
+  const present = specs.filter(Boolean).map((spec) => actionButton(...spec)).filter(Boolean);
   return present.length ? h("div", {class: "actions"}, present) : null;
+}
+
+// Which ticket verbs apply in which state (docs/protocol.md, "hold and ready",
+// "run"): hold a ready ticket, release a held one, run a ready one or start the
+// next attempt of a failed or needs_review one; nothing for a running or merged
+// ticket (abort its run instead) or a state this view does not know.
+export function ticketActions(ticket, gate = null) {
+  const ref = {ref: ticket.id};
+  const state = ticket.state;
+  const cooldown = gate?.state === "cooldown" || (ticket.waiting?.reason === "cooldown" && ticket.waiting?.until_ms);
+  const blocked = cooldown ? {disabled: "the gate is in cooldown: 'run' is refused until it ends (Resume ends it)"} : {};
+  return tagged(actionBar(
+    state === "ready" ? ["Hold", "hold", ref] : null,
+    state === "held" ? ["Ready", "ready", ref] : null,
+    state === "ready" ? ["Run", "run", ref, blocked] : null,
+    state === "failed" || state === "needs_review" ? ["Run again", "run", ref, blocked] : null,
+  ), {ticket: String(ticket.id)});
+}
+
+// Which ticket, run or gate a bar acts on, for whoever reads the page's markup.
+function tagged(bar, data) {
+  if (bar) Object.assign(bar.dataset, data);
+  return bar;
+}
+
+// Pause while the gate is open or cooling down (a pause replaces a cooldown);
+// Resume while paused or cooling down (it ends a cooldown early).
+export function gateActions(gate) {
+  const state = gate?.state;
+  return tagged(actionBar(
+    state === "open" || state === "cooldown" ? ["Pause", "pause", {}, {confirm: {
+      title: "Pause the gate?",
+      text: "No trigger is claimed until Resume; runs in flight go on.",
+      action: "Pause",
+      placeholder: "paused from the web view",
+      fallback: "paused from the web view",
+    }}] : null,
+    state === "paused" || state === "cooldown" ? ["Resume", "resume", {}] : null,
+  ), {gate: String(state)});
+}
+
+// Abort only a run in flight; it asks first, and the reason goes on the run.
+export function runActions(run) {
+  if (!run || run.terminal || !["claimed", "running"].includes(run.state)) return null;
+  return tagged(actionBar([`Abort ${run.id}`, "abort", {run: run.id}, {confirm: {
+    title: `Abort ${run.alias ?? run.id}?`,
+    text: "Its processes are stopped, the run settles aborted and its ticket is held.",
+    action: `Abort ${run.id}`,
+    placeholder: "why (kept in the run's reason)",
+  }}]), {run: String(run.id)});
 }
 
 export function problemBox(error) {
