@@ -268,7 +268,7 @@ FULL_ARGS: dict[str, dict[str, Any]] = {
     "run": {"ref": "a", "trigger": {"at_ms": 0}},
     "hold": {"ref": "T1"},
     "ready": {"ref": "T1"},
-    "abort": {"run": "R1"},
+    "abort": {"run": "R1", "reason": "wrong ticket"},  # reason: 0.8.0
     "logs": {"run": "R1", "stage": "test#2", "tail": 10, "after": "c1", "wait_ms": 30000},
     "events": {"after": "c1", "tail": 1, "scope": "project:x", "wait_ms": 0},
     "brief": {},
@@ -380,6 +380,7 @@ def test_limit_accepts_any_positive_integer(value: int) -> None:
         ("hold", "ref"),
         ("ready", "ref"),
         ("abort", "run"),
+        ("abort", "reason"),
         ("logs", "run"),
         ("logs", "stage"),
         ("events", "scope"),
