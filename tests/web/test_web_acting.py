@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.support.agents import Bench, sloop_toml, ticket_text
+from tests.support.daemon import wait_until
 from tests.support.web import (
     browser_available,
     chromium,
@@ -283,4 +284,46 @@ def test_a_daemon_without_a_sandbox_says_unsafe_on_every_page(bench: Bench, tmp_
             # The daemon's own sentence, as `sloopctl show` prints it after "UNSAFE: ".
             assert text_of(driver, "#unsafe") == f"UNSAFE: {warning}", path
         screenshot(driver, tmp_path, "unsafe")
+        assert console_errors(driver) == []
+
+
+def test_a_cooldown_offers_pause_and_resume_and_disables_run(bench: Bench, tmp_path: Path) -> None:
+    limit = f"Claude AI usage limit reached|{int(time.time()) + 3600}"
+    limited = [
+        {
+            "name": "implement",
+            "action": "agent",
+            "command": bench.argv("--say", limit, "--exit", "1"),
+        }
+    ]
+    bench.setup(
+        sloop_toml(bench.argv(), flows={"limited": limited}),
+        {"limited": ticket_text("Hits a limit", flow="limited")},
+    )
+    bench.start()
+    ticket = bench.post("limited")["ticket"]["id"]
+    bench.wait_run("limited#1")
+    wait_until(lambda: bench.dashboard()["gate"]["state"] == "cooldown")
+    with (
+        gateway(socket_of(bench), tmp_path / "token", "--allow-actions") as web,
+        chromium() as driver,
+    ):
+        driver.get(web.url)
+        wait_for(driver, lambda d: verbs(d, ".actions[data-gate]") == ["pause", "resume"])
+        wait_for(driver, lambda d: verbs(d, f'.actions[data-ticket="{ticket}"]') == ["hold", "run"])
+        run = driver.find_element(
+            "css selector", f'.actions[data-ticket="{ticket}"] button.action-run'
+        )
+        assert not run.is_enabled()  # the daemon would answer cooldown_active
+        assert "cooldown" in run.get_attribute("title")
+        assert "cooldown" in text_of(driver, f'.actions[data-ticket="{ticket}"] .action-result')
+        # Held first (so that its trigger, made due by the resume, waits), then Resume
+        # ends the cooldown early: Pause alone on the gate.
+        driver.find_element(
+            "css selector", f'.actions[data-ticket="{ticket}"] button.action-hold'
+        ).click()
+        wait_for(driver, lambda d: verbs(d, f'.actions[data-ticket="{ticket}"]') == ["ready"])
+        driver.find_element("css selector", ".actions[data-gate] button.action-resume").click()
+        wait_for(driver, lambda d: verbs(d, ".actions[data-gate]") == ["pause"])
+        assert bench.dashboard()["gate"]["state"] == "open"
         assert console_errors(driver) == []
