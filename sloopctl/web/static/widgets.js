@@ -7,7 +7,7 @@ import {h} from "./dom.js";
 const SHAPES = {
   merged: "✔", passed: "✔", open: "●", ready: "○",
   failed: "✖", aborted: "■", needs_review: "◆",
-  running: "▶", claimed: "▷", pending: "·",
+  running: "▶", claimed: "▷", pending: "·", not_reached: "–",
   held: "❚❚", paused: "❚❚", cooldown: "◔",
 };
 
