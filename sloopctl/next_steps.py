@@ -2,7 +2,7 @@
 
 A pure function of the run's view: the commands name the run by its id and the
 failing execution by ``stage#attempt``, which ``sloopctl logs --stage`` takes, so
-each one is a command that works as printed (tests/integration/test_next_steps.py
+each one is a command that works as printed (tests/integration/test_terminal_details.py
 runs them).  Nothing is suggested for a run in flight or a merged one.
 """
 

@@ -131,6 +131,11 @@ def test_the_verdict_leads_unreached_stages_say_so_and_tokens_read_as_in_the_cli
         )
         assert shown == [usage_text(u) for u in cases]
         screenshot(driver, tmp_path, "verdicts")
+        # The ticket's page reads its runs' unreached stages the same way.
+        driver.get(f"{web.base}/ticket/{run['ticket']}")
+        wait_for(driver, has_text("main", "p#1"))
+        wait_for(driver, has_text(".strip", "sync · not reached"))
+        assert "merge · not reached" in text_of(driver, ".strip")
         assert console_errors(driver) == []
 
 
@@ -148,6 +153,9 @@ def test_an_aborted_run_links_to_the_attempt_that_followed_it(bench: Bench, tmp_
     assert aborted["followed_by"] is None
     bench.ok("ready", {"ref": "t"})  # the abort held it; its trigger is claimed again
     second = bench.wait_stage_running("t#2", "implement")
+    # In flight, the stages ahead are only pending; settled, R1's never-reached ones not.
+    assert [r["unreached"] for r in second["stages"]] == [False, False, False]
+    assert [r["unreached"] for r in aborted["stages"]] == [False, True, True]
     seen = bench.ok("show", {"ref": first["id"]})["value"]
     assert seen["followed_by"] == {"id": second["id"], "alias": "t#2", "state": "running"}
     with gateway(socket_of(bench), tmp_path / "token") as web, chromium() as driver:

@@ -9,7 +9,7 @@ import {LogView} from "./logview.js";
 import {Slots} from "./sections.js";
 import {duration, growing, onTick, when} from "./time.js";
 import {timeline} from "./timeline.js";
-import {actionBar, badge, chip, nodeText, problemBox, stageLabel, ticketLink, usageText} from "./widgets.js";
+import {actionBar, badge, chip, nodeText, problemBox, stageChip, stageLabel, ticketLink, usageText} from "./widgets.js";
 
 export function run(main, ref) {
   const heading = h("h1", {}, "Run ", ref);
@@ -81,7 +81,7 @@ function about(value) {
 
 function stages(rows) {
   const body = rows.map((stage) => [
-    stage.unreached ? chip("not_reached", `${stageLabel(stage)} · not reached`) : chip(stage.state, stageLabel(stage)),
+    stageChip(stage),
     stage.started_at_ms ? when(stage.started_at_ms) : "—",
     stage.duration_ms !== null ? duration(stage.duration_ms)
       : stage.state === "running" ? growing(stage.started_at_ms) : "—",

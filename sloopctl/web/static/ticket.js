@@ -4,7 +4,7 @@ import {fields, h, replace, section, table} from "./dom.js";
 import {follow} from "./live.js";
 import {Slots} from "./sections.js";
 import {duration, when} from "./time.js";
-import {actionBar, badge, chip, problemBox, runLink, stageLabel, usageText, waitingText} from "./widgets.js";
+import {actionBar, badge, problemBox, runLink, stageChip, usageText, waitingText} from "./widgets.js";
 
 export function ticket(main, ref) {
   const heading = h("h1", {}, "Ticket ", ref);
@@ -58,7 +58,7 @@ function runs(list) {
     badge(run.state),
     when(run.started_at_ms),
     run.finished_at_ms && run.started_at_ms ? duration(run.finished_at_ms - run.started_at_ms) : "—",
-    h("span", {class: "strip"}, run.stages.map((stage) => chip(stage.state, stageLabel(stage)))),
+    h("span", {class: "strip"}, run.stages.map(stageChip)),
     String(run.reason ?? ""),
     usageText(run.usage),
   ]);
