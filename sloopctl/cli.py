@@ -47,6 +47,8 @@ from sloopd.wire import api
 
 
 @click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+# The installed distribution's version, so a bug report names the client it came from.
+@click.version_option(package_name="sloop", prog_name="sloopctl", message="%(prog)s %(version)s")
 @common_options
 def main() -> None:
     """Sloop's operator client: one request to the repository's daemon per command.

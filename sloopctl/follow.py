@@ -33,6 +33,7 @@ import click
 from sloopctl.client import Client, Reply
 from sloopctl.feeds_cli import event_line as event_line
 from sloopctl.feeds_cli import record_line as record_line
+from sloopctl.fold import fold
 from sloopctl.invoke import (
     EXIT_OK,
     EXIT_RUN_ABORTED,
@@ -49,6 +50,7 @@ from sloopctl.invoke import (
 )
 from sloopctl.layout import Paint, colour_enabled, painter, text
 from sloopctl.longpoll import LongPoll, epoch_of
+from sloopctl.next_steps import next_lines
 from sloopctl.polling import (
     LIVE_WAIT_MS,
     SHOW_WAIT_MS,
@@ -60,7 +62,7 @@ from sloopctl.polling import (
 )
 from sloopctl.polling import POLL_MAX_S as POLL_MAX_S
 from sloopctl.polling import POLL_MIN_S as POLL_MIN_S
-from sloopctl.render import ends, paint_state, stages_summary, waiting_text
+from sloopctl.render import ends, paint_state, render, stages_summary, waiting_text
 from sloopctl.watch import LiveTable
 from sloopctl.when import now_ms
 
@@ -263,11 +265,7 @@ class RunFollower:
                     if value.get("terminal") is True:
                         return self.settled(value)
                 else:
-                    fail(
-                        f"'{self.ref}' names no run or ticket (the daemon answered with "
-                        f"{text(data['kind'])}); --follow follows one run",
-                        EXIT_USAGE,
-                    )
+                    fail(*unfollowable(self.ref, data))
                 fresh = self.pause(value if data["kind"] == "run" else None)
         finally:
             self.progress.clear()
@@ -323,7 +321,39 @@ class RunFollower:
         self.progress.clear()
         if not self.quiet and not self.as_json:
             click.echo(outcome_line(run, painter(colour_enabled(sys.stdout))))
+            # On stderr: stdout stays the one outcome line a CI script reads.
+            for line in next_lines(run, details=True):
+                click.echo(line, err=True)
         return OUTCOME_EXITS.get(text(run.get("state")), EXIT_RUN_FAILED)
+
+
+def unfollowable(ref: str, data: Mapping[str, Any]) -> tuple[str, int]:
+    """Why ``ref`` cannot be followed, and the exit code.  A name nothing carries yet is
+    refused at once, as ``kubectl wait`` refuses a resource that does not exist: waiting
+    for a ticket to be posted would hang a CI job on a typo for ever, and ``post``
+    answers only once the ticket exists, so ``post`` then ``show --follow`` never races."""
+    if data.get("kind") == "matches":
+        tickets = rows(data.get("tickets"))
+        if not tickets:
+            return (
+                f"no ticket or run is called '{ref}' (yet): post the ticket first "
+                "(sloopctl post PATH), then follow it; --follow does not wait for a name "
+                "to appear",
+                EXIT_USAGE,
+            )
+        names = ", ".join(text(t.get("name")) for t in tickets[:5])
+        total = data.get("total")
+        more = f" and {total - 5} more" if isinstance(total, int) and total > 5 else ""
+        return (
+            f"'{ref}' names no ticket or run exactly, it matches tickets ({names}{more}); "
+            "--follow follows one run: give one ticket's name, or a run id or alias",
+            EXIT_USAGE,
+        )
+    return (
+        f"'{ref}' names no run or ticket (the daemon answered with {text(data.get('kind'))}); "
+        "--follow follows one run",
+        EXIT_USAGE,
+    )
 
 
 def _states(run: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -375,7 +405,16 @@ def show(ref: str | None, limit: int | None, follow: bool, quiet: bool) -> None:
         follow_run(ref, quiet)
     if quiet:
         fail("--quiet only goes with --follow")
-    call("show", present_args(ref=ref, limit=limit), "show")
+    if json_wanted() or not live_terminal(sys.stdout):
+        call("show", present_args(ref=ref, limit=limit), "show")
+    with connected("show") as client:
+        reply = client.call("show", present_args(ref=ref, limit=limit))
+    if not reply.ok:
+        raise click.exceptions.Exit(answer("show", reply))
+    # On a terminal, folded at words to its width (sloopctl.fold); a pipe gets whole lines.
+    shown = render("show", reply.data, now_ms(), colour_enabled(sys.stdout))
+    click.echo(fold(shown, shutil.get_terminal_size().columns - 1))
+    raise click.exceptions.Exit(EXIT_OK)
 
 
 # Registered by sloopctl.cli (typed here: the import cycle hides the decorators' types).

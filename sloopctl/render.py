@@ -24,10 +24,17 @@ from sloopctl.layout import (
     table,
     text,
 )
-from sloopctl.stages_view import stages_section
+from sloopctl.next_steps import next_lines
+from sloopctl.stages_view import NOT_REACHED, stage_state, stages_section
 from sloopctl.usage_text import usage_text
 
-_STAGE_MARK: Final = {"passed": "✓", "failed": "✗", "running": "▶", "pending": "·"}
+_STAGE_MARK: Final = {
+    "passed": "✓",
+    "failed": "✗",
+    "running": "▶",
+    "pending": "·",
+    NOT_REACHED: "-",
+}
 
 
 def _rows(value: Any) -> list[dict[str, Any]]:
@@ -88,7 +95,7 @@ def stages_summary(stages: Any) -> str:
         name = text(s.get("stage")) + (
             f"#{attempt}" if isinstance(attempt, int) and attempt > 1 else ""
         )
-        parts.append(name + _STAGE_MARK.get(str(s.get("state")), "?"))
+        parts.append(name + _STAGE_MARK.get(stage_state(s), "?"))
     return " ".join(parts)
 
 
@@ -286,7 +293,8 @@ def show(data: Any, now: int, paint: Paint) -> list[str]:
     value = data.get("value")
     if kind in ("ticket", "run", "project") and isinstance(value, dict):
         title = paint(f"{kind} {text(value.get('id') or value.get('name'))}", "bold")
-        return [title, *details(value, now, paint)]
+        hints = next_lines(value, details=False) if kind == "run" else []
+        return [title, *details(value, now, paint), *(["", *hints] if hints else [])]
     return details(data, now, paint)
 
 

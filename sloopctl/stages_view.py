@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
-from sloopctl.layout import Paint, relative, section, span, state_cell, table, text
+from sloopctl.layout import Cell, Paint, relative, section, span, state_cell, table, text
 from sloopctl.usage_text import usage_text
 
 
 def _rows(value: Any) -> list[dict[str, Any]]:
     return [r for r in value if isinstance(r, dict)] if isinstance(value, list) else []
+
+
+# A settled run's pending row (``unreached``, 0.8.0) is not waiting for anything.
+NOT_REACHED: Final = "not reached"
+
+
+def stage_state(row: Mapping[str, Any]) -> str:
+    """The word for a stage row's state: ``not reached`` once the run settled without it."""
+    return NOT_REACHED if row.get("unreached") is True else text(row.get("state"))
+
+
+def stage_state_cell(row: Mapping[str, Any], suffix: str = "") -> Cell:
+    word = stage_state(row)
+    return (word + suffix, "dim") if word == NOT_REACHED else state_cell(word, suffix)
 
 
 def node_text(node: Any) -> str:
@@ -27,7 +41,7 @@ def stages_section(rows: Any, now: int, paint: Paint) -> list[str]:
         [
             text(s.get("stage")),
             text(s.get("attempt")),
-            state_cell(s.get("state"), " (advisory)" if s.get("advisory") else ""),
+            stage_state_cell(s, " (advisory)" if s.get("advisory") else ""),
             relative(s.get("started_at_ms"), now),
             span(s["duration_ms"]) if isinstance(s.get("duration_ms"), int) else "-",
             text(s.get("exit_code")),

@@ -27,10 +27,21 @@ from typing import Any, Final, TextIO
 
 from sloopctl.layout import STATE_STYLE, Paint, colour_enabled, painter, span, text
 from sloopctl.safe_text import clean
+from sloopctl.stages_view import NOT_REACHED, stage_state
 
 # How many of the running stage's last output lines the frame shows.
 OUTPUT_LINES: Final = 6
-_MARKS: Final = {"passed": "✓", "failed": "✗", "running": "▶", "pending": "·"}
+_MARKS: Final = {
+    "passed": "✓",
+    "failed": "✗",
+    "running": "▶",
+    "pending": "·",
+    NOT_REACHED: "-",
+    "pass": "✓",
+    "fail": "✗",
+}
+# A panel seat's verdict as a stage state, for its colour.
+_SEAT_STYLE: Final = {"pass": STATE_STYLE["passed"], "fail": STATE_STYLE["failed"]}
 _HIDE_CURSOR, _SHOW_CURSOR = "\x1b[?25l", "\x1b[?25h"
 Segment = tuple[str, str]  # text, style name ("" for none)
 Size = Callable[[], tuple[int, int]]  # (columns, lines)
@@ -96,10 +107,10 @@ def elapsed(row: Mapping[str, Any], now: int) -> str:
 
 def stage_line(row: Mapping[str, Any], name_width: int, now: int) -> list[Segment]:
     """``  ✓ implement#1   passed      45s  exit 0``: mark, name, state, time, detail."""
-    state = text(row.get("state"))
+    state = stage_state(row)
     attempt = _ms(row.get("attempt")) or 0
     name = _safe(row.get("stage")) + (f"#{attempt}" if attempt > 0 else "")
-    took = elapsed(row, now) if state != "pending" else ""
+    took = elapsed(row, now) if state not in ("pending", NOT_REACHED) else ""
     detail = []
     if isinstance(row.get("exit_code"), int):
         detail.append(f"exit {row['exit_code']}")
@@ -107,7 +118,7 @@ def stage_line(row: Mapping[str, Any], name_width: int, now: int) -> list[Segmen
         detail.append("advisory")
     if row.get("reason"):
         detail.append(_safe(row["reason"]))
-    style = STATE_STYLE.get(state, "")
+    style = STATE_STYLE.get(state, "dim" if state == NOT_REACHED else "")
     line: list[Segment] = [
         (f"  {_MARKS.get(state, '?')} ", style),
         (name.ljust(name_width) + "  ", ""),
@@ -115,6 +126,29 @@ def stage_line(row: Mapping[str, Any], name_width: int, now: int) -> list[Segmen
         (f"  {took:>6}" if took else "", ""),
     ]
     return line + ([("  " + "  ".join(detail), "dim")] if detail else [])
+
+
+def seat_lines(row: Mapping[str, Any]) -> list[list[Segment]]:
+    """A panel's seats under its row: ``      ✗ seat 1 codex  fail  low  missing tests``,
+    so the reader sees which seat failed the stage and why (a seat still sitting reads
+    ``waiting``)."""
+    seats = [r for r in row.get("reviewers") or [] if isinstance(r, dict)]
+    lines = []
+    for seat in seats:
+        verdict = text(seat.get("verdict")) if seat.get("verdict") is not None else "waiting"
+        style = _SEAT_STYLE.get(verdict, "")
+        target = f" {_safe(seat.get('target'))}" if seat.get("target") else ""
+        line: list[Segment] = [
+            (f"      {_MARKS.get(verdict, '▶')} ", style),
+            (f"seat {_safe(seat.get('reviewer'))}{target}  ", ""),
+            (verdict, style),
+        ]
+        if seat.get("confidence"):
+            line.append((f"  {_safe(seat['confidence'])}", ""))
+        if seat.get("reason"):
+            line.append((f"  {_safe(seat['reason'])}", "dim"))
+        lines.append(line)
+    return lines
 
 
 def frame(
@@ -136,7 +170,9 @@ def frame(
         head.append((f"  {took}", "dim"))
     stages = [r for r in run.get("stages") or [] if isinstance(r, dict)]
     width = max([len(_safe(r.get("stage"))) + 4 for r in stages] + [8])
-    lines = [head, *(stage_line(row, width, now) for row in stages)]
+    lines = [head]
+    for row in stages:
+        lines += [stage_line(row, width, now), *seat_lines(row)]
     if output_of is not None and output:
         lines.append([("", "")])
         lines.append([(f"  {output_of} output:", "dim")])

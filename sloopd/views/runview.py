@@ -29,6 +29,11 @@ def run_detail(daemon: Daemon, run_id: str, active: LiveRun | None) -> dict[str,
             stage["node"] = node  # where the executing child runs, before its row says
     if row["terminal"]:
         _close_interrupted(row["stages"], state)
+    # Additive in 0.8.0: a settled run's rows of stages its walk never reached stay
+    # "pending" (v1's word) and say they never will be.
+    for stage in row["stages"]:
+        stage["unreached"] = row["terminal"] and stage["state"] == "pending"
+    row["followed_by"] = _followed_by(daemon, record.ticket, run_id)
     row["stall"] = active.stall() if active is not None else None
     row["notes"] = state.notes
     # exit_code has always been the agent stage's exit; agent_exit_code says so.
@@ -39,6 +44,24 @@ def run_detail(daemon: Daemon, run_id: str, active: LiveRun | None) -> dict[str,
     # so far included.
     row["usage"] = rows.usage_sum(stage["usage"] for stage in row["stages"])
     return row
+
+
+def _followed_by(daemon: Daemon, ticket: str, run_id: str) -> dict[str, Any] | None:
+    """The ticket's run right after this one (its next attempt), or None: where an
+    aborted or failed run's work went on (additive in 0.8.0)."""
+    store = daemon.require_store()
+    later = None
+    for other, _state, _classification in store.all("run_outcomes_for_ticket", (ticket,)):
+        if other == run_id:
+            break
+        later = other  # newest first: the last one seen before this run is the next
+    else:
+        return None
+    record = store.run_by_id(later) if later is not None else None
+    if record is None:
+        return None
+    follower = rows.run_row_of(record)
+    return {key: follower[key] for key in ("id", "alias", "state")}
 
 
 def _close_interrupted(stages: list[dict[str, Any]], state: walk.Walk) -> None:

@@ -108,7 +108,11 @@ def _run_summary(daemon: Daemon, run_id: str) -> dict[str, Any]:
     )
     summary = {key: detail[key] for key in keys}
     summary["stages"] = [
-        {key: stage[key] for key in ("stage", "state", "attempt", "advisory", "silent_for_ms")}
+        # unreached: additive in 0.8.0, as on the run's own rows.
+        {
+            key: stage[key]
+            for key in ("stage", "state", "attempt", "advisory", "silent_for_ms", "unreached")
+        }
         for stage in detail["stages"]
     ]
     return summary

@@ -126,9 +126,11 @@ def test_show_follow_exit_codes_for_each_terminal_state(bench: Bench) -> None:
     # run may have settled before the first look at it.
     lines = err.splitlines()
     waits = [line for line in lines if line.startswith("T3 waiting for a run: ")]
-    changes = lines[len(waits) :]
+    changes = [line for line in lines[len(waits) :] if not line.startswith("next: ")]
     assert f"{run['id']} implement#1 passed" in changes
     assert changes[-1] == f"{run['id']} needs_review"
+    # Then what to run next (issue 26), last on stderr.
+    assert lines[-1].startswith("next: sloopctl "), lines
 
     # A run reference, aborted from here while its agent waits.
     stuck = bench.wait_stage_running("stuck#1", "implement")

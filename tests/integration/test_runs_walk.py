@@ -80,7 +80,9 @@ SUMMARY_KEYS = frozenset(
         "stages",
     }
 )
-COMPACT_STAGE_KEYS = frozenset({"stage", "state", "attempt", "advisory", "silent_for_ms"})
+COMPACT_STAGE_KEYS = frozenset(
+    {"stage", "state", "attempt", "advisory", "silent_for_ms", "unreached"}
+)
 
 SYNC: dict[str, Any] = {"name": "sync", "action": "sync"}
 MERGE: dict[str, Any] = {"name": "merge", "action": "ff_only", "return_to": "sync", "returns": 3}
@@ -320,6 +322,7 @@ def test_advisory_failure_stepped_over_and_flow_without_merge(bench: Bench) -> N
         "attempt": 1,
         "advisory": True,
         "silent_for_ms": None,
+        "unreached": False,
     }
 
     # A flow without a merge stage walked to its end: needs_review, no halt, a reason.
@@ -581,6 +584,8 @@ def test_tampered_stage_log_is_corrupt(bench: Bench) -> None:
     assert bench.rev("main") == before  # nothing was merged
     assert [r["stage"] for r in run["stages"]] == ["implement", "sync", "merge"]
     assert stage_table(run)[1:] == [("sync", 0, "pending"), ("merge", 0, "pending")]
+    # Settled: those rows will never be reached (0.8.0), and the run's own row is not one.
+    assert [r["unreached"] for r in run["stages"]] == [False, True, True]
 
 
 def test_corrupt_run_shows_no_running_stage(bench: Bench) -> None:

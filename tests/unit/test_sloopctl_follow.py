@@ -503,6 +503,10 @@ def test_follow_prints_transitions_on_stderr_and_the_outcome_on_stdout(
         "R3 implement#1 passed",
         "R3 test#1 failed",
         "R3 failed",
+        # What to run next (issue 26): the failed execution's output, the details, the diff.
+        "next: sloopctl logs R3 --stage test#1",
+        "next: sloopctl show R3",
+        "next: sloopctl diff R3",
     ]
 
 

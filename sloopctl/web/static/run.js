@@ -9,7 +9,9 @@ import {LogView} from "./logview.js";
 import {Slots} from "./sections.js";
 import {duration, growing, onTick, when} from "./time.js";
 import {timeline} from "./timeline.js";
-import {badge, chip, nodeText, problemBox, runActions, stageLabel, ticketLink, usageText} from "./widgets.js";
+import {
+  badge, chip, nodeText, problemBox, runActions, stageChip, stageLabel, ticketLink, usageText,
+} from "./widgets.js";
 
 export function run(main, ref) {
   const heading = h("h1", {}, "Run ", ref);
@@ -59,7 +61,8 @@ function about(value) {
     ? duration(value.finished_at_ms - value.started_at_ms) : null;
   return section("Outcome",
     h("p", {class: "outcome"}, badge(value.state),
-      value.reason ? h("span", {id: "reason"}, ` ${value.reason}`) : value.state === "merged" ? " — merged into main" : ""),
+      value.reason ? h("span", {id: "reason"}, ` ${value.reason}`) : value.state === "merged" ? " — merged into main" : "",
+      nextAttempt(value.followed_by)),
     fields([
       ["Ticket", ticketLink(value.ticket)],
       value.halt ? ["Halt", h("code", {id: "halt"}, String(value.halt))] : null,
@@ -80,7 +83,7 @@ function about(value) {
 
 function stages(rows) {
   const body = rows.map((stage) => [
-    chip(stage.state, stageLabel(stage)),
+    stageChip(stage),
     stage.started_at_ms ? when(stage.started_at_ms) : "—",
     stage.duration_ms !== null ? duration(stage.duration_ms)
       : stage.state === "running" ? growing(stage.started_at_ms) : "—",
@@ -108,13 +111,33 @@ function stages(rows) {
     seats, discarded);
 }
 
+// What decided a finished execution, in words; secondary to the verdict itself.
+const SOURCES = {
+  exit_code: "decided by its exit code", reported: "reported by its worker",
+  missing: "its worker reported nothing", panel: "decided by the panel's quorum", git: "decided by git",
+};
+
+// The verdict first (pass or fail, confidence, advisory, the reason), its source after.
 function verdict(stage) {
-  const parts = [];
-  if (stage.verdict_source) parts.push(h("code", {}, String(stage.verdict_source)));
-  if (stage.confidence) parts.push(` ${stage.confidence} confidence`);
-  if (stage.advisory) parts.push(" (advisory)");
+  if (stage.state !== "passed" && stage.state !== "failed") return "—";
+  const word = stage.state === "passed" ? "pass" : "fail";
+  const parts = [h("strong", {class: `verdict-word verdict-${word}`}, word)];
+  if (stage.confidence) parts.push(` · ${stage.confidence} confidence`);
+  if (stage.advisory) parts.push(" · advisory");
   if (stage.reason) parts.push(h("div", {class: "reason"}, String(stage.reason)));
-  return parts.length ? put(h("span", {}), parts) : "—";
+  if (stage.verdict_source) {
+    const source = SOURCES[stage.verdict_source] ?? `decided by ${stage.verdict_source}`;
+    parts.push(h("div", {class: "muted verdict-source", title: String(stage.verdict_source)}, source));
+  }
+  return put(h("span", {class: "verdict"}), parts);
+}
+
+// The ticket's attempt after this run, where its work went on: "→ t1#2".
+function nextAttempt(next) {
+  if (!next) return "";
+  return h("span", {id: "followed-by"}, " → ",
+    h("a", {href: `/run/${encodeURIComponent(next.id)}`}, String(next.alias ?? next.id)),
+    h("span", {class: "muted"}, ` ${next.id} (next attempt, ${String(next.state)})`));
 }
 
 function notes(list) {

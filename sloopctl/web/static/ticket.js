@@ -5,7 +5,7 @@ import {follow} from "./live.js";
 import {Slots} from "./sections.js";
 import {duration, when} from "./time.js";
 import {
-  badge, chip, problemBox, runActions, runLink, stageLabel, ticketActions, usageText, waitingText,
+  badge, problemBox, runActions, runLink, stageChip, ticketActions, usageText, waitingText,
 } from "./widgets.js";
 
 export function ticket(main, ref) {
@@ -57,7 +57,7 @@ function runs(list) {
     badge(run.state),
     when(run.started_at_ms),
     run.finished_at_ms && run.started_at_ms ? duration(run.finished_at_ms - run.started_at_ms) : "—",
-    h("span", {class: "strip"}, run.stages.map((stage) => chip(stage.state, stageLabel(stage)))),
+    h("span", {class: "strip"}, run.stages.map(stageChip)),
     String(run.reason ?? ""),
     usageText(run.usage),
   ]);

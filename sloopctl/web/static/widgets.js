@@ -7,7 +7,7 @@ import {h} from "./dom.js";
 const SHAPES = {
   merged: "✔", passed: "✔", open: "●", ready: "○",
   failed: "✖", aborted: "■", needs_review: "◆",
-  running: "▶", claimed: "▷", pending: "·",
+  running: "▶", claimed: "▷", pending: "·", not_reached: "–",
   held: "❚❚", paused: "❚❚", cooldown: "◔",
 };
 
@@ -26,7 +26,21 @@ export function chip(state, label) {
     h("span", {class: "shape", "aria-hidden": "true"}, SHAPES[name] ?? "?"), " ", label);
 }
 
-const COUNT = new Intl.NumberFormat(undefined, {notation: "compact", maximumFractionDigits: 1});
+// A stage row's chip; a settled run's pending row (`unreached`) reads "not reached".
+export function stageChip(stage) {
+  return stage.unreached ? chip("not_reached", `${stageLabel(stage)} · not reached`)
+    : chip(stage.state, stageLabel(stage));
+}
+
+// A token count as `sloopctl show` cuts it (sloopctl/usage_text.py count, integer
+// arithmetic there and here, halves up): 950, 1.2k, 12k, 1.2M.
+function count(n) {
+  const tenths = (unit) => Math.floor((n + unit / 20) / (unit / 10));
+  if (n >= 999_500) return `${Math.floor(tenths(1_000_000) / 10)}.${tenths(1_000_000) % 10}M`;
+  if (n >= 9_950) return `${Math.floor((n + 500) / 1000)}k`;
+  if (n >= 1000) return `${Math.floor(tenths(1000) / 10)}.${tenths(1000) % 10}k`;
+  return String(n);
+}
 
 // A Ray node as host/id (its first 12 hex digits), as `sloopctl show` writes it.
 export function nodeText(node) {
@@ -35,15 +49,16 @@ export function nodeText(node) {
   return id ? `${node.host ?? "?"}/${id}` : String(node.host ?? "?");
 }
 
+// One rule with `sloopctl show` and `sloopctl logs` (docs/agents.md "Tokens"):
+// "52k in (40k cached), 1.8k out, $0.0421"; `in` already counts the cached input.
 export function usageText(usage) {
   if (!usage) return "—";
-  const parts = [
-    `${COUNT.format(usage.input_tokens ?? 0)} in`,
-    `${COUNT.format(usage.output_tokens ?? 0)} out`,
-  ];
-  if (usage.cached_tokens) parts.push(`${COUNT.format(usage.cached_tokens)} cached`);
-  if (typeof usage.cost_usd === "number") parts.push(`$${usage.cost_usd.toFixed(4)}`);
-  return parts.join(" · ");
+  const number = (value) => (Number.isInteger(value) ? value : 0);
+  let words = `${count(number(usage.input_tokens))} in`;
+  if (number(usage.cached_tokens)) words += ` (${count(usage.cached_tokens)} cached)`;
+  words += `, ${count(number(usage.output_tokens))} out`;
+  if (typeof usage.cost_usd === "number") words += `, $${usage.cost_usd.toFixed(4)}`;
+  return words;
 }
 
 export function runLink(run) {
