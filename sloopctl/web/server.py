@@ -14,7 +14,7 @@ import contextlib
 import signal
 from collections.abc import Awaitable, Callable
 from importlib import resources
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Final
 
 import orjson
@@ -37,7 +37,7 @@ ACTIONS: Final[dict[str, frozenset[str]]] = {
     "pause": frozenset({"reason"}),
     "resume": frozenset(),
 }
-PAGES: Final = ("/", "/ticket/{ref}", "/run/{ref}", "/search")
+PAGES: Final = ("/", "/ticket/{ref}", "/run/{ref}", "/search", "/runs")
 CONTENT_TYPES: Final = {
     ".html": "text/html; charset=utf-8",
     ".css": "text/css; charset=utf-8",
@@ -76,6 +76,7 @@ class Gateway:
         self.link = link
         self.feeds = Feeds(link)
         self.static = _static_files()
+        self.repository: str | None = None  # the daemon's repository folder, once known
 
     def application(self) -> web.Application:
         app = web.Application(middlewares=[self.guarded], client_max_size=64 * 1024)
@@ -86,6 +87,7 @@ class Gateway:
         app.router.add_get("/api/session", self.session)
         app.router.add_get("/api/show", self.show)
         app.router.add_get("/api/diff", self.diff)
+        app.router.add_get("/api/runs", self.runs)
         app.router.add_post("/api/action", self.action)
         app.router.add_get("/sse/show", self.sse_show)
         app.router.add_get("/sse/logs", self.sse_logs)
@@ -154,8 +156,23 @@ class Gateway:
                 "version": api.SOFTWARE_VERSION,
                 "feeds": self.feeds.describe(),
                 "long_poll_refused": sorted(self.feeds.polls.refused),
+                "repo": await self._repository(),
             }
         )
+
+    async def _repository(self) -> str | None:
+        """The repository's folder name, for the header and tab titles: asked of the
+        daemon once (its ``show`` names the repo), null while the daemon does not answer."""
+        if self.repository is None:
+            try:
+                reply = await self.link.call("show", {})
+            except ClientError:
+                return None
+            daemon = reply.data.get("daemon") if reply.ok and isinstance(reply.data, dict) else None
+            repo = daemon.get("repo") if isinstance(daemon, dict) else None
+            if isinstance(repo, str) and repo:
+                self.repository = PurePosixPath(repo).name
+        return self.repository
 
     async def show(self, request: web.Request) -> web.Response:
         args: dict[str, Any] = {}
@@ -164,6 +181,17 @@ class Gateway:
         if request.query.get("limit", "").isdigit():
             args["limit"] = int(request.query["limit"])
         return await self._relay("show", args)
+
+    async def runs(self, request: web.Request) -> web.Response:
+        """The /runs page's read: a page of settled runs, one state or all."""
+        args: dict[str, Any] = {}
+        if request.query.get("state") in api.TERMINAL_RUN_STATES:
+            args["state"] = request.query["state"]
+        for name in ("limit", "offset"):
+            if request.query.get(name, "").isdigit():
+                args[name] = int(request.query[name])
+        args["limit"] = args.get("limit") or api.DEFAULT_RUNS_PAGE
+        return await self._relay("runs", args)
 
     async def diff(self, request: web.Request) -> web.Response:
         args: dict[str, Any] = {"run": request.query.get("run", "")}
