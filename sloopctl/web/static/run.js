@@ -8,7 +8,8 @@ import {follow} from "./live.js";
 import {LogView} from "./logview.js";
 import {Slots} from "./sections.js";
 import {duration, growing, onTick, when} from "./time.js";
-import {timeline} from "./timeline.js";
+import {stageChip, stageHref, timeline} from "./timeline.js";
+import {setTitle} from "./title.js";
 import {actionBar, badge, chip, nodeText, problemBox, stageLabel, ticketLink, usageText} from "./widgets.js";
 
 export function run(main, ref) {
@@ -38,8 +39,9 @@ export function run(main, ref) {
       const now = Date.now();
       latest = value;
       replace(heading, `${value.alias} `, h("span", {class: "muted"}, value.id), " ", badge(value.state));
+      setTitle(value.id, value.state);
       slots.update("about", {...value, stages: null}, now, () => about(value));
-      more.update("stages", value.stages, now, () => stages(value.stages));
+      more.update("stages", value.stages, now, () => stages(value.stages, value.id));
       more.update("notes", value.notes, now, () => notes(value.notes ?? []));
       replace(tl, timeline(value, now));
       output.follow(value);
@@ -78,9 +80,9 @@ function about(value) {
     value.terminal ? null : actionBar([`Abort ${value.id}`, "abort", {run: value.id}]));
 }
 
-function stages(rows) {
+function stages(rows, runId) {
   const body = rows.map((stage) => [
-    chip(stage.state, stageLabel(stage)),
+    stageChip(runId, stage),
     stage.started_at_ms ? when(stage.started_at_ms) : "—",
     stage.duration_ms !== null ? duration(stage.duration_ms)
       : stage.state === "running" ? growing(stage.started_at_ms) : "—",
@@ -95,7 +97,8 @@ function stages(rows) {
       h("h3", {}, `Panel of ${stageLabel(stage)}`),
       table(["Seat", "Target", "Verdict", "Confidence", "Reason", "Usage", "Node"],
         stage.reviewers.map((seat) => [
-          String(seat.reviewer), String(seat.target ?? "—"),
+          h("a", {href: stageHref(runId, stage, seat.reviewer)}, `seat ${seat.reviewer}`),
+          String(seat.target ?? "—"),
           chip(seat.verdict === "pass" ? "passed" : "failed", String(seat.verdict)),
           String(seat.confidence ?? "—"), String(seat.reason ?? ""), usageText(seat.usage),
           nodeText(seat.node),
