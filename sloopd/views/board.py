@@ -102,6 +102,17 @@ def live_recent_row(daemon: Daemon, settled: Settled) -> bytes:
     return orjson.dumps(row)
 
 
+def attention_runs(daemon: Daemon) -> tuple[list[Settled], int]:
+    """``attention``, and ``attention_total``: the runs that left their ticket failed or
+    needs_review. Read from the store, not the recent window, so such a run never ages
+    off the dashboard (the board keeps the bytes for an epoch)."""
+    store = daemon.require_store()
+    with store.snapshot():
+        found = store.rows(RecentRunRow, "runs_needing_attention", (api.MAX_ATTENTION,))
+        total = int(store.scalar("runs_needing_attention_count") or 0)
+    return [Settled.of(r.run(), rows.usage_of_sums(r.usage())) for r in found], total
+
+
 class Board:
     """The dashboard's bytes; caches keyed by epoch (and configuration, and limit)."""
 
@@ -180,14 +191,8 @@ class Board:
         return b'{"kind":"dashboard","daemon":' + orjson.dumps(info)[:-1] + b',"uptime_ms":'
 
     def _encode_attention(self) -> bytes:
-        """``attention``: runs that left their ticket failed or needs_review. Read from
-        the store, not the recent window, so such a run never ages off the dashboard."""
-        store = self.daemon.require_store()
-        with store.snapshot():
-            found = store.rows(RecentRunRow, "runs_needing_attention", (api.MAX_ATTENTION,))
-            total = int(store.scalar("runs_needing_attention_count") or 0)
-        encoded = [Settled.of(r.run(), rows.usage_of_sums(r.usage())).encoded for r in found]
-        listed = b",".join(encoded)
+        found, total = attention_runs(self.daemon)
+        listed = b",".join(run.encoded for run in found)
         return b',"attention":[' + listed + b'],"attention_total":' + str(total).encode()
 
     def _encode_queue(self, fields: dict[str, Any]) -> bytes:
