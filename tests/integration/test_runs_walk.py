@@ -80,7 +80,10 @@ SUMMARY_KEYS = frozenset(
         "stages",
     }
 )
-COMPACT_STAGE_KEYS = frozenset({"stage", "state", "attempt", "advisory", "silent_for_ms"})
+# aborted: additive in 0.8.0.
+COMPACT_STAGE_KEYS = frozenset(
+    {"stage", "state", "attempt", "advisory", "silent_for_ms", "aborted"}
+)
 
 SYNC: dict[str, Any] = {"name": "sync", "action": "sync"}
 MERGE: dict[str, Any] = {"name": "merge", "action": "ff_only", "return_to": "sync", "returns": 3}
@@ -320,6 +323,7 @@ def test_advisory_failure_stepped_over_and_flow_without_merge(bench: Bench) -> N
         "attempt": 1,
         "advisory": True,
         "silent_for_ms": None,
+        "aborted": False,
     }
 
     # A flow without a merge stage walked to its end: needs_review, no halt, a reason.
