@@ -32,6 +32,7 @@ DASH = "\N{EN DASH}"  # the page writes a range of rows with it
 
 # A flow without a merge stage: its run settles needs_review.
 REVIEW_FLOW = [{"name": "check", "action": "command", "command": ["true"]}]
+BROKEN_FLOW = [{"name": "check", "action": "command", "command": ["false"]}]
 
 
 def socket_of(bench: Bench) -> Path:
@@ -48,16 +49,26 @@ def test_a_needs_review_run_stays_on_the_dashboard_after_20_more_settle(
     bench: Bench, tmp_path: Path
 ) -> None:
     agent = bench.argv("--write", "out-{run}.txt=from {run}")
-    tickets = {"look": ticket_text("Look at this", flow="review")}
-    tickets.update({f"quick-{n}": ticket_text(f"Quick change {n}") for n in range(20)})
-    bench.setup(sloop_toml(agent, parallel=2, flows={"review": REVIEW_FLOW}), tickets)
+    tickets = {
+        "look": ticket_text("Look at this", flow="review"),
+        "broken": ticket_text("Cannot pass", flow="broken"),
+        "later": ticket_text("Not yet"),
+    }
+    tickets.update({f"quick-{n}": ticket_text(f"Quick change {n}") for n in range(19)})
+    flows = {"review": REVIEW_FLOW, "broken": BROKEN_FLOW}
+    bench.setup(sloop_toml(agent, parallel=2, flows=flows), tickets)
     bench.start()
     bench.post("look")
     review = bench.wait_run("look#1")
     assert review["state"] == "needs_review"
-    for n in range(20):
+    bench.post("later", hold=True)
+    # 20 more runs settle: one fails, 19 merge.
+    bench.post("broken")
+    failed = bench.wait_run("broken#1")
+    assert failed["state"] == "failed"
+    for n in range(19):
         bench.post(f"quick-{n}")
-    settled = [bench.wait_run(f"quick-{n}#1") for n in range(20)]
+    settled = [bench.wait_run(f"quick-{n}#1") for n in range(19)]
     assert {run["state"] for run in settled} == {"merged"}
     board = bench.dashboard()
     assert review["id"] not in {run["id"] for run in board["recent"]}  # aged out of recent
@@ -67,6 +78,8 @@ def test_a_needs_review_run_stays_on_the_dashboard_after_20_more_settle(
         attention = text_of(driver, "#attention")
         assert "needs review" in attention
         assert "look#1" in attention
+        assert "broken#1" in attention  # failed
+        assert "Not yet" in attention  # held
         for run in settled:
             assert run["id"] not in attention  # merged runs need nobody
         elsewhere = driver.execute_script(
@@ -106,6 +119,7 @@ def test_a_needs_review_run_stays_on_the_dashboard_after_20_more_settle(
         listed = text_of(driver, "#runs-list table")
         assert "look#1" in listed
         assert "quick-" not in listed
+        assert "broken#1" not in listed
         assert parse_qs(urlsplit(driver.current_url).query)["state"] == ["needs_review"]
         driver.set_window_size(1440, 900)
         driver.get(f"{web.base}/runs")

@@ -8,7 +8,7 @@ import {follow} from "./live.js";
 import {LogView} from "./logview.js";
 import {Slots} from "./sections.js";
 import {duration, growing, onTick, when} from "./time.js";
-import {stageChip, stageHref, timeline} from "./timeline.js";
+import {drawTimeline, stageChip, stageHref} from "./timeline.js";
 import {setTitle} from "./title.js";
 import {actionBar, badge, chip, nodeText, problemBox, stageLabel, ticketLink, usageText} from "./widgets.js";
 
@@ -26,7 +26,7 @@ export function run(main, ref) {
   let latest = null;
   let diffMark = null;
   onTick((now) => {
-    if (latest && !latest.terminal) replace(tl, timeline(latest, now));
+    if (latest && !latest.terminal) drawTimeline(tl, latest, now);
   });
   follow(`/sse/show?ref=${encodeURIComponent(ref)}`, {
     show: (data) => {
@@ -43,7 +43,7 @@ export function run(main, ref) {
       slots.update("about", {...value, stages: null}, now, () => about(value));
       more.update("stages", value.stages, now, () => stages(value.stages, value.id));
       more.update("notes", value.notes, now, () => notes(value.notes ?? []));
-      replace(tl, timeline(value, now));
+      drawTimeline(tl, value, now);
       output.follow(value);
       // The diff is read again whenever a stage recorded a new commit (and once settled).
       const mark = JSON.stringify([value.terminal, value.stages.map((s) => s.commit)]);

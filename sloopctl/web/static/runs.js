@@ -70,6 +70,6 @@ function page(data, state, limit) {
   const older = last < data.total ? h("a", {href: runsHref(state, last, limit), rel: "next"}, "Older →") : null;
   return section(state ? `Runs ${state.replace("_", " ")}` : "Settled runs, newest first",
     h("p", {class: "muted", id: "runs-count"}, counted),
-    table(["Run", "Ticket", "State", "Finished", "Reason", "Usage"], rows, "None."),
+    rows.length ? table(["Run", "Ticket", "State", "Finished", "Reason", "Usage"], rows) : null,
     newer || older ? h("nav", {class: "pager navbar", "aria-label": "Pages"}, newer, " ", older) : null);
 }
