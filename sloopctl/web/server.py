@@ -28,6 +28,7 @@ from sloopctl.web.settings import Settings
 from sloopd.wire import api
 
 HEARTBEAT_S: Final = 15.0
+REPO_TIMEOUT_S: Final = 2.0  # how long /api/session waits for the repository's name
 # The arguments a browser may send with each action: nothing else reaches the socket.
 ACTIONS: Final[dict[str, frozenset[str]]] = {
     "hold": frozenset({"ref"}),
@@ -165,7 +166,8 @@ class Gateway:
         daemon once (its ``show`` names the repo), null while the daemon does not answer."""
         if self.repository is None:
             try:
-                reply = await self.link.call("show", {})
+                # Briefly: a page waits for the session, and the name can come later.
+                reply = await self.link.call("show", {}, timeout=REPO_TIMEOUT_S)
             except ClientError:
                 return None
             daemon = reply.data.get("daemon") if reply.ok and isinstance(reply.data, dict) else None

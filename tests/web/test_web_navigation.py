@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import orjson
 import pytest
 
 from tests.support.agents import Bench, sloop_toml, ticket_text
@@ -73,6 +74,14 @@ def test_a_needs_review_run_stays_on_the_dashboard_after_20_more_settle(
     board = bench.dashboard()
     assert review["id"] not in {run["id"] for run in board["recent"]}  # aged out of recent
     with gateway(socket_of(bench), tmp_path / "token") as web, chromium(1440, 900) as driver:
+        # /api/runs relays the daemon's runs verb; a state it does not know is left out.
+        status, _, body = web.request("GET", "/api/runs?state=needs_review&limit=5")
+        assert status == 200
+        assert orjson.loads(body)["data"]["total"] == 1
+        assert orjson.loads(body)["data"]["limit"] == 5
+        _, _, body = web.request("GET", "/api/runs?state=running")
+        assert orjson.loads(body)["data"]["state"] is None
+        assert orjson.loads(body)["data"]["total"] == 21
         driver.get(web.url)
         wait_for(driver, has_text("#attention", review["id"]))
         attention = text_of(driver, "#attention")
