@@ -240,7 +240,8 @@ def test_200_tickets_fit_within_two_desktop_screens(bench: Bench, tmp_path: Path
 
 def test_live_regions_skip_link_and_touch_targets(bench: Bench, tmp_path: Path) -> None:
     agent = bench.argv("--say", "working", "--wait-for", bench.flag("done"))
-    bench.setup(sloop_toml(agent), {"slow": ticket_text("Take a while")})
+    # Silent for a second is a stall here: the run in flight needs attention too.
+    bench.setup(sloop_toml(agent, extra='stall_after = "1s"'), {"slow": ticket_text("Slow")})
     bench.start()
     bench.post("slow")
     run = bench.wait_stage_running("slow#1", "implement")
@@ -250,6 +251,8 @@ def test_live_regions_skip_link_and_touch_targets(bench: Bench, tmp_path: Path) 
     ):
         driver.get(web.url)
         wait_for(driver, has_text("main", "implement#1"))
+        wait_for(driver, has_text("#attention", "stalled"))
+        assert "implement#1 is silent" in text_of(driver, "#attention")
         live = "return [...document.querySelectorAll('[aria-live]')].map(n => n.id);"
         assert driver.execute_script(live) == ["link-state"]
         main_live = "return document.querySelector('main').hasAttribute('aria-live');"
