@@ -51,6 +51,7 @@ class OperatorVerbs:
             "logs": self.logs.page,
             "events": feeds.Events(self.daemon).page,
             "diff": self.diff,
+            "runs": lambda args: show.settled_runs(self.daemon, args),
         }
 
     def _queue_verb(self, action: Callable[[Daemon, dict[str, Any]], dict[str, Any]]) -> Handler:

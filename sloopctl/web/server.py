@@ -14,7 +14,7 @@ import contextlib
 import signal
 from collections.abc import Awaitable, Callable
 from importlib import resources
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Final
 
 import orjson
@@ -29,6 +29,7 @@ from sloopd.wire import api
 
 HEARTBEAT_S: Final = 15.0
 SESSION_SHOW_S: Final = 3.0  # a page's start waits no longer for the sandbox warning
+REPO_TIMEOUT_S: Final = 2.0  # how long /api/session waits for the repository's name
 # The arguments a browser may send with each action: nothing else reaches the socket.
 ACTIONS: Final[dict[str, frozenset[str]]] = {
     "hold": frozenset({"ref"}),
@@ -38,7 +39,7 @@ ACTIONS: Final[dict[str, frozenset[str]]] = {
     "pause": frozenset({"reason"}),
     "resume": frozenset(),
 }
-PAGES: Final = ("/", "/ticket/{ref}", "/run/{ref}", "/search")
+PAGES: Final = ("/", "/ticket/{ref}", "/run/{ref}", "/search", "/runs")
 CONTENT_TYPES: Final = {
     ".html": "text/html; charset=utf-8",
     ".css": "text/css; charset=utf-8",
@@ -104,6 +105,7 @@ class Gateway:
         self.link = link
         self.feeds = Feeds(link)
         self.static = _static_files()
+        self.repository: str | None = None  # the daemon's repository folder, once known
 
     def application(self) -> web.Application:
         app = web.Application(middlewares=[self.guarded], client_max_size=64 * 1024)
@@ -114,6 +116,7 @@ class Gateway:
         app.router.add_get("/api/session", self.session)
         app.router.add_get("/api/show", self.show)
         app.router.add_get("/api/diff", self.diff)
+        app.router.add_get("/api/runs", self.runs)
         app.router.add_post("/api/action", self.action)
         app.router.add_get("/sse/show", self.sse_show)
         app.router.add_get("/sse/logs", self.sse_logs)
@@ -183,6 +186,7 @@ class Gateway:
                 "version": api.SOFTWARE_VERSION,
                 "feeds": self.feeds.describe(),
                 "long_poll_refused": sorted(self.feeds.polls.refused),
+                "repo": await self._repository(),
             }
         )
 
@@ -202,6 +206,21 @@ class Gateway:
         warning = sandbox.get("warning") if isinstance(sandbox, dict) else None
         return warning if isinstance(warning, str) and warning else None
 
+    async def _repository(self) -> str | None:
+        """The repository's folder name, for the header and tab titles: asked of the
+        daemon once (its ``show`` names the repo), null while the daemon does not answer."""
+        if self.repository is None:
+            try:
+                # Briefly: a page waits for the session, and the name can come later.
+                reply = await self.link.call("show", {}, timeout=REPO_TIMEOUT_S)
+            except ClientError:
+                return None
+            daemon = reply.data.get("daemon") if reply.ok and isinstance(reply.data, dict) else None
+            repo = daemon.get("repo") if isinstance(daemon, dict) else None
+            if isinstance(repo, str) and repo:
+                self.repository = PurePosixPath(repo).name
+        return self.repository
+
     async def show(self, request: web.Request) -> web.Response:
         args: dict[str, Any] = {}
         if request.query.get("ref"):
@@ -209,6 +228,17 @@ class Gateway:
         if request.query.get("limit", "").isdigit():
             args["limit"] = int(request.query["limit"])
         return await self._relay("show", args)
+
+    async def runs(self, request: web.Request) -> web.Response:
+        """The /runs page's read: a page of settled runs, one state or all."""
+        args: dict[str, Any] = {}
+        if request.query.get("state") in api.TERMINAL_RUN_STATES:
+            args["state"] = request.query["state"]
+        for name in ("limit", "offset"):
+            if request.query.get(name, "").isdigit():
+                args[name] = int(request.query[name])
+        args["limit"] = args.get("limit") or api.DEFAULT_RUNS_PAGE
+        return await self._relay("runs", args)
 
     async def diff(self, request: web.Request) -> web.Response:
         args: dict[str, Any] = {"run": request.query.get("run", "")}

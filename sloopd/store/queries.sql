@@ -116,6 +116,69 @@ ORDER BY r.finished_at_ms DESC, r.ordinal DESC
 -- name: runs_recent_count
 SELECT count(*) FROM runs WHERE state IN ('merged', 'failed', 'needs_review', 'aborted')
 
+-- name: runs_settled_page
+-- The runs verb (0.8.0): a page of the settled runs (runs_recent's order and usage
+-- sums) of one state, or of every settled state when ?1 is NULL; ?2 rows from ?3 on.
+WITH page AS (
+    SELECT id, alias, ticket, attempt, state, trigger, flow, NULL AS flow_snapshot, branch,
+           worktree, claimed_at_ms, started_at_ms, finished_at_ms, agent_exit_code, halt,
+           reason, classification, ordinal
+    FROM runs
+    WHERE state IN ('merged', 'failed', 'needs_review', 'aborted') AND (?1 IS NULL OR state = ?1)
+    ORDER BY finished_at_ms DESC, ordinal DESC LIMIT ?2 OFFSET ?3
+)
+SELECT r.id, r.alias, r.ticket, r.attempt, r.state, r.trigger, r.flow, r.flow_snapshot,
+       r.branch, r.worktree, r.claimed_at_ms, r.started_at_ms, r.finished_at_ms,
+       r.agent_exit_code, r.halt, r.reason, r.classification,
+       u.reported, u.input_tokens, u.output_tokens, u.cached_tokens, u.cost
+FROM page r LEFT JOIN (
+    SELECT run, count(json_extract(data, '$.usage')) AS reported,
+           coalesce(sum(json_extract(data, '$.usage.input_tokens')), 0) AS input_tokens,
+           coalesce(sum(json_extract(data, '$.usage.output_tokens')), 0) AS output_tokens,
+           coalesce(sum(json_extract(data, '$.usage.cached_tokens')), 0) AS cached_tokens,
+           sum(json_extract(data, '$.usage.cost_usd')) AS cost
+    FROM stage_log
+    WHERE kind = 'stage_finished' AND run IN (SELECT id FROM page)
+    GROUP BY run
+) u ON u.run = r.id
+ORDER BY r.finished_at_ms DESC, r.ordinal DESC
+
+-- name: runs_settled_page_count
+SELECT count(*) FROM runs
+WHERE state IN ('merged', 'failed', 'needs_review', 'aborted') AND (?1 IS NULL OR state = ?1)
+
+-- name: runs_needing_attention
+-- The dashboard's attention (0.8.0): the run that left each ticket failed or
+-- needs_review (its latest), however long ago, most recently finished first. A
+-- ticket leaves the list when it runs again (its state moves), never by age.
+WITH page AS (
+    SELECT r.id, r.alias, r.ticket, r.attempt, r.state, r.trigger, r.flow,
+           NULL AS flow_snapshot, r.branch, r.worktree, r.claimed_at_ms, r.started_at_ms,
+           r.finished_at_ms, r.agent_exit_code, r.halt, r.reason, r.classification, r.ordinal
+    FROM tickets t JOIN runs r ON r.ticket = t.id AND r.state = t.state
+    WHERE t.state IN ('failed', 'needs_review')
+      AND r.attempt = (SELECT max(attempt) FROM runs WHERE ticket = t.id)
+    ORDER BY r.finished_at_ms DESC, r.ordinal DESC LIMIT ?
+)
+SELECT r.id, r.alias, r.ticket, r.attempt, r.state, r.trigger, r.flow, r.flow_snapshot,
+       r.branch, r.worktree, r.claimed_at_ms, r.started_at_ms, r.finished_at_ms,
+       r.agent_exit_code, r.halt, r.reason, r.classification,
+       u.reported, u.input_tokens, u.output_tokens, u.cached_tokens, u.cost
+FROM page r LEFT JOIN (
+    SELECT run, count(json_extract(data, '$.usage')) AS reported,
+           coalesce(sum(json_extract(data, '$.usage.input_tokens')), 0) AS input_tokens,
+           coalesce(sum(json_extract(data, '$.usage.output_tokens')), 0) AS output_tokens,
+           coalesce(sum(json_extract(data, '$.usage.cached_tokens')), 0) AS cached_tokens,
+           sum(json_extract(data, '$.usage.cost_usd')) AS cost
+    FROM stage_log
+    WHERE kind = 'stage_finished' AND run IN (SELECT id FROM page)
+    GROUP BY run
+) u ON u.run = r.id
+ORDER BY r.finished_at_ms DESC, r.ordinal DESC
+
+-- name: runs_needing_attention_count
+SELECT count(*) FROM tickets WHERE state IN ('failed', 'needs_review')
+
 -- name: run_id_by_id
 SELECT id FROM runs WHERE id = ?
 

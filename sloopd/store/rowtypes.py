@@ -183,6 +183,8 @@ ROW_TYPES: Final[Mapping[str, type[NamedTuple]]] = {
     "run_by_id": RunRow,
     "runs_in_flight": RunRow,
     "runs_recent": RecentRunRow,
+    "runs_settled_page": RecentRunRow,
+    "runs_needing_attention": RecentRunRow,
     "usage_for_run": UsageRow,
     "usage_by_settled_run": RunUsageRow,
     "gate_read": GateRow,

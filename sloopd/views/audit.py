@@ -23,7 +23,13 @@ from sloopd.core.model import RECENT_HELD_MAX, Snapshot, derive
 from sloopd.core.state import Daemon
 from sloopd.store.changes import Change
 from sloopd.util.clock import now_ms
-from sloopd.views.board import in_flight_rows, live_recent_row, live_total, queue_fields
+from sloopd.views.board import (
+    attention_runs,
+    in_flight_rows,
+    live_recent_row,
+    live_total,
+    queue_fields,
+)
 
 AUDIT_ENV: Final = "SLOOPD_READ_MODEL_AUDIT"
 
@@ -33,6 +39,9 @@ def compose(daemon: Daemon, snapshot: Snapshot, limit: int) -> dict[str, Any]:
     view: dict[str, Any] = {"kind": "dashboard", "daemon": daemon.info()}
     view["gate"] = snapshot.gate.row()
     view["runs"] = in_flight_rows(daemon, snapshot)
+    attention, attention_total = attention_runs(daemon)
+    view["attention"] = [orjson.loads(run.encoded) for run in attention]
+    view["attention_total"] = attention_total
     view.update(queue_fields(daemon, snapshot, now_ms())[0])
     view["recent"] = [orjson.loads(live_recent_row(daemon, r)) for r in snapshot.recent[:limit]]
     view.update(recent_total=snapshot.recent_total, recent_limit=limit)

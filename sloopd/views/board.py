@@ -21,9 +21,10 @@ from sloopd.core import rows
 from sloopd.core.model import RECENT_HELD_MAX, Settled, Snapshot, recent_runs
 from sloopd.core.rows import QueueFacts
 from sloopd.core.state import Daemon
-from sloopd.store import TriggerRow
+from sloopd.store import RecentRunRow, TriggerRow
 from sloopd.util import memory
 from sloopd.util.clock import now_ms
+from sloopd.wire import api
 
 NEVER = 2**63  # a queue with no instant ahead stays valid until the next epoch
 TRIM_AFTER_RUNS = 1000
@@ -101,6 +102,17 @@ def live_recent_row(daemon: Daemon, settled: Settled) -> bytes:
     return orjson.dumps(row)
 
 
+def attention_runs(daemon: Daemon) -> tuple[list[Settled], int]:
+    """``attention``, and ``attention_total``: the runs that left their ticket failed or
+    needs_review. Read from the store, not the recent window, so such a run never ages
+    off the dashboard (the board keeps the bytes for an epoch)."""
+    store = daemon.require_store()
+    with store.snapshot():
+        found = store.rows(RecentRunRow, "runs_needing_attention", (api.MAX_ATTENTION,))
+        total = int(store.scalar("runs_needing_attention_count") or 0)
+    return [Settled.of(r.run(), rows.usage_of_sums(r.usage())) for r in found], total
+
+
 class Board:
     """The dashboard's bytes; caches keyed by epoch (and configuration, and limit)."""
 
@@ -109,6 +121,7 @@ class Board:
         self._head: tuple[tuple[int, int], bytes] | None = None
         self._queue: tuple[tuple[int, int], int, bytes] | None = None
         self._recent: tuple[tuple[int, int], bytes] | None = None
+        self._attention: tuple[int, bytes] | None = None
         # The whole reply but the uptime, while no run is in flight (nothing live).
         self._body: tuple[tuple[tuple[int, int], int], int, bytes] | None = None
 
@@ -145,6 +158,9 @@ class Board:
         if active and any(run.id in active for run in snapshot.recent[:limit]):
             recent_bytes = self._encode_recent(snapshot, limit, live=True)
         runs = orjson.dumps(in_flight_rows(daemon, snapshot)) if snapshot.in_flight else b"[]"
+        attention = self._attention
+        if attention is None or attention[0] != epoch:
+            attention = self._attention = (epoch, self._encode_attention())
         usage = orjson.dumps(live_total(daemon, snapshot))
         rest = b"".join(
             (
@@ -152,6 +168,7 @@ class Board:
                 orjson.dumps(snapshot.gate.row()),
                 b',"runs":',
                 runs,
+                attention[1],
                 queue[2],
                 recent_bytes,
                 b',"recent_limit":',
@@ -172,6 +189,11 @@ class Board:
         # uptime_ms moves every millisecond: written last, by hand, on each reply.
         del info["uptime_ms"]
         return b'{"kind":"dashboard","daemon":' + orjson.dumps(info)[:-1] + b',"uptime_ms":'
+
+    def _encode_attention(self) -> bytes:
+        found, total = attention_runs(self.daemon)
+        listed = b",".join(run.encoded for run in found)
+        return b',"attention":[' + listed + b'],"attention_total":' + str(total).encode()
 
     def _encode_queue(self, fields: dict[str, Any]) -> bytes:
         parts = [

@@ -34,6 +34,7 @@ def run_detail(daemon: Daemon, run_id: str, active: LiveRun | None) -> dict[str,
     for stage in row["stages"]:
         stage["unreached"] = row["terminal"] and stage["state"] == "pending"
     row["followed_by"] = _followed_by(daemon, record.ticket, run_id)
+    _mark_aborted(row)
     row["stall"] = active.stall() if active is not None else None
     row["notes"] = state.notes
     # exit_code has always been the agent stage's exit; agent_exit_code says so.
@@ -74,8 +75,25 @@ def _close_interrupted(stages: list[dict[str, Any]], state: walk.Walk) -> None:
             stage["reason"] = (
                 "the stage log does not replay past this execution"
                 if state.corrupt
-                else "the run ended while this execution was in flight"
+                else IN_FLIGHT_AT_END
             )
+
+
+IN_FLIGHT_AT_END = "the run ended while this execution was in flight"
+
+
+def _mark_aborted(row: dict[str, Any]) -> None:
+    """Additive in 0.8.0: ``aborted`` on each row, true on the execution an abort (or a
+    restart) cut short. Its ``state`` stays ``failed`` for v1 clients; a view that
+    reads ``aborted`` can draw a stop, not a failure with the signal's exit code."""
+    executed = [stage for stage in row["stages"] if stage["attempt"] > 0]
+    for stage in row["stages"]:
+        stage["aborted"] = False
+    if row["state"] != "aborted" or not executed:
+        return
+    last = executed[-1]
+    if last["state"] == "failed" and last["reason"] in (row["reason"], IN_FLIGHT_AT_END):
+        last["aborted"] = True
 
 
 def _silent_for_ms(active: LiveRun | None) -> int | None:

@@ -7,9 +7,10 @@ from typing import Any
 import orjson
 
 from sloopd.core import bodies, rows
+from sloopd.core.model import Settled
 from sloopd.core.state import Daemon
 from sloopd.queue import refs
-from sloopd.store import TicketExtra, TicketRow, TriggerRow
+from sloopd.store import RecentRunRow, TicketExtra, TicketRow, TriggerRow
 from sloopd.util.clock import now_ms
 from sloopd.views import runview
 from sloopd.views.board import Board, in_flight_rows, queue_fields
@@ -22,6 +23,7 @@ def dashboard(daemon: Daemon, board: Board, limit: int | None) -> Any:
     if daemon.model is None:
         view: dict[str, Any] = {"kind": "dashboard", **status(daemon)}
         view.update(recent=[], recent_total=0, recent_limit=recent_limit, usage=None)
+        view.update(attention=[], attention_total=0)
         view["epoch"] = daemon.changes.epoch
         return view
     return orjson.Fragment(board.dashboard(recent_limit))
@@ -41,6 +43,26 @@ def status(daemon: Daemon) -> dict[str, Any]:
     return fields
 
 
+def settled_runs(daemon: Daemon, args: dict[str, Any]) -> dict[str, Any]:
+    """The ``runs`` verb: a page of settled runs, so a person can reach one that left
+    the dashboard's recent window (newest first, one state or all, by offset)."""
+    store = daemon.require_store()
+    state = args.get("state")
+    limit = min(args.get("limit") or api.DEFAULT_RUNS_PAGE, api.MAX_RUNS_PAGE)
+    offset = args.get("offset", 0)
+    with store.snapshot():  # the page and its total of one moment
+        found = store.rows(RecentRunRow, "runs_settled_page", (state, limit, offset))
+        total = int(store.scalar("runs_settled_page_count", (state,)) or 0)
+    page = [Settled.of(r.run(), rows.usage_of_sums(r.usage())).encoded for r in found]
+    return {
+        "runs": [orjson.Fragment(encoded) for encoded in page],
+        "total": total,
+        "state": state,
+        "limit": limit,
+        "offset": offset,
+    }
+
+
 def show_ref(daemon: Daemon, ref: str, limit: int | None) -> dict[str, Any]:
     """An exact reference's detail, else the pattern rung's matches."""
     store = daemon.require_store()
@@ -55,12 +77,15 @@ def show_ref(daemon: Daemon, ref: str, limit: int | None) -> dict[str, Any]:
 
 
 def matches(daemon: Daemon, ref: str, limit: int | None) -> dict[str, Any]:
-    """The pattern rung: ticket rows whose id or name match, newest first."""
+    """The pattern rung: ticket rows whose id, name or title match, newest first."""
     store = daemon.require_store()
     expression = refs.pattern(ref)
     facts = daemon.queue_facts()
     found = [
-        t for t in store.rows(TicketRow, "tickets_all") if refs.matches(expression, t.id, t.name)
+        t
+        for t in store.rows(TicketRow, "tickets_all")
+        # 0.8.0: titles too, so a search box finds a ticket by what it is about.
+        if refs.matches(expression, t.id, t.name) or expression.search(t.title)
     ]
     shown = found[:limit] if limit else found
     return {
@@ -108,10 +133,18 @@ def _run_summary(daemon: Daemon, run_id: str) -> dict[str, Any]:
     )
     summary = {key: detail[key] for key in keys}
     summary["stages"] = [
-        # unreached: additive in 0.8.0, as on the run's own rows.
+        # unreached and aborted: additive in 0.8.0, as on the run's own rows.
         {
             key: stage[key]
-            for key in ("stage", "state", "attempt", "advisory", "silent_for_ms", "unreached")
+            for key in (
+                "stage",
+                "state",
+                "attempt",
+                "advisory",
+                "silent_for_ms",
+                "unreached",
+                "aborted",
+            )
         }
         for stage in detail["stages"]
     ]

@@ -102,6 +102,11 @@ VERDICTS: Final = ("pass", "fail")
 CONFIDENCES: Final = ("low", "medium", "high")
 DEFAULT_CONFIDENCE: Final = "medium"
 DEFAULT_RECENT_LIMIT: Final = 10
+# The runs verb (0.8.0): a page's rows by default and at most (a larger limit is cut).
+DEFAULT_RUNS_PAGE: Final = 25
+MAX_RUNS_PAGE: Final = 200
+# The dashboard's attention (0.8.0): at most this many runs, attention_total counts all.
+MAX_ATTENTION: Final = 50
 
 
 # --- argument shapes -------------------------------------------------------
@@ -280,6 +285,12 @@ VERBS: Final[Mapping[str, Verb]] = {
         _verb("pause", reason=Field(_nonempty_string)),
         _verb("resume"),
         _verb("diff", run=_REF, max_bytes=Field(_diff_bytes)),  # additive in 0.7.0
+        _verb(  # additive in 0.8.0: the settled runs, a page at a time
+            "runs",
+            state=Field(_one_of(tuple(sorted(TERMINAL_RUN_STATES)))),
+            limit=Field(_positive_integer),
+            offset=Field(_non_negative_integer),
+        ),
     )
 }
 

@@ -33,8 +33,9 @@ from tests.support.daemon import Client, DaemonProcess, make_repo, new_daemon, s
 LIMIT = api.MAX_REQUEST_BYTES
 SHOW = {"v": 1, "id": "s", "verb": "show", "args": {}}
 STATUS_KEYS = {"daemon", "gate", "runs", "queued_triggers", "tickets"}
-# usage: additive in 0.6.0, epoch in 0.7.0 (neither is a status field).
+# usage: additive in 0.6.0, epoch in 0.7.0, attention in 0.8.0 (none is a status field).
 DASHBOARD_KEYS = STATUS_KEYS | {"kind", "recent", "recent_total", "recent_limit", "usage", "epoch"}
+DASHBOARD_KEYS |= {"attention", "attention_total"}
 
 
 @pytest.fixture(scope="module")

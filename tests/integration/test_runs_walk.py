@@ -80,8 +80,9 @@ SUMMARY_KEYS = frozenset(
         "stages",
     }
 )
+# unreached and aborted: additive in 0.8.0.
 COMPACT_STAGE_KEYS = frozenset(
-    {"stage", "state", "attempt", "advisory", "silent_for_ms", "unreached"}
+    {"stage", "state", "attempt", "advisory", "silent_for_ms", "unreached", "aborted"}
 )
 
 SYNC: dict[str, Any] = {"name": "sync", "action": "sync"}
@@ -323,6 +324,7 @@ def test_advisory_failure_stepped_over_and_flow_without_merge(bench: Bench) -> N
         "advisory": True,
         "silent_for_ms": None,
         "unreached": False,
+        "aborted": False,
     }
 
     # A flow without a merge stage walked to its end: needs_review, no halt, a reason.

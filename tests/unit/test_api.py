@@ -32,7 +32,7 @@ PROTOCOL_VERBS = {
     "wait",
 }
 # Additive operator verbs beyond the protocol text (docs/protocol.md).
-ADDITIVE_VERBS = {"gc", "pause", "resume", "diff"}
+ADDITIVE_VERBS = {"gc", "pause", "resume", "diff", "runs"}
 ALL_VERBS = PROTOCOL_VERBS | ADDITIVE_VERBS
 WORKER_ONLY_VERBS = {"brief", "note", "verdict"}
 PROTOCOL_ERROR_CODES = {
@@ -281,6 +281,7 @@ FULL_ARGS: dict[str, dict[str, Any]] = {
     "pause": {"reason": "maintenance"},
     "resume": {},
     "diff": {"run": "R1", "max_bytes": 1024},
+    "runs": {"state": "needs_review", "limit": 25, "offset": 50},
 }
 REQUIRED: dict[str, set[str]] = {
     "show": set(),
@@ -301,6 +302,7 @@ REQUIRED: dict[str, set[str]] = {
     "pause": set(),
     "resume": set(),
     "diff": {"run"},
+    "runs": set(),
 }
 
 

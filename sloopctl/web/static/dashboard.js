@@ -1,10 +1,14 @@
-// The dashboard: the gate, runs in flight with their stage and silence, queued
-// triggers, tickets and why they wait, recent runs, totals, and the activity feed.
+// The dashboard: the gate, what needs a person (runs left needs_review or failed,
+// however long ago; stalled runs; held tickets), runs in flight with their stage and
+// silence, queued triggers, tickets and why they wait, recent runs, totals, and the
+// activity feed. Long lists show their first rows and a "show all" button, so 200
+// tickets do not push everything else off the screen.
 
 import {h, replace, section, table} from "./dom.js";
 import {follow} from "./live.js";
-import {Slots} from "./sections.js";
+import {plural, Slots} from "./sections.js";
 import {growing, when} from "./time.js";
+import {stageHref} from "./timeline.js";
 import {
   badge, gateActions, problemBox, runActions, runLink, stageLabel, ticketActions, ticketLink,
   usageText, waitingText,
@@ -17,28 +21,99 @@ export function dashboard(main) {
   replace(main, h("h1", {}, "Dashboard"), summary, views, section("Activity", activity));
   const top = new Slots(summary);
   const slots = new Slots(views);
+  // Which capped lists the reader opened ("show all"): kept across feed updates.
+  const opened = new Set();
+  let latest = null;
+  const draw = () => render(top, slots, latest, Date.now(), opened, toggle);
+  const toggle = (name) => {
+    if (opened.has(name)) opened.delete(name); else opened.add(name);
+    draw();
+  };
   follow("/sse/show", {
-    show: (data) => render(top, slots, data, Date.now()),
+    show: (data) => {
+      latest = data;
+      draw();
+    },
     problem: (error) => slots.update("problem", error, 0, () => problemBox(error)),
   });
   follow("/sse/events", {events: ({events}) => addEvents(activity, events)});
 }
 
-function render(top, slots, data, now) {
+function render(top, slots, data, now, opened, toggle) {
   top.update("gate", [data.gate, data.next_wake, data.daemon?.store_fault], now,
     () => gateSection(data));
   top.update("usage", [data.usage, data.recent_total, data.runs?.length, data.tickets?.length], now,
     () => section("Totals",
       h("p", {class: "usage", id: "totals"},
         data.usage ? `Every run's agents: ${usageText(data.usage)}` : "No tokens or cost reported yet."),
-      h("p", {class: "muted"}, `${data.runs?.length ?? 0} in flight · ${data.tickets?.length ?? 0} open tickets · ${data.recent_total ?? 0} settled runs`)));
+      h("p", {class: "muted"}, `${data.runs?.length ?? 0} in flight · ${plural(data.tickets?.length ?? 0, "open ticket")} · `,
+        h("a", {href: "/runs", id: "settled-link"}, plural(data.recent_total ?? 0, "settled run")))));
+  const attention = [data.attention, data.attention_total, stalled(data.runs), held(data.tickets)];
+  slots.update("attention", [attention, opened.has("attention")], now,
+    () => attentionSection(data, now, opened.has("attention"), toggle));
   slots.update("runs", data.runs, now, () => runsSection(data.runs ?? [], now));
-  slots.update("queued", data.queued_triggers, now,
-    () => section("Queued triggers", table(["Trigger", "Ticket", "Due"],
-      (data.queued_triggers ?? []).map((t) => [t.id, ticketLink(t.ticket), when(t.due_at_ms)]),
-      "Nothing queued.")));
-  slots.update("tickets", [data.tickets, data.gate], now, () => ticketsSection(data.tickets ?? [], data.gate));
+  slots.update("queued", [data.queued_triggers, opened.has("queued")], now,
+    () => section("Queued triggers", ...capped("queued", data.queued_triggers ?? [], QUEUED_SHOWN,
+      opened, toggle, "queued triggers", (shown) => table(["Trigger", "Ticket", "Due"],
+        shown.map((t) => [t.id, ticketLink(t.ticket), when(t.due_at_ms)]), "Nothing queued."))));
+  slots.update("tickets", [data.tickets, data.gate, opened.has("tickets")], now,
+    () => ticketsSection(data.tickets ?? [], data.gate, opened, toggle));
   slots.update("recent", [data.recent, data.recent_total], now, () => recentSection(data));
+}
+
+const ATTENTION_SHOWN = 8;
+const QUEUED_SHOWN = 5;
+const TICKETS_SHOWN = 10;
+
+// [its first rows (all of them once opened) drawn, the "show all N" button]
+function capped(name, items, limit, opened, toggle, noun, draw) {
+  if (items.length <= limit) return [draw(items)];
+  const open = opened.has(name);
+  const button = h("button", {
+    type: "button",
+    class: "more",
+    id: `more-${name}`,
+    "aria-expanded": open ? "true" : "false",
+    onclick: () => toggle(name),
+  }, open ? `Show the first ${limit} only` : `Show all ${items.length} ${noun}`);
+  return [draw(open ? items : items.slice(0, limit)), h("p", {class: "more-bar"}, button)];
+}
+
+const stalled = (runs) => (runs ?? []).filter((run) => run.stall);
+const held = (tickets) => (tickets ?? []).filter((t) => t.state === "held");
+
+// What waits for a person. Runs that left a ticket needs_review or failed come from
+// the daemon's own list (attention), not from the recent window, so no number of
+// later runs pushes one off; a ticket leaves it when it runs again.
+function attentionSection(data, now, open, toggle) {
+  const items = [
+    ...(data.attention ?? []).map((run) => [
+      runLink(run), ticketLink(run.ticket), badge(run.state), when(run.finished_at_ms),
+      String(run.reason ?? ""),
+    ]),
+    ...stalled(data.runs).map((run) => [
+      runLink(run), ticketLink(run.ticket),
+      h("span", {class: "stall"}, badge("running"), " ▲ stalled"),
+      run.current && typeof run.current.silent_for_ms === "number"
+        ? h("span", {}, "silent for ", growing(now - run.current.silent_for_ms)) : "—",
+      run.current ? h("a", {href: stageHref(run.id, run.current)}, `${stageLabel(run.current)} is silent`) : "",
+    ]),
+    ...held(data.tickets).map((t) => [
+      "—", ticketLink(t.id, `${t.id} ${t.title}`), badge(t.state), when(t.updated_at_ms),
+      waitingText(t.waiting),
+    ]),
+  ];
+  const opened = new Set(open ? ["attention"] : []);
+  const more = (data.attention_total ?? 0) > (data.attention ?? []).length
+    ? h("p", {class: "muted"}, `${data.attention.length} of ${data.attention_total} runs shown: see `,
+      h("a", {href: "/runs?state=needs_review"}, "needs review"), " and ",
+      h("a", {href: "/runs?state=failed"}, "failed"), " runs") : null;
+  return h("section", {class: "card attention", id: "attention"},
+    h("h2", {}, items.length ? `Needs attention (${items.length})` : "Needs attention"),
+    ...capped("attention", items, ATTENTION_SHOWN, opened, toggle, "items",
+      (shown) => table(["Run", "Ticket", "State", "Since", "Why"], shown,
+        "Nothing needs a person now.")),
+    more);
 }
 
 function gateSection(data) {
@@ -61,7 +136,8 @@ function runsSection(runs, now) {
     return [
       runLink(run),
       ticketLink(run.ticket),
-      stage ? h("span", {class: "stage-now"}, badge("running"), " ", stageLabel(stage)) : badge(run.state),
+      stage ? h("span", {class: "stage-now"}, badge("running"), " ",
+        h("a", {href: stageHref(run.id, stage)}, stageLabel(stage))) : badge(run.state),
       h("span", {class: run.stall ? "stall" : ""}, silent, run.stall ? " ▲ stalled" : ""),
       when(run.started_at_ms ?? run.claimed_at_ms),
       usageText(run.usage),
@@ -72,7 +148,7 @@ function runsSection(runs, now) {
     table(["Run", "Ticket", "Stage", "Silent for", "Started", "Usage", ""], rows, "No run in flight."));
 }
 
-function ticketsSection(tickets, gate) {
+function ticketsSection(tickets, gate, opened, toggle) {
   const rows = tickets.map((t) => [
     ticketLink(t.id),
     h("a", {href: `/ticket/${encodeURIComponent(t.id)}`, class: "title"}, String(t.title)),
@@ -80,8 +156,10 @@ function ticketsSection(tickets, gate) {
     waitingText(t.waiting),
     ticketActions(t, gate),
   ]);
-  return section("Tickets", table(["Id", "Title", "State", "Waiting", ""], rows,
-    "No open ticket. Post one with 'sloopctl post'."));
+  return section(tickets.length ? `Tickets (${tickets.length} open)` : "Tickets",
+    ...capped("tickets", rows, TICKETS_SHOWN, opened, toggle, "tickets",
+      (shown) => table(["Id", "Title", "State", "Waiting", ""], shown,
+        "No open ticket. Post one with 'sloopctl post'.")));
 }
 
 function recentSection(data) {
@@ -92,8 +170,10 @@ function recentSection(data) {
     String(run.reason ?? ""),
     usageText(run.usage),
   ]);
-  const shown = rows.length < (data.recent_total ?? 0)
-    ? h("p", {class: "muted"}, `${rows.length} of ${data.recent_total} settled runs`) : null;
+  const total = data.recent_total ?? 0;
+  const shown = total ? h("p", {class: "muted"}, h("a", {href: "/runs", id: "recent-all"},
+    rows.length < total ? `${rows.length} of ${plural(total, "settled run")}: all of them, by state`
+      : `${plural(total, "settled run")}: by state`)) : null;
   return section("Recent runs", table(["Run", "State", "Finished", "Reason", "Usage"], rows,
     "No run has settled yet."), shown);
 }

@@ -8,9 +8,10 @@ import {follow} from "./live.js";
 import {LogView} from "./logview.js";
 import {Slots} from "./sections.js";
 import {duration, growing, onTick, when} from "./time.js";
-import {timeline} from "./timeline.js";
+import {drawTimeline, stageChip, stageHref} from "./timeline.js";
+import {setTitle} from "./title.js";
 import {
-  badge, chip, nodeText, problemBox, runActions, stageChip, stageLabel, ticketLink, usageText,
+  badge, chip, nodeText, problemBox, runActions, stageLabel, ticketLink, usageText,
 } from "./widgets.js";
 
 export function run(main, ref) {
@@ -27,7 +28,7 @@ export function run(main, ref) {
   let latest = null;
   let diffMark = null;
   onTick((now) => {
-    if (latest && !latest.terminal) replace(tl, timeline(latest, now));
+    if (latest && !latest.terminal) drawTimeline(tl, latest, now);
   });
   follow(`/sse/show?ref=${encodeURIComponent(ref)}`, {
     show: (data) => {
@@ -40,10 +41,11 @@ export function run(main, ref) {
       const now = Date.now();
       latest = value;
       replace(heading, `${value.alias} `, h("span", {class: "muted"}, value.id), " ", badge(value.state));
+      setTitle(value.id, value.state);
       slots.update("about", {...value, stages: null}, now, () => about(value));
-      more.update("stages", value.stages, now, () => stages(value.stages));
+      more.update("stages", value.stages, now, () => stages(value.stages, value.id));
       more.update("notes", value.notes, now, () => notes(value.notes ?? []));
-      replace(tl, timeline(value, now));
+      drawTimeline(tl, value, now);
       output.follow(value);
       // The diff is read again whenever a stage recorded a new commit (and once settled).
       const mark = JSON.stringify([value.terminal, value.stages.map((s) => s.commit)]);
@@ -81,9 +83,9 @@ function about(value) {
     runActions(value));
 }
 
-function stages(rows) {
+function stages(rows, runId) {
   const body = rows.map((stage) => [
-    stageChip(stage),
+    stageChip(runId, stage),
     stage.started_at_ms ? when(stage.started_at_ms) : "—",
     stage.duration_ms !== null ? duration(stage.duration_ms)
       : stage.state === "running" ? growing(stage.started_at_ms) : "—",
@@ -98,7 +100,8 @@ function stages(rows) {
       h("h3", {}, `Panel of ${stageLabel(stage)}`),
       table(["Seat", "Target", "Verdict", "Confidence", "Reason", "Usage", "Node"],
         stage.reviewers.map((seat) => [
-          String(seat.reviewer), String(seat.target ?? "—"),
+          h("a", {href: stageHref(runId, stage, seat.reviewer)}, `seat ${seat.reviewer}`),
+          String(seat.target ?? "—"),
           chip(seat.verdict === "pass" ? "passed" : "failed", String(seat.verdict)),
           String(seat.confidence ?? "—"), String(seat.reason ?? ""), usageText(seat.usage),
           nodeText(seat.node),

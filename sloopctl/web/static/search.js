@@ -1,9 +1,10 @@
 // The search box: the daemon's show ladder with the text as a reference. An exact
-// id, alias or name leads to its page; anything else is the pattern rung (a
-// substring, or a regular expression when it has metacharacters) over tickets.
+// id, alias or name goes to its page; anything else is the pattern rung (a
+// substring, or a regular expression when it has metacharacters) over tickets'
+// ids, names and titles.
 
 import {read} from "./api.js";
-import {h, replace, section, table} from "./dom.js";
+import {h, localHref, replace, section, table} from "./dom.js";
 import {badge, problemBox, ticketLink, waitingText} from "./widgets.js";
 
 export async function search(main, query) {
@@ -11,7 +12,7 @@ export async function search(main, query) {
   if (input) input.value = query;
   replace(main, h("h1", {}, "Search"));
   if (!query.trim()) {
-    main.append(h("p", {class: "muted"}, "Type a ticket name, an id (T3, R7), an alias (fix-login#2), project:NAME or a regular expression."));
+    main.append(h("p", {class: "muted"}, "Type words of a ticket's title, a ticket name, an id (T3, R7), an alias (fix-login#2), project:NAME or a regular expression."));
     return;
   }
   const reply = await read("/api/show", {ref: query});
@@ -20,13 +21,12 @@ export async function search(main, query) {
     return;
   }
   const data = reply.data;
-  if (data.kind === "ticket") {
-    main.append(h("p", {}, "Exact match: ", ticketLink(data.value.id, `${data.value.id} ${data.value.title}`)));
-    return;
-  }
-  if (data.kind === "run") {
-    main.append(h("p", {}, "Exact match: ",
-      h("a", {href: `/run/${encodeURIComponent(data.value.id)}`}, `${data.value.alias} (${data.value.id})`)));
+  // An exact id, alias or name goes straight to its page; replace(), so the back
+  // button returns to the page the search was typed on, not to this redirect.
+  if (data.kind === "ticket" || data.kind === "run") {
+    const page = `/${data.kind}/${encodeURIComponent(data.value.id)}`;
+    main.append(h("p", {}, "Exact match: ", h("a", {href: page}, String(data.value.id))));
+    location.replace(localHref(page));
     return;
   }
   const tickets = data.kind === "project" ? data.value.tickets : data.tickets;

@@ -31,3 +31,8 @@ export class Slots {
     this.nodes.set(name, node);
   }
 }
+
+// "1 settled run", "2 settled runs": a count with its noun.
+export function plural(count, one, many = `${one}s`) {
+  return `${count} ${count === 1 ? one : many}`;
+}

@@ -4,8 +4,10 @@ import {fields, h, replace, section, table} from "./dom.js";
 import {follow} from "./live.js";
 import {Slots} from "./sections.js";
 import {duration, when} from "./time.js";
+import {stageChip} from "./timeline.js";
+import {setTitle} from "./title.js";
 import {
-  badge, problemBox, runActions, runLink, stageChip, ticketActions, usageText, waitingText,
+  badge, problemBox, runActions, runLink, ticketActions, usageText, waitingText,
 } from "./widgets.js";
 
 export function ticket(main, ref) {
@@ -23,6 +25,7 @@ export function ticket(main, ref) {
       const value = data.value;
       const now = Date.now();
       replace(heading, `${value.id} `, h("span", {class: "title", id: "ticket-title"}, String(value.title)));
+      setTitle(value.id, value.state);
       slots.update("row", [value, value.runs.length], now, () => about(value));
       slots.update("runs", value.runs, now, () => runs(value.runs));
       slots.update("body", value.body, now, () => section("Text",
@@ -57,7 +60,7 @@ function runs(list) {
     badge(run.state),
     when(run.started_at_ms),
     run.finished_at_ms && run.started_at_ms ? duration(run.finished_at_ms - run.started_at_ms) : "—",
-    h("span", {class: "strip"}, run.stages.map(stageChip)),
+    h("span", {class: "strip"}, run.stages.map((stage) => stageChip(run.id, stage))),
     String(run.reason ?? ""),
     usageText(run.usage),
   ]);

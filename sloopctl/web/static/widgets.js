@@ -26,12 +26,6 @@ export function chip(state, label) {
     h("span", {class: "shape", "aria-hidden": "true"}, SHAPES[name] ?? "?"), " ", label);
 }
 
-// A stage row's chip; a settled run's pending row (`unreached`) reads "not reached".
-export function stageChip(stage) {
-  return stage.unreached ? chip("not_reached", `${stageLabel(stage)} · not reached`)
-    : chip(stage.state, stageLabel(stage));
-}
-
 // A token count as `sloopctl show` cuts it (sloopctl/usage_text.py count, integer
 // arithmetic there and here, halves up): 950, 1.2k, 12k, 1.2M.
 function count(n) {
