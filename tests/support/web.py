@@ -158,9 +158,14 @@ def chromium(width: int = 1000, height: int = 900) -> Iterator[Any]:
 
 def wait_for(driver: Any, predicate: Any, timeout: float = WAIT_S) -> Any:
     """Selenium's explicit wait: ``predicate(driver)`` until truthy; its value."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(predicate)
+    # A live page replaces nodes while the wait reads them: a stale one means "not yet".
+    wait = WebDriverWait(
+        driver, timeout, poll_frequency=0.05, ignored_exceptions=(StaleElementReferenceException,)
+    )
+    return wait.until(predicate)
 
 
 def text_of(driver: Any, css: str) -> str:
