@@ -192,7 +192,8 @@ export class LogView {
   }
 
   add(records, elided) {
-    if (this.elided === null) this.elided = elided ?? 0;
+    // What lies before the first records the feed sent (an empty backlog says nothing).
+    if (this.elided === null && records.length) this.elided = elided ?? 0;
     const stick = this.following;
     let added = 0;
     for (const record of records) {
