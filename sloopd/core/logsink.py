@@ -231,17 +231,14 @@ class LogSink(LogWriter):
             self._buffer_lines(run, stage, attempt, stream, [text], ts, counters)
             return
         position = counters.run[0] = counters.run[0] + 1
-        record: dict[str, Any] = {
-            "ts_ms": ts,
-            "stage": stage,
-            "attempt": attempt,
-            "stream": stream,
-            "text": text,
-        }
+        record: dict[str, Any] = {"ts_ms": ts, "stage": stage, "attempt": attempt}
+        rest = dict(extra or {})
+        if "reviewer" in rest:  # where a seat's common lines carry it (_buffer_lines)
+            record["reviewer"] = rest.pop("reviewer")
+        record.update(stream=stream, text=text)
         if split:
             record["split"] = True
-        if extra:
-            record.update(extra)
+        record.update(rest)
         counters.stage[0] += 1
         counters.execution += 1
         body = record_body(position, record)
