@@ -78,11 +78,12 @@ async def records_after(link: Link, base: dict[str, Any], after: str | None, lim
                 break
     finally:
         await connection.close()
-    data = {
-        "records": with_rendered(records),
-        "next_cursor": page.get("next_cursor"),
-        "complete": bool(step.done),
-    }
+    complete, next_cursor = bool(step.done), page.get("next_cursor")
+    if len(records) > limit:
+        # A record's own cursor reads on after it (protocol section 9).
+        records, complete = records[:limit], False
+        next_cursor = records[-1].get("cursor")
+    data = {"records": with_rendered(records), "next_cursor": next_cursor, "complete": complete}
     return {"ok": True, "data": data}
 
 

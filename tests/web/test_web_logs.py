@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.support.agents import Bench, sloop_toml, ticket_text
@@ -237,6 +238,18 @@ def test_a_20000_line_run_is_read_from_its_first_line_and_downloaded_whole(
         assert status == 200
         assert headers["Content-Disposition"] == f'attachment; filename="{run["id"]}-flood-1.log"'
         assert one == body  # every record is the one execution's
+        # The records after a cursor, exactly as many as asked, each cursor reading on.
+        status, _, first = web.request("GET", f"/api/logs?run={run['id']}&limit=250")
+        assert status == 200
+        page = orjson.loads(first)["data"]
+        assert [r["text"] for r in page["records"]] == [r[3] for r in records[:250]]
+        assert page["complete"] is False
+        after = page["next_cursor"]
+        assert after == page["records"][-1]["cursor"]
+        status, _, second = web.request("GET", f"/api/logs?run={run['id']}&after={after}")
+        page = orjson.loads(second)["data"]
+        assert [r["text"] for r in page["records"]] == [r[3] for r in records[250:750]]
+        assert web.request("GET", f"/api/logs?run={run['id']}", cookie=False)[0] == 401
         assert web.request("GET", f"/api/log?run={run['id']}", cookie=False)[0] == 401
         assert web.request("GET", "/api/log?run=R999")[0] == 404
         with chromium(1200, 1000) as driver:
