@@ -142,10 +142,19 @@ def _claude_result(event: dict[str, Any]) -> str:
     return text
 
 
+# What every Claude system event repeats: no news for a reader.
+_CLAUDE_SYSTEM_NOISE: Final = frozenset({"type", "subtype", "session_id", "uuid"})
+
+
 def _claude_system(event: dict[str, Any]) -> str | None:
-    if event.get("subtype") == "init":
+    subtype = event.get("subtype")
+    if subtype == "init":
         return f"session started (model {event.get('model')}, cwd {event.get('cwd')})"
-    return None
+    if not isinstance(subtype, str) or not subtype:
+        return None
+    # Newer subtypes (vcs_state_changed, compact_boundary, …): named, with what they say.
+    rest = {k: v for k, v in event.items() if k not in _CLAUDE_SYSTEM_NOISE}
+    return f"{subtype}: {_short(rest)}" if rest else subtype
 
 
 # --- Codex ------------------------------------------------------------------------
