@@ -38,7 +38,10 @@ export class LogView {
     this.seatSelect.addEventListener("change", () => this.chooseSeat(this.seatSelect.value));
     this.seatLabel = h("label", {class: "filter", hidden: "hidden"}, "Seat ", this.seatSelect);
     this.rawBox = h("input", {type: "checkbox", id: "log-raw"});
-    this.rawBox.addEventListener("change", () => this.lines.classList.toggle("raw", this.rawBox.checked));
+    this.rawBox.addEventListener("change", () => {
+      this.lines.classList.toggle("raw", this.rawBox.checked);
+      this.stick();
+    });
     this.download = h("a", {id: "log-download", class: "filter", download: ""}, "Download");
     this.head = h("div", {class: "log-head"});
     this.gapText = h("span", {});
@@ -137,6 +140,12 @@ export class LogView {
     this.seat = value;
     this.remember();
     for (const line of this.lines.querySelectorAll(".ll")) line.hidden = !this.shows(line);
+    this.stick();
+  }
+
+  // Lines changed height (raw, a seat chosen): a follower stays at the newest.
+  stick() {
+    if (this.following) this.lines.scrollTop = this.lines.scrollHeight;
   }
 
   // The choices in the address, so a reload or a shared link opens on them.
