@@ -167,7 +167,7 @@ def read_logs(
     "--all",
     "everything",
     is_flag=True,
-    help="Every record from the first (the default without --tail; --raw: the web download).",
+    help="Every record from the first (the default without --tail), however long the log.",
 )
 @click.option(
     "-f",
@@ -178,6 +178,10 @@ def read_logs(
 @common_options
 def logs(run_ref: str, stage: str | None, tail: int | None, everything: bool, follow: bool) -> None:
     """A run's output, one '[stage#attempt stream] text' line per record.
+
+    A panel seat's records say which seat printed them ('[review#1 seat 1
+    stdout]'); an agent CLI's JSON events are shown as a person reads them,
+    and with --raw as stored.
 
     RUN is a run id or alias.  Without --follow it prints what is there now;
     with --follow it keeps reading and exits 0 once the run has settled and
