@@ -38,19 +38,20 @@ _STREAM_STYLE: Final = {"stderr": "yellow", "note": "cyan", "system": "dim"}
 
 
 def record_line(record: Mapping[str, Any], paint: Paint, *, events: bool = True) -> str:
-    """``[stage#attempt stream] text``; only the stream is painted, stdout never.
+    """``[stage#attempt stream] text`` (``[review#1 seat 0 stdout]`` for a panel seat);
+    only the stream is painted, stdout never.
 
     With ``events``, an agent CLI's JSON event on stdout is shown as a person reads
-    it (``sloopctl.streams``); ``--raw`` turns that off and shows the stored JSON.
+    it (``sloopctl.streams``, the renderer the web gateway uses too); ``--raw`` turns
+    that off and shows the stored JSON.
     """
-    stage, attempt = record.get("stage"), record.get("attempt")
-    where = text(stage) + ("" if attempt is None else f"#{attempt}")
+    where = streams.where(record)
     stream = text(record.get("stream"))
     style = _STREAM_STYLE.get(stream, "")
     label = paint(stream, style) if style else stream
     body = record.get("text")
     if isinstance(body, str):
-        shown = streams.readable(body) if events and stream == "stdout" else None
+        shown = streams.rendered(record) if events else None
         if shown is not None:
             # Several lines (an assistant turn) keep the prefix on each.
             return "\n".join(f"[{where} {label}] {part}" for part in shown.splitlines() or [""])
@@ -163,14 +164,24 @@ def read_logs(
     help="Only the last N matching records (the earlier ones are counted on stderr).",
 )
 @click.option(
+    "--all",
+    "everything",
+    is_flag=True,
+    help="Every record from the first (the default without --tail), however long the log.",
+)
+@click.option(
     "-f",
     "--follow",
     is_flag=True,
     help="Keep reading until the run has settled and every record was printed.",
 )
 @common_options
-def logs(run_ref: str, stage: str | None, tail: int | None, follow: bool) -> None:
+def logs(run_ref: str, stage: str | None, tail: int | None, everything: bool, follow: bool) -> None:
     """A run's output, one '[stage#attempt stream] text' line per record.
+
+    A panel seat's records say which seat printed them ('[review#1 seat 1
+    stdout]'); an agent CLI's JSON events are shown as a person reads them,
+    and with --raw as stored.
 
     RUN is a run id or alias.  Without --follow it prints what is there now;
     with --follow it keeps reading and exits 0 once the run has settled and
@@ -178,6 +189,8 @@ def logs(run_ref: str, stage: str | None, tail: int | None, follow: bool) -> Non
     daemon until a new line is stored (long-poll), so a line shows as soon as
     it is printed; an older daemon is polled instead.
     """
+    if everything and tail is not None:
+        raise click.UsageError("--all reads every record; it cannot be given with --tail")
     base = present(run=run_ref, stage=stage)
     with connected() as client:
         code = read_logs(client, base, tail, follow, time.sleep)

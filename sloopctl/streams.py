@@ -41,6 +41,30 @@ def readable(line: str) -> str | None:
         return None  # an event of a shape we do not know: show it as it is
 
 
+def rendered(record: Mapping[str, Any]) -> str | None:
+    """A log record's text as ``readable`` renders it, or None where it is shown raw.
+
+    The one rendering of a record's text: ``sloopctl logs`` prints it and the web
+    gateway sends it beside the raw text, so both show an agent's stream alike.
+    Only stdout carries an agent CLI's events; the other streams are never parsed.
+    """
+    body = record.get("text")
+    if record.get("stream") != "stdout" or not isinstance(body, str):
+        return None
+    return readable(body)
+
+
+def where(record: Mapping[str, Any]) -> str:
+    """``stage#attempt``, with ``seat N`` for a panel seat's record (its ``reviewer``)."""
+    stage, attempt, seat = record.get("stage"), record.get("attempt"), record.get("reviewer")
+    shown = "-" if stage is None else str(stage)
+    if attempt is not None:
+        shown += f"#{attempt}"
+    if isinstance(seat, int) and not isinstance(seat, bool):
+        shown += f" seat {seat}"
+    return shown
+
+
 def _short(value: Any) -> str:
     shown: str = value if isinstance(value, str) else orjson.dumps(value).decode()
     shown = " ".join(shown.split())
@@ -118,10 +142,19 @@ def _claude_result(event: dict[str, Any]) -> str:
     return text
 
 
+# What every Claude system event repeats: no news for a reader.
+_CLAUDE_SYSTEM_NOISE: Final = frozenset({"type", "subtype", "session_id", "uuid"})
+
+
 def _claude_system(event: dict[str, Any]) -> str | None:
-    if event.get("subtype") == "init":
+    subtype = event.get("subtype")
+    if subtype == "init":
         return f"session started (model {event.get('model')}, cwd {event.get('cwd')})"
-    return None
+    if not isinstance(subtype, str) or not subtype:
+        return None
+    # Newer subtypes (vcs_state_changed, compact_boundary, …): named, with what they say.
+    rest = {k: v for k, v in event.items() if k not in _CLAUDE_SYSTEM_NOISE}
+    return f"{subtype}: {_short(rest)}" if rest else subtype
 
 
 # --- Codex ------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from sloopctl.client import ClientError, Reply
 from sloopctl.feedwalk import EVENTS, LOGS, FeedWalk, Step
 from sloopctl.longpoll import LongPoll, epoch_of
 from sloopctl.web.link import Connection, Link
+from sloopctl.web.logfile import with_rendered
 from sloopd.wire import api
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ LINGER_S: Final = 15.0  # a feed nobody watches is stopped after this
 RETRY_MAX_S: Final = 5.0  # the longest wait between reconnects to a daemon that went away
 BUFFER: Final = 500  # records (events) a log (event) feed keeps for pages that join late
 QUEUE: Final = 256  # messages waiting for one subscriber before it must resync
-LOG_TAIL: Final = 100  # a log feed starts at the last page of its selector
+LOG_TAIL: Final = BUFFER  # a log feed starts at the last BUFFER records of its selector
 EVENT_TAIL: Final = 20
 MAX_FEEDS: Final = 64
 _HOLD_SLACK_S: Final = 10.0  # a held request's reply may come this late and still count
@@ -280,7 +281,14 @@ class PagedFeed(Feed):
 
 
 class LogFeed(PagedFeed):
-    """A run's output (one stage selector, or all of it), appended as it comes."""
+    """A run's output (one stage selector, or all of it), appended as it comes.
+
+    Each record goes out with ``rendered`` beside its raw ``text`` where an agent
+    CLI's event stream says something (``sloopctl.streams``, as ``sloopctl logs``
+    prints it), so the page shows what the terminal shows without a renderer of its
+    own. The walk outlives a reconnect: after a daemon restart the feed reads on from
+    its last cursor, where a new walk's tail would re-send (and re-count) the end.
+    """
 
     def __init__(self, key: str, link: Link, polls: LongPoll, run: str, stage: str | None) -> None:
         super().__init__(key, link, polls)
@@ -288,24 +296,36 @@ class LogFeed(PagedFeed):
         self.stage = stage
         self.records: deque[dict[str, Any]] = deque(maxlen=BUFFER)
         self.ended: bytes | None = None
-        self.elided = 0
+        self.elided = 0  # matching records before the first one the feed read
+        self.rotated = 0  # records read, then pushed out of the buffer by newer ones
+        self._walk: FeedWalk | None = None
+
+    def before_buffer(self) -> int:
+        """How many matching records come before the buffer's first: what a page lacks."""
+        return self.elided + self.rotated
 
     def backlog(self) -> list[bytes]:
-        first = message("records", {"records": list(self.records), "elided": self.elided})
+        records = list(self.records)
+        first = message("records", {"records": records, "elided": self.before_buffer()})
         return [first] + ([self.ended] if self.ended is not None else [])
 
     def walk(self) -> FeedWalk:
-        base: dict[str, Any] = {"run": self.run}
-        if self.stage is not None:
-            base["stage"] = self.stage
-        return FeedWalk(LOGS, base, self.polls, WAIT_MS, tail=LOG_TAIL)
+        if self._walk is None:
+            base: dict[str, Any] = {"run": self.run}
+            if self.stage is not None:
+                base["stage"] = self.stage
+            self._walk = FeedWalk(LOGS, base, self.polls, WAIT_MS, tail=LOG_TAIL)
+        return self._walk
 
     def take(self, step: Step, page: dict[str, Any]) -> None:
         if isinstance(page.get("elided"), int) and step.first:
             self.elided = page["elided"]
         if step.items:
+            with_rendered(step.items)
+            self.rotated += max(0, len(self.records) + len(step.items) - BUFFER)
             self.records.extend(step.items)
-            self.publish(message("records", {"records": step.items, "elided": self.elided}))
+            data = {"records": step.items, "elided": self.before_buffer()}
+            self.publish(message("records", data))
 
     def end(self) -> None:
         self.ended = message("end", {"run": self.run})

@@ -21,7 +21,7 @@ import orjson
 from aiohttp import web
 
 from sloopctl.client import ClientError
-from sloopctl.web import auth
+from sloopctl.web import auth, logfile
 from sloopctl.web.feeds import Feed, FeedLimit, Feeds
 from sloopctl.web.link import Link
 from sloopctl.web.settings import Settings
@@ -117,6 +117,8 @@ class Gateway:
         app.router.add_get("/api/show", self.show)
         app.router.add_get("/api/diff", self.diff)
         app.router.add_get("/api/runs", self.runs)
+        app.router.add_get("/api/logs", self.logs)
+        app.router.add_get("/api/log", self.log_file)
         app.router.add_post("/api/action", self.action)
         app.router.add_get("/sse/show", self.sse_show)
         app.router.add_get("/sse/logs", self.sse_logs)
@@ -245,6 +247,28 @@ class Gateway:
         if request.query.get("max_bytes", "").isdigit():
             args["max_bytes"] = int(request.query["max_bytes"])
         return await self._relay("diff", args)
+
+    async def logs(self, request: web.Request) -> web.Response:
+        """Records after a cursor (or from the first): what the live feed's buffer lacks."""
+        base = logfile.selection(request.query)
+        if base is None:
+            return refusal(400, "bad request")
+        limit = request.query.get("limit", "")
+        count = min(int(limit), logfile.MAX_LIMIT) if limit.isdigit() else logfile.PAGE_LIMIT
+        try:
+            envelope = await logfile.records_after(
+                self.link, base, request.query.get("after") or None, max(count, 1)
+            )
+        except ClientError as exc:
+            return _json(exc.envelope(), status=502)
+        return _json(envelope)
+
+    async def log_file(self, request: web.Request) -> web.StreamResponse:
+        """The whole selection as a text attachment, streamed page by page."""
+        base = logfile.selection(request.query)
+        if base is None:
+            return refusal(400, "bad request")
+        return await logfile.download(request, self.link, base)
 
     async def _relay(self, verb: str, args: dict[str, Any]) -> web.Response:
         """The daemon's envelope as it answered (its strings cleaned for display)."""

@@ -77,12 +77,15 @@ class LogSink(LogWriter):
         split: bool = False,
         ts_ms: int | None = None,
         extra: dict[str, Any] | None = None,
+        seat: int | None = None,
     ) -> None:
         """Buffer one record; never raises, whatever the store does."""
         if not (split or extra or ts_ms is not None):
-            self.append_many(run, stage, attempt, stream, [text])
+            self.append_many(run, stage, attempt, stream, [text], seat=seat)
             return
         ts = time.time_ns() // 1_000_000 if ts_ms is None else ts_ms
+        if seat is not None:
+            extra = {**(extra or {}), "reviewer": seat}
         if self._buffer_or_drop(run, stage, attempt, stream, text, split, ts, extra):
             self._flush_if_full()
             self._wake(run)
@@ -95,19 +98,25 @@ class LogSink(LogWriter):
         stream: str,
         texts: list[str],
         split: bool = False,
+        seat: int | None = None,
     ) -> None:
         """Buffer a batch of lines of one stream, in order, read at one moment.
 
         The same records as ``append`` of each (cursors, batches of at most
         FLUSH_RECORDS, the held and dropped lines), at one call per batch.
+        A panel seat's lines carry its index as ``reviewer`` (the name ``show``
+        gives a seat), so a reader tells the seats of one execution apart.
         """
         ts = time.time_ns() // 1_000_000
+        extra = None if seat is None else {"reviewer": seat}
         first = 0
         while first < len(texts):
             counters = self._executions.get((run, stage, attempt))
             if counters is None or split or self.held is not None:
                 # An execution's first line, a split piece, records being held.
-                if self._buffer_or_drop(run, stage, attempt, stream, texts[first], split, ts, None):
+                if self._buffer_or_drop(
+                    run, stage, attempt, stream, texts[first], split, ts, extra
+                ):
                     self._flush_if_full()
                 first += 1
                 continue
@@ -117,7 +126,7 @@ class LogSink(LogWriter):
                 continue
             batch = texts[first : first + room] if first or room < len(texts) else texts
             first += len(batch)
-            self._buffer_lines(run, stage, attempt, stream, batch, ts, counters)
+            self._buffer_lines(run, stage, attempt, stream, batch, ts, counters, seat)
             self._flush_if_full()
         self._wake(run)
 
@@ -130,6 +139,7 @@ class LogSink(LogWriter):
         texts: list[str],
         ts: int,
         counters: _Counters,
+        seat: int | None = None,
     ) -> None:
         """The common lines, inline: this runs for every line a child prints."""
         position, stage_position, execution_position = (
@@ -144,7 +154,8 @@ class LogSink(LogWriter):
         stream_json = _STREAM_JSON.get(stream) or _stream_json(stream)
         # The same bytes orjson writes for that record, without building it; the wire
         # record, cursor included, is stored once: pages are joined from these by SQLite.
-        head = f'","ts_ms":{ts},{counters.tag}"stream":{stream_json},"text":'
+        tag = counters.tag if seat is None else f'{counters.tag}"reviewer":{seat},'
+        head = f'","ts_ms":{ts},{tag}"stream":{stream_json},"text":'
         dumps = orjson.dumps
         self._pending.extend(
             [
@@ -220,17 +231,14 @@ class LogSink(LogWriter):
             self._buffer_lines(run, stage, attempt, stream, [text], ts, counters)
             return
         position = counters.run[0] = counters.run[0] + 1
-        record: dict[str, Any] = {
-            "ts_ms": ts,
-            "stage": stage,
-            "attempt": attempt,
-            "stream": stream,
-            "text": text,
-        }
+        record: dict[str, Any] = {"ts_ms": ts, "stage": stage, "attempt": attempt}
+        rest = dict(extra or {})
+        if "reviewer" in rest:  # where a seat's common lines carry it (_buffer_lines)
+            record["reviewer"] = rest.pop("reviewer")
+        record.update(stream=stream, text=text)
         if split:
             record["split"] = True
-        if extra:
-            record.update(extra)
+        record.update(rest)
         counters.stage[0] += 1
         counters.execution += 1
         body = record_body(position, record)

@@ -221,7 +221,7 @@ class ChildStarter:
         price = CostReader(
             active.config.pricing,
             configured_model(base, os.environ),  # for tokens the stream names no model of
-            (lambda text: sink.append(facts.run_id, stage.name, attempt, "system", text))
+            (lambda text: sink.append(facts.run_id, stage.name, attempt, "system", text, seat=seat))
             if watched
             else None,
         )
@@ -236,7 +236,7 @@ class ChildStarter:
             if not admitted:
                 return
             stored = texts if admitted == len(texts) else texts[:admitted]
-            sink.append_many(facts.run_id, stage.name, attempt, stream, stored, split)
+            sink.append_many(facts.run_id, stage.name, attempt, stream, stored, split, seat)
             unflushed += sum(map(len, stored))
             if unflushed >= FLUSH_AFTER_BYTES:
                 unflushed = 0

@@ -164,7 +164,13 @@ class WorkerVerbs:
             at_ms=at,
         )
         self.records.sink.append(
-            credential.run, credential.stage, credential.attempt, "note", args["text"], ts_ms=at
+            credential.run,
+            credential.stage,
+            credential.attempt,
+            "note",
+            args["text"],
+            ts_ms=at,
+            seat=credential.seat,
         )
         note = {
             "run": credential.run,

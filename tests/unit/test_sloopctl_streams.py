@@ -127,3 +127,17 @@ def test_gemini_prompt_echo_is_one_short_labelled_line() -> None:
     assert shown.startswith(f"prompt ({len(prompt)} chars): Implement the ticket. word")
     assert len(shown) < 200
     assert "\n" not in shown
+
+
+def test_claude_system_events_other_than_init_are_named_with_what_they_say() -> None:
+    event = {
+        "type": "system",
+        "subtype": "vcs_state_changed",
+        "kind": "commit",
+        "branch": "sloop/t/1",
+        "session_id": "s",
+        "uuid": "u",
+    }
+    assert readable(line(event)) == 'vcs_state_changed: {"kind":"commit","branch":"sloop/t/1"}'
+    assert readable(line({"type": "system", "subtype": "compact_boundary"})) == "compact_boundary"
+    assert readable(line({"type": "system"})) is None  # no subtype: shown as it is
