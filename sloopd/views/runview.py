@@ -33,7 +33,8 @@ def run_detail(daemon: Daemon, run_id: str, active: LiveRun | None) -> dict[str,
     # "pending" (v1's word) and say they never will be.
     for stage in row["stages"]:
         stage["unreached"] = row["terminal"] and stage["state"] == "pending"
-    row["followed_by"] = _followed_by(daemon, record.ticket, run_id)
+    # Only a settled run can have a next attempt: no store read for the runs in flight.
+    row["followed_by"] = _followed_by(daemon, record.ticket, run_id) if row["terminal"] else None
     _mark_aborted(row)
     row["stall"] = active.stall() if active is not None else None
     row["notes"] = state.notes
