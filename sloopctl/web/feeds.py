@@ -340,13 +340,18 @@ class EventFeed(PagedFeed):
         super().__init__(key, link, polls)
         self.scope = scope
         self.events: deque[dict[str, Any]] = deque(maxlen=BUFFER)
+        self._walk: FeedWalk | None = None
 
     def backlog(self) -> list[bytes]:
         return [message("events", {"events": list(self.events)})]
 
     def walk(self) -> FeedWalk:
-        base: dict[str, Any] = {} if self.scope is None else {"scope": self.scope}
-        return FeedWalk(EVENTS, base, self.polls, WAIT_MS, tail=EVENT_TAIL)
+        # As the log's: the walk outlives a reconnect, so a daemon restart reads on from
+        # the last cursor instead of sending the tail again into the buffer.
+        if self._walk is None:
+            base: dict[str, Any] = {} if self.scope is None else {"scope": self.scope}
+            self._walk = FeedWalk(EVENTS, base, self.polls, WAIT_MS, tail=EVENT_TAIL)
+        return self._walk
 
     def take(self, step: Step, page: dict[str, Any]) -> None:
         if step.items:

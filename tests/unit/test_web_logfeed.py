@@ -15,7 +15,7 @@ import orjson
 
 from sloopctl.feedwalk import Step
 from sloopctl.longpoll import LongPoll
-from sloopctl.web.feeds import BUFFER, LogFeed
+from sloopctl.web.feeds import BUFFER, EventFeed, LogFeed
 from sloopctl.web.link import Link
 
 
@@ -61,3 +61,16 @@ def test_an_agent_event_gains_its_rendering_and_other_lines_none() -> None:
     assert shown[0]["rendered"] == "hi"
     assert "rendered" not in shown[1]  # only stdout carries a CLI's events
     assert "rendered" not in shown[2]
+
+
+def test_the_activity_feed_reads_on_from_its_cursor_after_a_reconnect() -> None:
+    """A daemon restart ends the feed's connection; the next ``follow`` must ask for the
+    events after the last one read, not the tail again (which the buffer would hold
+    twice)."""
+    feed = EventFeed("events:", Link(Path("/nonexistent")), LongPoll(), None)
+    first = feed.walk()
+    assert "tail" in first.request()
+    first.take({"events": [{"cursor": "7", "kind": "x"}], "next_cursor": "7"})
+    again = feed.walk()  # what the follow after a reconnect starts from
+    assert again.request().get("after") == "7"
+    assert "tail" not in again.request()
