@@ -315,6 +315,9 @@ def test_the_repository_and_the_runs_state_name_the_tab_and_an_abort_is_drawn_as
         wait_for(driver, has_text("#timeline", "■ aborted"))
         timeline = text_of(driver, "#timeline")
         assert "exit -15" not in timeline
+        # Nor is the signal shown as the execution's exit in the table of executions.
+        wait_for(driver, has_text("table", "aborted"))
+        assert "-15" not in text_of(driver, "table")
         assert css(driver, "#timeline .bar.state-aborted")
         assert css(driver, "#timeline .bar.state-failed") == []
         row = driver.find_element("css selector", '#timeline .tl-row[data-stage="implement#1"]')

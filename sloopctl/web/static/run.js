@@ -89,7 +89,8 @@ function stages(rows, runId) {
     stage.started_at_ms ? when(stage.started_at_ms) : "—",
     stage.duration_ms !== null ? duration(stage.duration_ms)
       : stage.state === "running" ? growing(stage.started_at_ms) : "—",
-    stage.exit_code === null ? "—" : String(stage.exit_code),
+    // An abort's signal (-15) is not the stage's answer: say what happened instead.
+    stage.aborted ? "aborted" : stage.exit_code === null ? "—" : String(stage.exit_code),
     verdict(stage),
     stage.commit ? h("code", {}, String(stage.commit).slice(0, 12)) : "—",
     usageText(stage.usage),
