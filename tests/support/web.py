@@ -17,17 +17,27 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import orjson
 
 from tests.support.daemon import sloopctl_argv, sloopctl_env
 
+if TYPE_CHECKING:
+    from tests.support.agents import Bench
+
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 START_TIMEOUT_S = 20.0
 WAIT_S = 20.0  # the longest explicit wait for something to appear on a page
+
+
+def socket_of(bench: Bench) -> Path:
+    """The operator socket of the bench's running daemon, which the gateway is given."""
+    assert bench.daemon is not None
+    assert bench.daemon.socket is not None
+    return bench.daemon.socket
 
 
 def browser_available() -> bool:

@@ -24,6 +24,7 @@ from tests.support.web import (
     gateway,
     has_text,
     screenshot,
+    socket_of,
     start_gateway,
     text_of,
     wait_for,
@@ -32,12 +33,6 @@ from tests.support.web import (
 pytestmark = pytest.mark.skipif(
     not browser_available(), reason="chromium and chromium-driver are not installed"
 )
-
-
-def socket_of(bench: Bench) -> Path:
-    assert bench.daemon is not None
-    assert bench.daemon.socket is not None
-    return bench.daemon.socket
 
 
 def verbs(driver: Any, css: str) -> list[str]:

@@ -19,6 +19,7 @@ from tests.support.web import (
     gateway,
     has_text,
     screenshot,
+    socket_of,
     text_of,
     wait_for,
 )
@@ -26,12 +27,6 @@ from tests.support.web import (
 pytestmark = pytest.mark.skipif(
     not browser_available(), reason="chromium and chromium-driver are not installed"
 )
-
-
-def socket_of(bench: Bench) -> Path:
-    assert bench.daemon is not None
-    assert bench.daemon.socket is not None
-    return bench.daemon.socket
 
 
 def test_the_dashboard_shows_a_posted_ticket(bench: Bench, tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from tests.support.web import (
     gateway,
     has_text,
     screenshot,
+    socket_of,
     text_of,
     wait_for,
 )
@@ -33,12 +34,6 @@ pytestmark = pytest.mark.skipif(
     not browser_available(), reason="chromium and chromium-driver are not installed"
 )
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def socket_of(bench: Bench) -> Path:
-    assert bench.daemon is not None
-    assert bench.daemon.socket is not None
-    return bench.daemon.socket
 
 
 def cell(driver: Any, execution: str, column: str) -> Any:

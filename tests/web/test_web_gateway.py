@@ -17,15 +17,9 @@ import orjson
 from sloopctl.web.settings import is_loopback, parse_listen
 from tests.support.agents import Bench, sloop_toml, ticket_text
 from tests.support.daemon import sloopctl_argv, sloopctl_env
-from tests.support.web import EventStream, WebGateway, gateway, wait_gone
+from tests.support.web import EventStream, WebGateway, gateway, socket_of, wait_gone
 
 MARKER = "zq-echo-marker-41"
-
-
-def socket_of(bench: Bench) -> Path:
-    assert bench.daemon is not None
-    assert bench.daemon.socket is not None
-    return bench.daemon.socket
 
 
 def started(bench: Bench, *tickets: str) -> Bench:

@@ -27,6 +27,7 @@ from tests.support.web import (
     gateway,
     has_text,
     screenshot,
+    socket_of,
     wait_for,
 )
 
@@ -43,12 +44,6 @@ return [...document.querySelectorAll('#log .ll')].filter(l => !l.hidden).flatMap
     .map(r => r.textContent));
 """
 CURSORS = "return [...document.querySelectorAll('#log .ll')].map(l => l.dataset.cursor);"
-
-
-def socket_of(bench: Bench) -> Path:
-    assert bench.daemon is not None
-    assert bench.daemon.socket is not None
-    return bench.daemon.socket
 
 
 def sloopctl(bench: Bench, *args: str) -> subprocess.CompletedProcess[str]:

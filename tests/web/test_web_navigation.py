@@ -21,6 +21,7 @@ from tests.support.web import (
     gateway,
     has_text,
     screenshot,
+    socket_of,
     text_of,
     wait_for,
 )
@@ -34,12 +35,6 @@ DASH = "\N{EN DASH}"  # the page writes a range of rows with it
 # A flow without a merge stage: its run settles needs_review.
 REVIEW_FLOW = [{"name": "check", "action": "command", "command": ["true"]}]
 BROKEN_FLOW = [{"name": "check", "action": "command", "command": ["false"]}]
-
-
-def socket_of(bench: Bench) -> Path:
-    assert bench.daemon is not None
-    assert bench.daemon.socket is not None
-    return bench.daemon.socket
 
 
 def css(driver: Any, selector: str) -> list[Any]:
