@@ -162,12 +162,21 @@ async def update_ref(repo: Path, ref: str, sha: str, expect: str | None = None) 
     await _git(repo, *args)
 
 
-async def update_refs(repo: Path, moves: dict[str, str], message: str = "sloop") -> None:
-    """Point every ref at its sha in one transaction: all move, or none does."""
-    lines = "".join(f"update {ref} {sha}\n" for ref, sha in moves.items()).encode()
+async def update_refs(
+    repo: Path,
+    moves: dict[str, str],
+    message: str = "sloop",
+    *,
+    created: dict[str, str] | None = None,
+) -> None:
+    """Point every ref at its sha in one transaction: all move, or none does.
+
+    ``created`` are refs made in the same transaction that must not exist yet."""
+    lines = "".join(f"update {ref} {sha}\n" for ref, sha in moves.items())
+    lines += "".join(f"create {ref} {sha}\n" for ref, sha in (created or {}).items())
     argv = runner.git(repo, "update-ref", "-m", message, "--stdin")
     try:
-        done = await runner.run(argv, timeout=QUICK_TIMEOUT, stdin=lines)
+        done = await runner.run(argv, timeout=QUICK_TIMEOUT, stdin=lines.encode())
     except runner.TimedOut:
         raise GitTimeout(f"{shlex.join(argv)} did not finish within {QUICK_TIMEOUT:g} s") from None
     if done.returncode != 0:
@@ -234,8 +243,12 @@ async def ff_only(
     timeout: float = HOOK_TIMEOUT,
     before_move: BeforeMove | None = None,
     interrupt: asyncio.Event | None = None,
+    descends_from: str | None = None,
 ) -> GitResult:
     """Fast-forward ``main`` to ``tip``, never past a commit someone else added.
+
+    ``descends_from``: a commit ``tip`` is known to descend from (the main ``sync`` just
+    merged in: a parent of its merge); found at main, it spares the ancestry check.
 
     ``tip`` is the commit the run's last gating stage ran on (never a checkout's
     HEAD, which the agent controls).  A ``tip`` that is main itself is "nothing to
@@ -257,7 +270,7 @@ async def ff_only(
     stale locks, and a checkout whose files it had moved while the ref stayed.
     """
     ref = f"refs/heads/{main}"
-    planned = await _plan_fast_forward(repo, tip, main, ref)
+    planned = await _plan_fast_forward(repo, tip, main, ref, descends_from)
     if isinstance(planned, GitResult):
         if planned.ok or not allow_empty or planned.head != tip:
             return planned
@@ -333,7 +346,7 @@ async def put_back(checkout: Path, old: str, tip: str) -> str | None:
 
 
 async def _plan_fast_forward(
-    repo: Path, tip: str, main: str, ref: str
+    repo: Path, tip: str, main: str, ref: str, descends_from: str | None
 ) -> GitResult | tuple[str, Path, list[str]]:
     """Every check before the move: a result that ends the stage, or (old, where, command).
 
@@ -351,7 +364,12 @@ async def _plan_fast_forward(
             head=tip,
             final=True,
         )
-    code, _, err = await _git(repo, "merge-base", "--is-ancestor", old, tip, check=False)
+    # Commits do not change: once known, tip's descent from old holds for good.
+    code, _, err = (
+        (0, "", "")
+        if old == descends_from
+        else await _git(repo, "merge-base", "--is-ancestor", old, tip, check=False)
+    )
     if code == 1:
         return _main_moved(main, old)
     if code != 0:

@@ -21,6 +21,7 @@ so a ``git update-ref`` still running cannot move ``main`` after that decision.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import signal
@@ -86,7 +87,7 @@ async def run(
     """
     if interrupt is not None and interrupt.is_set():
         raise Interrupted("stopped before it started")
-    tool = _Tool(argv, env, stdin, cwd, stdout_limit)
+    tool = _Tool(await _start(argv, env, stdin, cwd), stdin, stdout_limit)
     try:
         await asyncio.wait_for(_unless(tool.finished(), interrupt), timeout)
     except BaseException as exc:
@@ -140,9 +141,52 @@ _READ_BYTES = 65536
 _EXIT_POLL_SECONDS = 0.005
 
 
+# Tools start from this one thread, which lives as long as the daemon: the loop's own
+# thread is not held while the kernel runs a vforked child up to its exec (the GIL is
+# released meanwhile), which on two loaded cores took about 2 ms a tool, the loop
+# standing still.  A sandbox's --die-with-parent is tied to the thread that started
+# bwrap, and this one ends only with the daemon.
+_STARTER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sloop-tools")
+
+
+async def _start(
+    argv: Sequence[str], env: Mapping[str, str] | None, stdin: bytes | None, cwd: Path | None
+) -> subprocess.Popen[bytes]:
+    environ = {**(env if env is not None else os.environ), **_marker}
+
+    def popen() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=environ,
+        )
+
+    starting = asyncio.get_running_loop().run_in_executor(_STARTER, popen)
+    try:
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        starting.add_done_callback(_abandoned)
+        raise
+
+
+def _abandoned(starting: asyncio.Future[subprocess.Popen[bytes]]) -> None:
+    """A tool whose caller was cancelled while it started: killed, and collected."""
+    if starting.cancelled() or starting.exception() is not None:
+        return
+    popen = starting.result()
+    kill_tree(popen.pid)
+    for pipe in (popen.stdin, popen.stdout, popen.stderr):
+        if pipe is not None:
+            pipe.close()
+    _STARTER.submit(popen.wait)  # SIGKILLed: it is gone at once
+
+
 class _Tool:
-    """One tool's process: started by ``subprocess`` (vfork and exec), its pipes read and
-    its exit watched (a pidfd) on the running loop.
+    """One tool's process, started by ``subprocess`` (vfork and exec, in ``_start``), its
+    pipes read and its exit watched (a pidfd) on the running loop.
 
     Not the loop's own ``create_subprocess_exec``: uvloop forks the whole daemon for
     each one, which cost the loop's thread about 1.4 ms of CPU a tool (page tables
@@ -152,22 +196,10 @@ class _Tool:
     """
 
     def __init__(
-        self,
-        argv: Sequence[str],
-        env: Mapping[str, str] | None,
-        stdin: bytes | None,
-        cwd: Path | None,
-        stdout_limit: int | None,
+        self, popen: subprocess.Popen[bytes], stdin: bytes | None, stdout_limit: int | None
     ) -> None:
         self._loop = asyncio.get_running_loop()
-        self._popen = subprocess.Popen(
-            list(argv),
-            cwd=cwd,
-            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={**(env if env is not None else os.environ), **_marker},
-        )
+        self._popen = popen
         self.pid = self._popen.pid
         self.out, self.err = bytearray(), bytearray()
         self.truncated = False
