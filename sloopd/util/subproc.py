@@ -149,10 +149,20 @@ _EXIT_POLL_SECONDS = 0.005
 _STARTER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sloop-tools")
 
 
+def _umask() -> int | None:
+    """The process umask, read without setting it (``os.umask`` would, for every thread)."""
+    status = procfs.own_status_field("Umask")
+    return int(status, 8) if status else None
+
+
 async def _start(
     argv: Sequence[str], env: Mapping[str, str] | None, stdin: bytes | None, cwd: Path | None
 ) -> subprocess.Popen[bytes]:
     environ = {**(env if env is not None else os.environ), **_marker}
+    # The umask as the loop's thread sees it now, handed to the tool: the loop narrows
+    # the process umask for a moment while it binds a socket (``bound_private``), and
+    # a tool started from the other thread just then made folders no one could enter.
+    mask = _umask()
 
     def popen() -> subprocess.Popen[bytes]:
         return subprocess.Popen(
@@ -162,8 +172,11 @@ async def _start(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=environ,
+            umask=-1 if mask is None else mask,
         )
 
+    if mask is None:
+        return popen()  # no way to read it: started here, where it is right
     starting = asyncio.get_running_loop().run_in_executor(_STARTER, popen)
     try:
         return await asyncio.shield(starting)
