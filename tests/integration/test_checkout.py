@@ -105,6 +105,11 @@ def test_create_refuses_a_bad_base_a_bad_branch_and_a_used_directory(setup: Setu
         run(checkout.create(setup.repo, setup.root / "y", "bad..name", setup.base, timeout=30))
     with pytest.raises(CheckoutError, match="not empty"):
         run(checkout.create(setup.repo, setup.work, "other", setup.base, timeout=30))
+    # A full sha of something that is no commit: refused by the reset, nothing left.
+    tree = git(setup.repo, "rev-parse", f"{setup.base}^{{tree}}")
+    with pytest.raises(CheckoutError, match="reading"):
+        run(checkout.create(setup.repo, setup.root / "z", "c", tree, timeout=30))
+    assert not (setup.root / "z").exists()
 
 
 # --- sandboxed git in the checkout ----------------------------------------------------
