@@ -16,6 +16,7 @@ The walker calls it, and tests drive it on real repositories alone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shlex
 import shutil
 import time
@@ -64,10 +65,13 @@ async def _git(
     check: bool = True,
     timeout: float = QUICK_TIMEOUT,
     interrupt: asyncio.Event | None = None,
+    settings: tuple[str, ...] = (),
 ) -> tuple[int, str, str]:
-    """Run ``git -C cwd args``; raise ``GitError`` on a non-zero exit when ``check``."""
+    """Run ``git -C cwd args``; raise ``GitError`` on a non-zero exit when ``check``.
+    ``settings`` are ``key=value`` pairs given as ``-c`` before ``args``."""
     env = runner.environment()
-    argv = runner.git(cwd, *args)
+    config = [part for setting in settings for part in ("-c", setting)]
+    argv = runner.git(cwd, *config, *args)
     try:
         done = await runner.run(argv, timeout=timeout, env=env, interrupt=interrupt)
     except runner.TimedOut:
@@ -244,11 +248,14 @@ async def ff_only(
     before_move: BeforeMove | None = None,
     interrupt: asyncio.Event | None = None,
     descends_from: str | None = None,
+    moved: Callable[[], None] | None = None,
 ) -> GitResult:
     """Fast-forward ``main`` to ``tip``, never past a commit someone else added.
 
     ``descends_from``: a commit ``tip`` is known to descend from (the main ``sync`` just
     merged in: a parent of its merge); found at main, it spares the ancestry check.
+    ``moved`` is told once main is at ``tip``, before the checkout's maintenance runs
+    (the caller gives main's slot back there: a ``gc --auto`` held every run's merge).
 
     ``tip`` is the commit the run's last gating stage ran on (never a checkout's
     HEAD, which the agent controls).  A ``tip`` that is main itself is "nothing to
@@ -283,8 +290,11 @@ async def ff_only(
     try:
         # A fast-forward writes no commit (its reflog entry needs no strict identity), so
         # no identity lookup is spent inside main's slot.
+        # A merge in main's checkout starts no maintenance of its own (it ran inside
+        # main's slot); it runs below once the ref has moved, as the merge would have.
+        quiet = ("maintenance.auto=false",) if command[0] == "merge" else ()
         code, _, err = await _git(
-            where, *command, check=False, timeout=timeout, interrupt=interrupt
+            where, *command, check=False, timeout=timeout, interrupt=interrupt, settings=quiet
         )
     except (GitTimeout, GitInterrupted) as exc:
         killed, code, err = exc, -1, str(exc)
@@ -296,6 +306,10 @@ async def ff_only(
 
     now = await rev_parse(repo, ref)
     if now == tip:
+        if moved is not None:
+            moved()
+        if quiet and code == 0:
+            await _maintain(where, timeout, interrupt)
         # Merged: the ref moved before the kill (a post-merge hook was still running).
         return GitResult(ok=True, head=tip, reason=None if killed is None else str(killed))
     if killed is not None:
@@ -309,6 +323,15 @@ async def ff_only(
         # the checkout's merge found main already past tip.
         return _main_moved(main, now or old)
     raise GitError(f"git -C {where} {shlex.join(command)} exited {code}: {err.strip()}")
+
+
+async def _maintain(checkout: Path, timeout: float, interrupt: asyncio.Event | None) -> None:
+    """The ``maintenance run --auto`` a merge runs after it; its failure fails no merge."""
+    with contextlib.suppress(GitError):
+        await _git(
+            checkout, "maintenance", "run", "--auto", "--quiet", check=False,
+            timeout=timeout, interrupt=interrupt,
+        )  # fmt: skip
 
 
 # Whether a repository is bare, asked once per path: a repository does not turn bare

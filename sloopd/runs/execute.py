@@ -122,6 +122,7 @@ class StageExecutor:
                 # An abort past ``announce`` kills git and its hooks; the ref decides.
                 interrupt=active.interrupt,
                 descends_from=self.branches.merged_onto_main(facts, tip),
+                moved=lambda: self.merge_slot.give_back(facts.run_id),
             )
         finally:
             self.merge_slot.give_back(facts.run_id)
