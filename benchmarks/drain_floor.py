@@ -7,8 +7,9 @@ no store, scheduler, log sink, credentials, worker socket, events or read model.
 
 1. ``checkout.create`` of the run's checkout at ``main``, a HOME with a git identity;
 2. the agent (the same ``sh`` one-liner the daemon runs) in bwrap, network on;
-3. ``uncommitted`` (a sandboxed ``git status``), ``bring_back`` (fetch through the
-   sandboxed upload-pack), the run's branch moved;
+3. ``bring_back`` (fetch through the sandboxed upload-pack) whose sandbox first lists
+   what is left uncommitted (``checkout_edits.listing_upload_pack``, as the daemon
+   does since 0.8.0), the run's branch moved in the same transaction;
 4. sync, holding main's slot (one lock, as ``sloopd.runs.merge_slot``): main's tip merged
    into the work in the daemon's scratch repository (``sloopd.git.scratch``), the
    execution's ref and the run's branch moved;
@@ -90,11 +91,14 @@ async def _agent(spec: SandboxSpec, command: list[str]) -> None:
 
 async def _bring_back(
     repo: Path, work: Path, branch: str, ref: str, base: str, iso: Isolation
-) -> str:
-    upload = checkout.upload_pack_command(work, iso)
-    return await checkout.bring_back(
-        repo, work, branch, ref, base, sandboxed_upload_pack=upload, timeout=TIMEOUT
+) -> tuple[str, list[str]]:
+    upload = checkout_edits.listing_upload_pack(work, branch, iso)
+    checkout_edits.unlisted(iso)
+    also = (f"refs/heads/{branch}",)
+    sha = await checkout.bring_back(
+        repo, work, branch, ref, base, sandboxed_upload_pack=upload, timeout=TIMEOUT, also=also
     )
+    return sha, checkout_edits.listed(work, iso)
 
 
 async def one_ticket(
@@ -129,10 +133,9 @@ async def one_ticket(
     spec = SandboxSpec(checkout=work, home=home, objects=objects, hide=(repo,), env=env)
     await _agent(spec, command)
     clock.lap("implement: the agent in bwrap")
-    if await checkout_edits.uncommitted(work, branch, iso, timeout=TIMEOUT):
+    commit, left = await _bring_back(repo, work, branch, f"refs/floor/{run}/0-1", base, iso)
+    if left:
         raise RuntimeError(f"the agent left uncommitted changes in {work}")
-    commit = await _bring_back(repo, work, branch, f"refs/floor/{run}/0-1", base, iso)
-    await gitops.update_ref(repo, f"refs/heads/{branch}", commit)
     clock.lap("implement: uncommitted + bring back")
     for attempt in range(1, 100):
         async with lock:
@@ -144,8 +147,8 @@ async def one_ticket(
             if merged.commit is None:
                 raise RuntimeError(f"sync conflicts in {', '.join(merged.conflicts)}")
             tip = merged.commit
-            await gitops.update_ref(repo, f"refs/floor/{run}/1-{attempt}", tip)
-            await gitops.update_ref(repo, f"refs/heads/{branch}", tip)
+            moves = {f"refs/floor/{run}/1-{attempt}": tip, f"refs/heads/{branch}": tip}
+            await gitops.update_refs(repo, moves, "floor: sync")
             clock.lap("sync: the merge in the scratch repository, refs")
             outcome = await gitops.ff_only(repo, tip, "main", timeout=TIMEOUT)
             clock.lap("ff_only")

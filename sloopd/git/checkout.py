@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shlex
 import shutil
 import uuid
@@ -44,7 +45,7 @@ from pathlib import Path
 
 from sloopd.git import runner
 from sloopd.proc.sandbox import CHECKOUT_PATH, HOME_PATH, SandboxSpec, command
-from sloopd.util import trees
+from sloopd.util import names, trees
 
 # Settings that make git in a checkout run nothing the checkout's own config asks for.
 HARDENING = (
@@ -136,10 +137,18 @@ async def _git(repo: Path | None, *args: str, deadline: _Deadline, what: str) ->
     return done.stdout.strip()
 
 
+# Ref names of plain ASCII only: for these ``names.ref_problem`` is git's own rule (the
+# test suite checks the two agree), so no ``git check-ref-format`` is started for the
+# names the daemon makes; any other name is still put to git.
+_PLAIN_REF = re.compile(r"refs/[A-Za-z0-9/._-]+\Z")
+
+
 async def _check_ref(ref: str, deadline: _Deadline) -> None:
     what = f"checking the ref name {ref!r}"
     if ref.startswith("-") or not ref.startswith("refs/"):
         raise CheckoutError(f"{ref!r} is not a valid full ref name.")
+    if _PLAIN_REF.match(ref) and names.ref_problem(ref) is None:
+        return
     done = await _run(["git", "check-ref-format", ref], timeout=deadline.left(what), what=what)
     if done.returncode != 0:
         raise CheckoutError(f"{ref!r} is not a valid ref name.")
@@ -160,31 +169,48 @@ async def objects_dir(repo: Path, *, timeout: float) -> Path:
     return Path(out).resolve()
 
 
+# Each main repository's objects directory and object format, read with the first
+# checkout made from it: neither changes under a running daemon, and asking again was one
+# git per checkout.
+_STORES: dict[Path, tuple[str, str]] = {}
+_FULL_SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?\Z")
+
+
 async def create(repo: Path, checkout: Path, branch: str, base_sha: str, *, timeout: float) -> None:
     """A new repository at ``checkout`` on ``branch`` at ``base_sha``, objects borrowed.
 
-    ``git init`` without templates (no sample hooks), the alternates line, the branch ref,
-    and ``read-tree -u --reset``, which writes the files and an index with their stat data
-    (valid inside the sandbox too: a bind mount keeps device and inode numbers).  Measured
-    as fast as ``git worktree add`` of the same tree (see benchmarks/sandbox_start.py).
+    ``git init`` without templates (no sample hooks), the alternates line, then
+    ``reset --hard``, which on the unborn branch makes the branch ref and writes the
+    files and an index with their stat data, as ``read-tree -u --reset`` and
+    ``update-ref`` did (valid inside the sandbox too: a bind mount keeps device and
+    inode numbers).  ``reset`` takes a commit only: a full sha naming anything else, or
+    nothing, fails there, and the half-made checkout goes.  Measured as fast as ``git
+    worktree add`` of the same tree (see benchmarks/sandbox_start.py).
     """
     deadline = _Deadline(timeout)
     await _check_ref(f"refs/heads/{branch}", deadline)
     what = f"reading {base_sha!r} in {repo}"
-    out = await _git(
-        repo,
-        "rev-parse",
-        "--path-format=absolute",
-        "--git-path",
-        "objects",
-        "--show-object-format",
-        "--verify",
-        "--end-of-options",
-        f"{base_sha}^{{commit}}",
-        deadline=deadline,
-        what=what,
-    )
-    objects, object_format, sha = out.splitlines()
+    known = _STORES.get(repo)
+    verified = known is None or not _FULL_SHA.match(base_sha)
+    if verified:
+        out = await _git(
+            repo,
+            "rev-parse",
+            "--path-format=absolute",
+            "--git-path",
+            "objects",
+            "--show-object-format",
+            "--verify",
+            "--end-of-options",
+            f"{base_sha}^{{commit}}",
+            deadline=deadline,
+            what=what,
+        )
+        objects, object_format, sha = out.splitlines()
+        _STORES[repo] = (objects, object_format)
+    else:
+        assert known is not None
+        (objects, object_format), sha = known, base_sha
     if checkout.exists() and any(checkout.iterdir()):
         raise CheckoutError(f"cannot create a checkout in {checkout}: it is not empty.")
     init = ["init", "-q", "--template=", f"--object-format={object_format}", "-b", branch]
@@ -192,9 +218,14 @@ async def create(repo: Path, checkout: Path, branch: str, base_sha: str, *, time
     info = checkout / ".git" / "objects" / "info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "alternates").write_text(f"{Path(objects).resolve()}\n", encoding="utf-8")
-    what = f"checking out {sha[:12]} in {checkout}"
-    await _git(checkout, "update-ref", f"refs/heads/{branch}", sha, deadline=deadline, what=what)
-    await _git(checkout, "read-tree", "-u", "--reset", sha, deadline=deadline, what=what)
+    if verified:
+        what = f"checking out {sha[:12]} in {checkout}"
+    try:
+        await _git(checkout, "reset", "-q", "--hard", sha, deadline=deadline, what=what)
+    except CheckoutError:
+        if not verified:
+            await remove(checkout)  # only the daemon's git has been in it
+        raise
 
 
 def _hardened_git() -> list[str]:
@@ -244,16 +275,24 @@ def _in_checkout(
     return command(spec, argv, bwrap=isolation.bwrap), runner.environment(), None
 
 
-def upload_pack_command(checkout: Path, isolation: Isolation) -> list[str]:
+def upload_pack_command(
+    checkout: Path,
+    isolation: Isolation,
+    *,
+    before: str = "",
+    env: Mapping[str, str] | None = None,
+) -> list[str]:
     """An ``--upload-pack`` command serving ``checkout`` from a read-only sandbox.
 
     git runs the command through ``sh`` and appends the remote's host path; the sandbox
     serves ``/sloop/work/.git`` instead and ignores that argument (``$1``).  ``--strict``
     takes that path as the git directory itself: a ``.git`` the agent turned into a gitfile
-    is refused rather than followed.
+    is refused rather than followed.  ``before`` is shell the same sandbox runs first
+    (reading nothing from standard input, writing nothing to standard output: those are
+    the fetch's), with ``env`` on top of the sandbox's own environment.
     """
-    script = f'exec {shlex.join(_hardened_git())} upload-pack --strict "$0"'
-    spec = _spec(checkout, isolation, None, writable=False)
+    script = f'{before}exec {shlex.join(_hardened_git())} upload-pack --strict "$0"'
+    spec = _spec(checkout, isolation, env, writable=False)
     argv = ["sh", "-c", script, f"{CHECKOUT_PATH}/.git"]
     assert isolation.bwrap is not None, "without a sandbox, bring_back uses git's own"
     return command(spec, argv, bwrap=isolation.bwrap)
@@ -282,6 +321,7 @@ async def bring_back(
     *,
     sandboxed_upload_pack: Sequence[str] | None,
     timeout: float,
+    also: Sequence[str] = (),
 ) -> str:
     """Fetch the checkout's ``branch`` into ``repo`` as ``private_ref``; return its sha.
 
@@ -289,10 +329,12 @@ async def bring_back(
     from ``base_sha`` does ``private_ref`` move to it, so a refused tip never replaces an
     earlier one.  ``sandboxed_upload_pack`` comes from ``upload_pack_command``; None runs
     git's own upload-pack on the host, acceptable only for a checkout no agent wrote.
+    The refs ``also`` names move to the same commit in the same transaction.
     """
     deadline = _Deadline(timeout)
     await _check_ref(f"refs/heads/{branch}", deadline)
-    await _check_ref(private_ref, deadline)
+    for ref in (private_ref, *also):
+        await _check_ref(ref, deadline)
     incoming = f"refs/sloop/incoming/{uuid.uuid4().hex}"
     fetch = ["-c", "fetch.fsckObjects=true", "-c", "transfer.fsckObjects=true", "fetch", "-q"]
     fetch += ["--no-tags", "--no-recurse-submodules", "--no-write-fetch-head", "--no-auto-gc"]
@@ -320,13 +362,14 @@ async def bring_back(
         if done.returncode != 0:
             raise CheckoutError(f"{what} failed: {_reason(done.stderr)}.")
         # One transaction: private_ref moves and the temporary ref goes, or neither.
-        moves = f"update {private_ref} {sha}\ndelete {incoming}\n".encode()
+        moves = "".join(f"update {ref} {sha}\n" for ref in (private_ref, *also))
+        moves += f"delete {incoming}\n"
         what = f"recording {private_ref}"
         done = await _run(
             ["git", "-C", str(repo), "update-ref", "-m", f"sloop: bring back {branch}", "--stdin"],
             timeout=deadline.left(what),
             what=what,
-            stdin=moves,
+            stdin=moves.encode(),
         )
         if done.returncode != 0:
             raise CheckoutError(f"{what} failed: {_reason(done.stderr)}.")

@@ -11,6 +11,7 @@ the daemon has just made from a commit (``sloopd.runs.branch.RunBranches.fresh``
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from sloopd.git.checkout import (
     _reason,
     _run,
     run_in_checkout,
+    upload_pack_command,
 )
 
 # The daemon's own view of a checkout's files.  After an agent ran, the checkout's
@@ -65,6 +67,65 @@ async def uncommitted(
     if done.returncode != 0:
         raise CheckoutError(f"cannot read the files of {checkout}: {_reason(done.stderr)}.")
     return [item for item in done.stdout.split("\0") if item]
+
+
+# The same view for a checkout served read-only, run before ``upload-pack`` in the
+# sandbox that serves the bring-back (one sandbox for both, not two): the daemon's git
+# directory borrows the checkout's objects through an alternates line instead of taking
+# them over, so what ``add`` hashes lands in the daemon's git HOME, never in the checkout.
+# The list goes to a file in that HOME (standard output is the fetch's protocol); a
+# second, empty file says every step passed (written by the shell itself: no process).
+_LISTING = """list() {{
+work="$PWD"; shadow="$HOME/.sloop-shadow"
+parent=$({git} --git-dir="$work/.git" rev-parse --verify --quiet \
+  "refs/heads/$SLOOP_BRANCH^{{commit}}") || return 1
+rm -rf "$shadow" || return 1
+{git} init -q --bare --template= "$shadow" || return 1
+printf '%s\\n' "$work/.git/objects" > "$shadow/objects/info/alternates" || return 1
+view() {{ {git} --git-dir="$shadow" --work-tree="$work" "$@"; }}
+view read-tree "$parent" || return 1
+view add -A || return 1
+view diff --cached --name-only -z "$parent"
+}}
+list < /dev/null > "$HOME/{listed}" 2> "$HOME/{errors}" || exit 3
+: > "$HOME/{whole}" || exit 3
+"""
+_LISTED, _WHOLE, _ERRORS = ".sloop-left", ".sloop-left.ok", ".sloop-left.err"
+
+
+def listing_upload_pack(checkout: Path, branch: str, isolation: Isolation) -> list[str]:
+    """``checkout.upload_pack_command`` that lists what differs from ``branch``'s tip first
+    (``uncommitted``'s answer, read back by ``listed``); call ``unlisted`` before it runs."""
+    before = _LISTING.format(
+        git=shlex.join(_hardened_git()), listed=_LISTED, whole=_WHOLE, errors=_ERRORS
+    )
+    return upload_pack_command(checkout, isolation, before=before, env={"SLOOP_BRANCH": branch})
+
+
+def unlisted(isolation: Isolation) -> None:
+    """No list of an earlier bring-back is left to be read as this one's."""
+    for name in (_LISTED, _WHOLE, _ERRORS):
+        (isolation.home / name).unlink(missing_ok=True)
+
+
+def listed(checkout: Path, isolation: Isolation) -> list[str]:
+    """What ``listing_upload_pack`` found, or ``uncommitted``'s error when it could not."""
+    whole = _read_own(isolation.home / _WHOLE) is not None
+    found = _read_own(isolation.home / _LISTED) if whole else None
+    if found is None:
+        said = (_read_own(isolation.home / _ERRORS) or b"").decode(errors="replace")
+        raise CheckoutError(f"cannot read the files of {checkout}: {_reason(said)}.")
+    return [item for item in found.decode(errors="replace").split("\0") if item]
+
+
+def _read_own(path: Path) -> bytes | None:
+    """A file the daemon's script wrote in its git HOME; never followed through a link."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(descriptor, "rb") as handle:
+        return handle.read()
 
 
 def _identity_env(identity: tuple[str, str]) -> dict[str, str]:

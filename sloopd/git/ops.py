@@ -16,6 +16,7 @@ The walker calls it, and tests drive it on real repositories alone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shlex
 import shutil
 import time
@@ -64,10 +65,13 @@ async def _git(
     check: bool = True,
     timeout: float = QUICK_TIMEOUT,
     interrupt: asyncio.Event | None = None,
+    settings: tuple[str, ...] = (),
 ) -> tuple[int, str, str]:
-    """Run ``git -C cwd args``; raise ``GitError`` on a non-zero exit when ``check``."""
+    """Run ``git -C cwd args``; raise ``GitError`` on a non-zero exit when ``check``.
+    ``settings`` are ``key=value`` pairs given as ``-c`` before ``args``."""
     env = runner.environment()
-    argv = runner.git(cwd, *args)
+    config = [part for setting in settings for part in ("-c", setting)]
+    argv = runner.git(cwd, *config, *args)
     try:
         done = await runner.run(argv, timeout=timeout, env=env, interrupt=interrupt)
     except runner.TimedOut:
@@ -162,12 +166,21 @@ async def update_ref(repo: Path, ref: str, sha: str, expect: str | None = None) 
     await _git(repo, *args)
 
 
-async def update_refs(repo: Path, moves: dict[str, str], message: str = "sloop") -> None:
-    """Point every ref at its sha in one transaction: all move, or none does."""
-    lines = "".join(f"update {ref} {sha}\n" for ref, sha in moves.items()).encode()
+async def update_refs(
+    repo: Path,
+    moves: dict[str, str],
+    message: str = "sloop",
+    *,
+    created: dict[str, str] | None = None,
+) -> None:
+    """Point every ref at its sha in one transaction: all move, or none does.
+
+    ``created`` are refs made in the same transaction that must not exist yet."""
+    lines = "".join(f"update {ref} {sha}\n" for ref, sha in moves.items())
+    lines += "".join(f"create {ref} {sha}\n" for ref, sha in (created or {}).items())
     argv = runner.git(repo, "update-ref", "-m", message, "--stdin")
     try:
-        done = await runner.run(argv, timeout=QUICK_TIMEOUT, stdin=lines)
+        done = await runner.run(argv, timeout=QUICK_TIMEOUT, stdin=lines.encode())
     except runner.TimedOut:
         raise GitTimeout(f"{shlex.join(argv)} did not finish within {QUICK_TIMEOUT:g} s") from None
     if done.returncode != 0:
@@ -234,8 +247,15 @@ async def ff_only(
     timeout: float = HOOK_TIMEOUT,
     before_move: BeforeMove | None = None,
     interrupt: asyncio.Event | None = None,
+    descends_from: str | None = None,
+    moved: Callable[[], None] | None = None,
 ) -> GitResult:
     """Fast-forward ``main`` to ``tip``, never past a commit someone else added.
+
+    ``descends_from``: a commit ``tip`` is known to descend from (the main ``sync`` just
+    merged in: a parent of its merge); found at main, it spares the ancestry check.
+    ``moved`` is told once main is at ``tip``, before the checkout's maintenance runs
+    (the caller gives main's slot back there: a ``gc --auto`` held every run's merge).
 
     ``tip`` is the commit the run's last gating stage ran on (never a checkout's
     HEAD, which the agent controls).  A ``tip`` that is main itself is "nothing to
@@ -257,7 +277,7 @@ async def ff_only(
     stale locks, and a checkout whose files it had moved while the ref stayed.
     """
     ref = f"refs/heads/{main}"
-    planned = await _plan_fast_forward(repo, tip, main, ref)
+    planned = await _plan_fast_forward(repo, tip, main, ref, descends_from)
     if isinstance(planned, GitResult):
         if planned.ok or not allow_empty or planned.head != tip:
             return planned
@@ -270,8 +290,11 @@ async def ff_only(
     try:
         # A fast-forward writes no commit (its reflog entry needs no strict identity), so
         # no identity lookup is spent inside main's slot.
+        # A merge in main's checkout starts no maintenance of its own (it ran inside
+        # main's slot); it runs below once the ref has moved, as the merge would have.
+        quiet = ("maintenance.auto=false",) if command[0] == "merge" else ()
         code, _, err = await _git(
-            where, *command, check=False, timeout=timeout, interrupt=interrupt
+            where, *command, check=False, timeout=timeout, interrupt=interrupt, settings=quiet
         )
     except (GitTimeout, GitInterrupted) as exc:
         killed, code, err = exc, -1, str(exc)
@@ -283,6 +306,10 @@ async def ff_only(
 
     now = await rev_parse(repo, ref)
     if now == tip:
+        if moved is not None:
+            moved()
+        if quiet and code == 0:
+            await _maintain(where, timeout, interrupt)
         # Merged: the ref moved before the kill (a post-merge hook was still running).
         return GitResult(ok=True, head=tip, reason=None if killed is None else str(killed))
     if killed is not None:
@@ -296,6 +323,15 @@ async def ff_only(
         # the checkout's merge found main already past tip.
         return _main_moved(main, now or old)
     raise GitError(f"git -C {where} {shlex.join(command)} exited {code}: {err.strip()}")
+
+
+async def _maintain(checkout: Path, timeout: float, interrupt: asyncio.Event | None) -> None:
+    """The ``maintenance run --auto`` a merge runs after it; its failure fails no merge."""
+    with contextlib.suppress(GitError):
+        await _git(
+            checkout, "maintenance", "run", "--auto", "--quiet", check=False,
+            timeout=timeout, interrupt=interrupt,
+        )  # fmt: skip
 
 
 # Whether a repository is bare, asked once per path: a repository does not turn bare
@@ -333,7 +369,7 @@ async def put_back(checkout: Path, old: str, tip: str) -> str | None:
 
 
 async def _plan_fast_forward(
-    repo: Path, tip: str, main: str, ref: str
+    repo: Path, tip: str, main: str, ref: str, descends_from: str | None
 ) -> GitResult | tuple[str, Path, list[str]]:
     """Every check before the move: a result that ends the stage, or (old, where, command).
 
@@ -351,7 +387,12 @@ async def _plan_fast_forward(
             head=tip,
             final=True,
         )
-    code, _, err = await _git(repo, "merge-base", "--is-ancestor", old, tip, check=False)
+    # Commits do not change: once known, tip's descent from old holds for good.
+    code, _, err = (
+        (0, "", "")
+        if old == descends_from
+        else await _git(repo, "merge-base", "--is-ancestor", old, tip, check=False)
+    )
     if code == 1:
         return _main_moved(main, old)
     if code != 0:

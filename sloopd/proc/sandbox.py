@@ -47,7 +47,8 @@ daemonised, ``setsid``-ed, SIGTERM-ignoring grandchild dies a moment after bwrap
 (under a millisecond here; a caller that must know the namespace is empty holds a pidfd on
 ``init_pid``).  Without ``--die-with-parent`` such a grandchild would outlive bwrap.  The
 same signal fires if the daemon dies, even by SIGKILL; it is tied to the *thread* that
-spawned bwrap, so spawn from the event loop's thread.  Signalling bwrap (any signal) kills
+spawned bwrap, so spawn from a thread that lives as long as the daemon (the event loop's,
+or the one ``sloopd.util.subproc`` starts its tools from).  Signalling bwrap (any signal) kills
 the namespace the same way: bwrap 0.8 forwards no signal, so the command never sees a
 SIGTERM sent to bwrap.  For a graceful stop, signal the command itself (``command_pid``),
 then kill bwrap after the grace period.  These claims are tested.

@@ -95,9 +95,13 @@ class RunBranches:
         # Runs whose checkout ``create`` made and no child has entered yet: the first
         # execution may start in it as it is (it is exactly what ``fresh`` would make).
         self._untouched: dict[str, str] = {}
+        # Per run, its last sync merge's commit and the main commit merged into it (one
+        # of its parents): what ``ff_only`` need not ask git about again.
+        self._merged_onto: dict[str, tuple[str, str]] = {}
         # Checkouts set aside by ``fresh``, deleted off the stage's critical path.
         self.trash = layout.state_dir / "trash"
         self._sweeping: set[asyncio.Task[None]] = set()
+        self._sweep_again = False
         # Where sync's merges are computed: no checkout, no agent's settings.
         self.scratch = scratch.ScratchRepository(
             layout.state_dir / "merge.git", self.common_dir / "objects"
@@ -136,8 +140,8 @@ class RunBranches:
             await checkout.create(repo, facts.worktree, facts.branch, base, timeout=GIT_TIMEOUT_S)
         except CheckoutError as exc:
             raise gitops.GitError(str(exc)) from exc
-        await gitops.update_ref(repo, self.ref(facts, "base"), base)
-        await gitops.update_ref(repo, branch, base, expect="")
+        # One transaction: the base pinned, and the branch made only where there is none.
+        await gitops.update_refs(repo, {self.ref(facts, "base"): base}, created={branch: base})
         self._untouched[facts.run_id] = base
         return base
 
@@ -162,10 +166,16 @@ class RunBranches:
         as it is, as the retries of a sync whose merge lost a race to main do."""
         self._untouched[facts.run_id] = commit
 
+    def merged_onto_main(self, facts: RunFacts, tip: str) -> str | None:
+        """The main commit ``tip`` descends from as this run's sync merged it, if it did."""
+        merged, onto = self._merged_onto.get(facts.run_id, ("", ""))
+        return onto if merged == tip else None
+
     def forget(self, run_id: str) -> None:
         """The run's driver ended: nothing is kept for it (a run that merged right after
         a passing sync never asks for a fresh checkout again)."""
         self._untouched.pop(run_id, None)
+        self._merged_onto.pop(run_id, None)
 
     def _set_aside(self, worktree: Path) -> bool:
         """Move a checkout (or a run's state folder) out of the way at once (a rename) and
@@ -182,10 +192,20 @@ class RunBranches:
             if exc.errno != errno.EXDEV:
                 raise
             return False
-        task = asyncio.get_running_loop().create_task(asyncio.to_thread(self._sweep))
-        self._sweeping.add(task)
-        task.add_done_callback(self._sweeping.discard)
+        # One sweeper at a time, which goes on while entries come: eight sweeps of the
+        # same folder at once deleted the same trees in eight threads, all of them
+        # holding the loop's GIL in turn.
+        self._sweep_again = True
+        if not self._sweeping:
+            task = asyncio.get_running_loop().create_task(self._sweep_while_needed())
+            self._sweeping.add(task)
+            task.add_done_callback(self._sweeping.discard)
         return True
+
+    async def _sweep_while_needed(self) -> None:
+        while self._sweep_again:
+            self._sweep_again = False
+            await asyncio.to_thread(self._sweep)
 
     def _sweep(self) -> None:
         for entry in self.trash.iterdir():
@@ -200,11 +220,37 @@ class RunBranches:
             raise CheckoutError(f"{facts.run_id} has no recorded base commit")
         return sha
 
-    async def bring_back(self, facts: RunFacts, name: str) -> str:
+    async def bring_back(self, facts: RunFacts, name: str, *, advance: bool = False) -> str:
+        """The checkout's branch as execution ``name``'s ref (``checkout.bring_back``);
+        ``advance``: the run's branch moves to it in the same transaction."""
         isolation = self.isolation(facts)
         upload = (
             checkout.upload_pack_command(facts.worktree, isolation) if isolation.bwrap else None
         )
+        return await self._fetch(facts, name, upload, advance)
+
+    async def bring_back_listing(
+        self, facts: RunFacts, name: str, *, advance: bool = False
+    ) -> tuple[str, list[str]]:
+        """``bring_back`` and ``uncommitted`` at once: the listing runs first in the
+        sandbox that serves the fetch (one bwrap, the checkout read-only in both)."""
+        isolation = self.isolation(facts)
+        if not isolation.bwrap:
+            sha = await self.bring_back(facts, name, advance=advance)
+            return sha, await self.uncommitted(facts)
+        upload = checkout_edits.listing_upload_pack(facts.worktree, facts.branch, isolation)
+        checkout_edits.unlisted(isolation)
+        try:
+            sha = await self._fetch(facts, name, upload, advance)
+        except CheckoutError:
+            # The listing's own failure first, as when it ran before the bring-back.
+            checkout_edits.listed(facts.worktree, isolation)
+            raise
+        return sha, checkout_edits.listed(facts.worktree, isolation)
+
+    async def _fetch(
+        self, facts: RunFacts, name: str, upload: list[str] | None, advance: bool
+    ) -> str:
         return await checkout.bring_back(
             self.layout.repo,
             facts.worktree,
@@ -213,6 +259,7 @@ class RunBranches:
             await self.base(facts),
             sandboxed_upload_pack=upload,
             timeout=GIT_TIMEOUT_S,
+            also=(f"refs/heads/{facts.branch}",) if advance else (),
         )
 
     async def uncommitted(self, facts: RunFacts) -> list[str]:
@@ -237,8 +284,8 @@ class RunBranches:
     async def review_leftovers(self, facts: RunFacts, pinned: str, name: str) -> Discarded | None:
         """What a reviewing execution changed on its pinned commit (recorded, never merged;
         the next execution starts from a fresh checkout anyway)."""
-        tip = await self.bring_back(facts, name)
-        paths = tuple(await self.uncommitted(facts))
+        tip, listed = await self.bring_back_listing(facts, name)
+        paths = tuple(listed)
         if tip == pinned and not paths:
             return None
         return Discarded(tip if tip != pinned else None, paths)
@@ -277,6 +324,7 @@ class RunBranches:
                 f"refs/heads/{facts.branch}": merged.commit,
             }
             await gitops.update_refs(self.layout.repo, moves, "sloop: sync")
+            self._merged_onto[facts.run_id] = (merged.commit, sha)
             return gitops.GitResult(ok=True, head=merged.commit)
         await self.fresh(facts, work)
         conflicts = await checkout_edits.rebase(

@@ -121,6 +121,8 @@ class StageExecutor:
                 before_move=announce,
                 # An abort past ``announce`` kills git and its hooks; the ref decides.
                 interrupt=active.interrupt,
+                descends_from=self.branches.merged_onto_main(facts, tip),
+                moved=lambda: self.merge_slot.give_back(facts.run_id),
             )
         finally:
             self.merge_slot.give_back(facts.run_id)
@@ -227,14 +229,16 @@ class StageExecutor:
         ``shipped``: a remote executor brought the work back already (recorded under
         the execution's ref, checked), its leftovers listed and auto-committed there.
         """
+        commit: str | None = None  # brought back, the run's branch moved with it
         if stage.action == "agent":
             if shipped is not None:
                 dirty = list(shipped.uncommitted)
             else:
-                dirty = await self.branches.uncommitted(facts)
+                commit, dirty = await self.branches.bring_back_listing(facts, name, advance=True)
                 if dirty and stage.commit == "auto":
                     await self.branches.commit_all(facts, _auto_message(facts, stage, attempt))
                     dirty = []
+                    commit = None  # brought back again below, with the daemon's commit
             if dirty and result.passed:
                 # The first few paths quoted, the rest counted: an agent chooses how many
                 # files it leaves and how long their names are, and every client reads
@@ -257,9 +261,9 @@ class StageExecutor:
             # person reads a kept run's worktree, and a next local stage starts in it.
             await self.branches.fresh(facts, commit)
             self.branches.untouched(facts, commit)
-        else:
-            commit = await self.branches.bring_back(facts, name)
-        await self.branches.advance(facts, commit)
+            await self.branches.advance(facts, commit)
+        elif commit is None:
+            commit = await self.branches.bring_back(facts, name, advance=True)
         return result.but(commit=commit)
 
     async def _run_panel(

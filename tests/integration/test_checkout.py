@@ -105,6 +105,11 @@ def test_create_refuses_a_bad_base_a_bad_branch_and_a_used_directory(setup: Setu
         run(checkout.create(setup.repo, setup.root / "y", "bad..name", setup.base, timeout=30))
     with pytest.raises(CheckoutError, match="not empty"):
         run(checkout.create(setup.repo, setup.work, "other", setup.base, timeout=30))
+    # A full sha of something that is no commit: refused by the reset, nothing left.
+    tree = git(setup.repo, "rev-parse", f"{setup.base}^{{tree}}")
+    with pytest.raises(CheckoutError, match="reading"):
+        run(checkout.create(setup.repo, setup.root / "z", "c", tree, timeout=30))
+    assert not (setup.root / "z").exists()
 
 
 # --- sandboxed git in the checkout ----------------------------------------------------
@@ -279,6 +284,68 @@ def test_a_hostile_checkout_runs_nothing_on_the_host(setup: Setup) -> None:
     assert git(setup.repo, "show", f"{sha}:work.txt") == "agent output"
 
 
+def objects_of(work: Path) -> list[str]:
+    return sorted(str(p) for p in (work / ".git" / "objects").rglob("*"))
+
+
+def test_the_listing_bring_back_runs_nothing_of_the_agents_and_writes_nothing_there(
+    setup: Setup,
+) -> None:
+    """The uncommitted listing runs in the upload-pack's sandbox (the checkout read-only):
+    it sees what the agent left through the daemon's own git directory, obeys none of
+    the agent's settings, and adds no object to the checkout; the run's branch moves in
+    the bring-back's transaction."""
+    markers = setup.root / "markers"
+    markers.mkdir()
+    plant(setup, markers)
+    (setup.work / "work.txt").write_text("agent output\n")
+    (setup.work / "c.txt").write_text("changed\n")
+    before = objects_of(setup.work)
+    upload = edits.listing_upload_pack(setup.work, BRANCH, setup.isolation)
+    edits.unlisted(setup.isolation)
+    also = (f"refs/heads/{BRANCH}",)
+    sha = run(
+        checkout.bring_back(
+            setup.repo,
+            setup.work,
+            BRANCH,
+            PRIVATE,
+            setup.base,
+            sandboxed_upload_pack=upload,
+            timeout=60,
+            also=also,
+        )
+    )
+    listed = edits.listed(setup.work, setup.isolation)
+    assert {"work.txt", "c.txt", ".sloop-payload"} <= set(listed)  # info/exclude not obeyed
+    assert list(markers.iterdir()) == [], "a payload ran outside the sandbox"
+    assert not (setup.work / ".payload-ran").exists(), "a payload ran inside it"
+    assert objects_of(setup.work) == before, "the listing wrote into the checkout"
+    assert head(setup.repo, PRIVATE) == head(setup.repo, also[0]) == sha == head(setup.work)
+    assert refs(setup.repo) == sorted(["refs/heads/main", also[0], PRIVATE])
+
+
+def test_a_listing_that_fails_says_why_and_leaves_no_list(setup: Setup) -> None:
+    git(setup.work, "branch", "-m", BRANCH, "renamed")
+    upload = edits.listing_upload_pack(setup.work, BRANCH, setup.isolation)
+    edits.unlisted(setup.isolation)
+    with pytest.raises(CheckoutError, match="fetching"):
+        run(
+            checkout.bring_back(
+                setup.repo,
+                setup.work,
+                BRANCH,
+                PRIVATE,
+                setup.base,
+                sandboxed_upload_pack=upload,
+                timeout=60,
+            )
+        )
+    with pytest.raises(CheckoutError, match="cannot read the files"):
+        edits.listed(setup.work, setup.isolation)
+    assert refs(setup.repo) == ["refs/heads/main"]
+
+
 def test_a_commondir_pointing_at_the_main_repository_reaches_nothing(setup: Setup) -> None:
     (setup.work / ".git" / "commondir").write_text(f"{setup.repo / '.git'}\n")
     parent = head(setup.repo, "main~1")
@@ -325,7 +392,8 @@ def test_a_cancelled_git_call_is_killed(setup: Setup) -> None:
         task = asyncio.create_task(
             checkout.run_in_checkout(setup.work, ["status"], iso, timeout=60)
         )
-        while not pidfile.exists():
+        # The pid written, not only the file made: a kill in between leaves it empty.
+        while not pidfile.exists() or not pidfile.read_text().strip():
             await asyncio.sleep(0.01)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -181,6 +181,34 @@ def test_ff_only_loses_the_race_to_another_writer(
     assert head(repo, "main") == raced[0] != tip
 
 
+def test_ff_only_runs_the_merges_maintenance_once_main_moved_and_the_caller_knows(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The merge in main's checkout starts no maintenance inside the caller's slot: the
+    caller is told main moved first (it gives the slot back), then maintenance runs."""
+    work = new_worktree(repo)
+    tip = commit(work, {"branch.txt": "x\n"})
+    real_git = gitops._git
+    calls: list[tuple[str, str, tuple[str, ...]]] = []
+
+    async def recording_git(cwd: Path, *args: str, **kw: Any) -> tuple[int, str, str]:
+        calls.append((args[0], head(repo, "main"), kw.get("settings", ())))
+        return await real_git(cwd, *args, **kw)
+
+    monkeypatch.setattr(gitops, "_git", recording_git)
+    told: list[str] = []
+    result = asyncio.run(
+        gitops.ff_only(repo, tip, "main", moved=lambda: told.append(head(repo, "main")))
+    )
+
+    assert result.ok
+    assert told == [tip]
+    assert [settings for kind, _, settings in calls if kind == "merge"] == [
+        ("maintenance.auto=false",)
+    ]
+    assert calls[-1][:2] == ("maintenance", tip)
+
+
 def test_ff_only_with_nothing_beyond_main_is_nothing_to_merge(repo: Path) -> None:
     work = new_worktree(repo)
     result = asyncio.run(gitops.ff_only(repo, head(work), "main"))

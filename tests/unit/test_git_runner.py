@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -224,3 +226,23 @@ def test_a_tool_that_finishes_keeps_its_result_under_an_interrupt_never_set() ->
 
     done = asyncio.run(finished())
     assert (done.returncode, done.stdout) == (0, "out\n")
+
+
+def test_a_tool_gets_the_loops_umask_though_started_while_it_is_narrowed() -> None:
+    """Tools start from a thread of their own; the loop narrows the process umask for a
+    moment while it binds a socket.  A tool started in that moment must still get the
+    umask the loop had when it asked (with 0177 its folders could not be entered)."""
+    before = os.umask(0o022)
+    os.umask(before)
+
+    async def started_in_the_narrow_moment() -> str:
+        task = asyncio.ensure_future(runner.run(["sh", "-c", "umask"], timeout=60))
+        await asyncio.sleep(0)  # the run has asked: its start waits for the other thread
+        os.umask(0o177)
+        try:
+            time.sleep(0.3)  # the loop holds the narrow umask, as around a bind
+        finally:
+            os.umask(before)
+        return (await task).stdout.strip()
+
+    assert int(asyncio.run(started_in_the_narrow_moment()), 8) == before
