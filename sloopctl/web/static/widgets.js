@@ -120,7 +120,9 @@ export function confirmAction({title, text, action, placeholder}) {
 // fallback when left empty); options.disabled: why it cannot be used now (shown).
 export function actionButton(label, verb, args, options = {}) {
   if (!current()?.actions) return null;
-  const out = h("span", {class: "action-result", role: "status"});
+  // Not a live region until its button is used: a page of 200 ticket rows would
+  // otherwise carry 200 (the page's live regions are the connection state and the log).
+  const out = h("span", {class: "action-result"});
   const button = h("button", {
     type: "button",
     class: `action action-${verb}`,
@@ -134,6 +136,7 @@ export function actionButton(label, verb, args, options = {}) {
         if (why) sent = {...sent, reason: why};
       }
       button.disabled = true;
+      out.setAttribute("role", "status"); // live from now on, so the answer is read out
       out.textContent = "…";
       const reply = await act(verb, sent);
       button.disabled = false;
