@@ -345,6 +345,7 @@ class RunManager:
         PAUSE_TOLERANCE_SECONDS credits the gap to every child before judging.
         """
         last_tick = time.monotonic()
+        stalled: set[str] = set()
         while True:
             await asyncio.sleep(STALL_CHECK_SECONDS)
             tick = time.monotonic()
@@ -356,6 +357,13 @@ class RunManager:
                     active.credit_pause(paused)
             for active in list(self.active.values()):
                 watchdog.check(active)
+            # A stall is read from the clock, not written: a run crossing its
+            # stall_after (or leaving it) is a new revision, so a held `show` (the
+            # web view's, `show --follow`) answers now rather than at its timeout.
+            now_stalled = {run_id for run_id, a in self.active.items() if a.stall() is not None}
+            if now_stalled != stalled:
+                stalled = now_stalled
+                self.daemon.changes.bump()
 
     async def collect_worktrees(self) -> list[str]:
         """``gc``: remove the worktrees that settled runs kept for inspection."""

@@ -448,3 +448,29 @@ def test_sloopctl_logs_follow_prints_a_new_line_while_the_run_is_in_flight(bench
     while not lines.empty():
         rest.append(lines.get())
     assert rest[-1].startswith("[implement#1 system] run settled needs_review")
+
+
+# --- show ------------------------------------------------------------------------------
+
+
+def test_a_held_show_answers_when_a_run_in_flight_becomes_stalled(bench: Bench) -> None:
+    """A stall is read off a clock, not written by anyone: a ``show`` held past the
+    dashboard's epoch must still answer when a run crosses its ``stall_after`` (the web
+    view and ``show --follow`` hold one), not only when the wait ends (30 s here; the
+    connection gives up after 10 s, so a missed wake-up fails the test)."""
+    agent = bench.argv("--say", "working", "--wait-for", bench.flag("done"))
+    bench.setup(sloop_toml(agent, extra='stall_after = "2s"'), {"slow": ticket_text("Slow")})
+    bench.start()
+    bench.post("slow")
+    bench.wait_stage_running("slow#1", "implement")
+    shown = bench.dashboard()
+    for _ in range(20):  # other revisions (the line stored, the stage's row) may come first
+        if any(run["stall"] for run in shown["runs"]):
+            break
+        since = shown["epoch"]
+        with holding(bench, {"verb": "show", "since": since, "wait_ms": WAIT_MS}) as held:
+            shown = held.data()
+        assert shown["epoch"] > since, shown
+    assert [run["stall"]["stage"] for run in shown["runs"] if run["stall"]] == ["implement"]
+    bench.release("done")
+    bench.wait_run("slow#1")
