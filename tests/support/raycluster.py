@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 RAY = Path(sys.executable).with_name("ray")
 START_TIMEOUT_S = 60.0
@@ -92,6 +93,23 @@ class Node:
         return found
 
 
+# Ports Ray keeps for its own components whether or not they run (the dashboard's
+# 8265 above all): a node whose worker-port range holds one refuses to start.
+RAY_DEFAULT_PORTS: Final = frozenset({6379, 8076, 8265, 10001, 52365, 52366})
+
+
+def _worker_ports(low: int, high: int) -> tuple[int, int]:
+    """The longest run of ports in ``low..high`` that holds none of Ray's defaults."""
+    best = (low, low - 1)
+    start = low
+    for port in range(low, high + 2):
+        if port > high or port in RAY_DEFAULT_PORTS:
+            if port - 1 - start > best[1] - best[0]:
+                best = (start, port - 1)
+            start = port + 1
+    return best
+
+
 @dataclass
 class RayCluster:
     root: Path
@@ -139,12 +157,13 @@ class RayCluster:
         once raced for the same free port otherwise ("bind: Address already in use")."""
         slot = self._slots.setdefault(name, len(self._slots) + 1)
         base = self.port + 200 * slot
+        low, high = _worker_ports(base + 10, base + 199)
         return [
             "--node-manager-port", str(base), "--object-manager-port", str(base + 1),
             "--runtime-env-agent-port", str(base + 2), "--metrics-export-port", str(base + 3),
             "--dashboard-agent-grpc-port", str(base + 4),
             "--dashboard-agent-listen-port", str(base + 5),
-            "--min-worker-port", str(base + 10), "--max-worker-port", str(base + 199),
+            "--min-worker-port", str(low), "--max-worker-port", str(high),
         ]  # fmt: skip
 
     def start_head(self) -> None:
