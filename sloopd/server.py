@@ -404,6 +404,7 @@ class Server:
             self._metrics_server.close()
         if self.runs is not None:
             await self.runs.stop_all(STOPPED_REASON)
+            self.runs.branches.stop_sweeping()  # the trash's backlog never holds a stop
         if self._groups is not None:
             await self._groups.stop_all()
         if self._ray is not None:

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import errno
 import os
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -102,6 +103,7 @@ class RunBranches:
         self.trash = layout.state_dir / "trash"
         self._sweeping: set[asyncio.Task[None]] = set()
         self._sweep_again = False
+        self._stopping = threading.Event()  # set by stop_sweeping; read in the sweep's thread
         # Where sync's merges are computed: no checkout, no agent's settings.
         self.scratch = scratch.ScratchRepository(
             layout.state_dir / "merge.git", self.common_dir / "objects"
@@ -202,13 +204,22 @@ class RunBranches:
             task.add_done_callback(self._sweeping.discard)
         return True
 
+    def stop_sweeping(self) -> None:
+        """The daemon stops: the sweep ends after the entry it is deleting. A backlog of
+        set-aside checkouts (thousands of files each after a long drain) held the stop
+        past systemd's and the benchmark's grace, until SIGKILL; what is left is swept
+        with the next daemon's first set-aside."""
+        self._stopping.set()
+
     async def _sweep_while_needed(self) -> None:
-        while self._sweep_again:
+        while self._sweep_again and not self._stopping.is_set():
             self._sweep_again = False
             await asyncio.to_thread(self._sweep)
 
     def _sweep(self) -> None:
         for entry in self.trash.iterdir():
+            if self._stopping.is_set():
+                return
             with contextlib.suppress(OSError, trees.NotAFolder):
                 trees.remove_blocking(entry)
 
