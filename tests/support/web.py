@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import orjson
+import pytest
 
 from tests.support.daemon import sloopctl_argv, sloopctl_env
 
@@ -42,6 +43,12 @@ def socket_of(bench: Bench) -> Path:
 
 def browser_available() -> bool:
     return Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()
+
+
+# The browser tests' one skip, with its reason (`make test` installs both packages).
+needs_browser = pytest.mark.skipif(
+    not browser_available(), reason="chromium and chromium-driver are not installed"
+)
 
 
 @dataclass

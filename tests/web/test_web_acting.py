@@ -13,16 +13,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.support.agents import Bench, sloop_toml, ticket_text
 from tests.support.daemon import wait_until
 from tests.support.web import (
-    browser_available,
     chromium,
     console_errors,
     gateway,
     has_text,
+    needs_browser,
     screenshot,
     socket_of,
     start_gateway,
@@ -30,9 +28,7 @@ from tests.support.web import (
     wait_for,
 )
 
-pytestmark = pytest.mark.skipif(
-    not browser_available(), reason="chromium and chromium-driver are not installed"
-)
+pytestmark = needs_browser
 
 
 def verbs(driver: Any, css: str) -> list[str]:

@@ -9,24 +9,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.support.agents import Bench, install_probe, probe_argv, sloop_toml, ticket_text
 from tests.support.web import (
-    browser_available,
     chromium,
     console_errors,
     gateway,
     has_text,
+    needs_browser,
     screenshot,
     socket_of,
     text_of,
     wait_for,
 )
 
-pytestmark = pytest.mark.skipif(
-    not browser_available(), reason="chromium and chromium-driver are not installed"
-)
+pytestmark = needs_browser
 
 
 def test_the_dashboard_shows_a_posted_ticket(bench: Bench, tmp_path: Path) -> None:

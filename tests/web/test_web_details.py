@@ -12,17 +12,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from sloopctl.usage_text import usage_text
 from tests.support.agents import Bench, install_probe, probe_argv, sloop_toml, ticket_text
 from tests.support.usage_stream import SPEC, line
 from tests.support.web import (
-    browser_available,
     chromium,
     console_errors,
     gateway,
     has_text,
+    needs_browser,
     screenshot,
     socket_of,
     text_of,
@@ -30,9 +28,7 @@ from tests.support.web import (
 )
 from tests.unit.test_sloopctl_details import COUNTS, USAGES
 
-pytestmark = pytest.mark.skipif(
-    not browser_available(), reason="chromium and chromium-driver are not installed"
-)
+pytestmark = needs_browser
 ROOT = Path(__file__).resolve().parents[2]
 
 

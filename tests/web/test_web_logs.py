@@ -15,25 +15,22 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 
 from tests.support.agents import Bench, sloop_toml, ticket_text
 from tests.support.daemon import sloopctl_argv, sloopctl_env
 from tests.support.web import (
     EventStream,
-    browser_available,
     chromium,
     console_errors,
     gateway,
     has_text,
+    needs_browser,
     screenshot,
     socket_of,
     wait_for,
 )
 
-pytestmark = pytest.mark.skipif(
-    not browser_available(), reason="chromium and chromium-driver are not installed"
-)
+pytestmark = needs_browser
 
 CLAUDE_STREAM = Path(__file__).parents[1] / "unit" / "streams" / "claude-success.jsonl"
 # Every line of the log as the page shows it now: the rows of each visible record,

@@ -11,24 +11,21 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
-import pytest
 
 from tests.support.agents import Bench, sloop_toml, ticket_text
 from tests.support.web import (
-    browser_available,
     chromium,
     console_errors,
     gateway,
     has_text,
+    needs_browser,
     screenshot,
     socket_of,
     text_of,
     wait_for,
 )
 
-pytestmark = pytest.mark.skipif(
-    not browser_available(), reason="chromium and chromium-driver are not installed"
-)
+pytestmark = needs_browser
 
 DASH = "\N{EN DASH}"  # the page writes a range of rows with it
 
