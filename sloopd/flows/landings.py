@@ -1,11 +1,13 @@
 """Where a flow lands: its ``sync`` → gate stages → ``ff_only`` spans (DESIGN rule 9).
 
 A *landing* is a ``sync`` and the first ``ff_only`` after it with no other ``sync``
-between; the stages strictly between them are its *gate*.  A run whose walk reaches a
+between, and at least one stage between them: its *gate*.  A run whose walk reaches a
 landing's ``sync`` joins the merge queue (``sloopd.landing``): its ``sync`` builds a
 candidate on the candidate ahead, its gate stages run on that candidate and never move
-it, and its ``ff_only`` lands it in queue order.  A flow without a landing (no
-``sync``, or a ``sync`` no ``ff_only`` follows) walks as it did before the queue.
+it, and its ``ff_only`` lands it in queue order.  A flow without a landing walks as it
+did before the queue: a ``sync`` right before its ``ff_only`` (the default flow) needs
+no queue, since nothing runs between them: the two are one step under main's slot
+(sloopd.runs.merge_slot), so main cannot move between the merge and the merge.
 
 Pure functions over the stages' actions, so the flow, the walk and the queue all ask
 the same question the same way.
@@ -46,7 +48,8 @@ def spans(stages: Sequence[_Staged]) -> tuple[Span, ...]:
         if stage.action == "sync":
             sync = index  # a later sync starts the landing afresh
         elif stage.action == "ff_only" and sync is not None:
-            found.append(Span(sync, index))
+            if index > sync + 1:  # a gate between them; else sync and merge are one step
+                found.append(Span(sync, index))
             sync = None
     return tuple(found)
 

@@ -73,6 +73,9 @@ class Entry:
     candidate: str | None = None
     # Why the candidate must be rebuilt, once it must; cleared when its sync starts again.
     stale: str | None = None
+    # Its sync failed (a conflict with the work ahead): it has no candidate, so those
+    # behind build past it, on the candidate ahead of it, until it leaves or rebuilds.
+    conflicted: bool = False
     builds: int = 0
     gate_executions: int = 0
 

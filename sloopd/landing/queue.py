@@ -127,7 +127,8 @@ class MergeQueue:
         while True:
             ahead = self._ahead(run_id)
             if len(ahead) < self.window:
-                nearest = ahead[-1] if ahead else None
+                built_ahead = [e for e in ahead if not e.conflicted]
+                nearest = built_ahead[-1] if built_ahead else None
                 if nearest is None:
                     main = await self._read_main()
                     if main is None:
@@ -152,6 +153,7 @@ class MergeQueue:
         self, entry: Entry, onto: str, runs: tuple[str, ...], branches: tuple[str, ...]
     ) -> Go:
         entry.state, entry.candidate, entry.stale = "building", None, None
+        entry.conflicted = False
         entry.onto_commit, entry.onto_runs, entry.onto_branches = onto, runs, branches
         entry.builds += 1
         self._notify()
@@ -164,6 +166,13 @@ class MergeQueue:
             return
         entry.candidate, entry.state = candidate, "gating"
         self._notify()
+
+    def build_failed(self, run_id: str) -> None:
+        """Its sync failed: no candidate; those behind may build past it meanwhile."""
+        entry = self._entries.get(run_id)
+        if entry is not None:
+            entry.conflicted = True
+            self._notify()
 
     def gate_started(self, run_id: str) -> None:
         entry = self._entries.get(run_id)

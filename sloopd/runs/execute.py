@@ -8,7 +8,6 @@ producing work, ended on), what a reviewing stage discarded, and a diagnosis.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
@@ -27,8 +26,8 @@ from sloopd.git import ops as gitops
 from sloopd.git.checkout import CheckoutError
 from sloopd.landing.queue import MergeQueue
 from sloopd.proc.stage_io import StageEnd
-from sloopd.runs import cli_sight
-from sloopd.runs.branch import Discarded, RunBranches, produces
+from sloopd.runs import cli_sight, outcomes
+from sloopd.runs.branch import RunBranches, produces
 from sloopd.runs.merge_slot import MergeSlot
 from sloopd.runs.placing import Work
 from sloopd.runs.records import RunRecords
@@ -64,6 +63,9 @@ class StageExecutor:
     async def execute(
         self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
     ) -> StageResult:
+        if stage.action != "ff_only":
+            # The slot a sync took is for the ff_only right after it, nothing else.
+            self.merge_slot.give_back(facts.run_id)
         try:
             if stage.action in ("agent", "command"):
                 return await self._run_child(active, facts, stage, attempt)
@@ -126,19 +128,30 @@ class StageExecutor:
             )
         finally:
             self.merge_slot.give_back(facts.run_id)
-        return _git_result(outcome).but(commit=tip)
+        return outcomes.git_result(outcome).but(commit=tip)
 
     async def _sync(self, facts: RunFacts, stage: Stage, main: str, name: str) -> StageResult:
         """The run's own work merged with main, or, at a landing, with the merge-queue
-        candidate ahead (``main + A + …``, sloopd.landing): its candidate."""
+        candidate ahead (``main + A + …``, sloopd.landing): its candidate.  A sync right
+        before its ``ff_only`` keeps main's slot across that one boundary instead
+        (sloopd.runs.merge_slot): main cannot move between the merge and the merge."""
         mode: Literal["merge", "rebase"] = "rebase" if stage.mode == "rebase" else "merge"
         state = self.records.replay(facts)
         # Its own work, never an earlier candidate: that holds runs that may have left.
         work = state.own_work(stage.name) or await self.branches.base(facts)
         build = self.queue.build_of(facts.run_id) if self.queue is not None else None
-        onto = None if build is None else (build.onto, build.ahead)
-        outcome = await self.branches.sync(facts, main, mode, work, name, onto)
-        result = _git_result(outcome)
+        keeps_slot = build is None and _followed_by_ff_only(facts, stage)
+        if keeps_slot:
+            await self.merge_slot.take(facts.run_id)
+        kept = False
+        try:
+            onto = None if build is None else (build.onto, build.ahead)
+            outcome = await self.branches.sync(facts, main, mode, work, name, onto)
+            kept = keeps_slot and outcome.ok
+        finally:
+            if not kept:
+                self.merge_slot.give_back(facts.run_id)
+        result = outcomes.git_result(outcome)
         return result.but(commit=outcome.head) if outcome.ok else result
 
     def diagnose(self, active: ActiveRun) -> dict[str, Any]:
@@ -180,7 +193,7 @@ class StageExecutor:
         if isinstance(code, str):
             return StageResult.checked("exit_code", False, code)
         if end is not None and end.lost is not None:
-            return _lost(end.lost, end.node)
+            return outcomes.lost(end.lost, end.node)
         result = self._judge(facts, stage, attempt, code)
         if code == 127 and not result.passed:
             result = _unseen_program(active, command, result)
@@ -195,7 +208,7 @@ class StageExecutor:
         shipped = end if end is not None and end.commit is not None else None
         if not produces(stage):
             left = (
-                _shipped_leftovers(shipped, pinned)
+                outcomes.shipped_leftovers(shipped, pinned)
                 if shipped is not None
                 else await self.branches.review_leftovers(facts, pinned, name)
             )
@@ -309,7 +322,7 @@ class StageExecutor:
                 active.seat_ended()
             shipped = end if end is not None and end.commit is not None else None
             if shipped is not None:
-                left = _shipped_leftovers(shipped, pinned)
+                left = outcomes.shipped_leftovers(shipped, pinned)
             elif end is not None and end.lost is not None:
                 left = None  # nothing came back from the lost node
             else:
@@ -348,7 +361,7 @@ class StageExecutor:
         if stage.result_check == "exit_code":
             passed = code == 0
             return StageResult.checked(
-                "exit_code", passed, None if passed else _exit_reason(code), code
+                "exit_code", passed, None if passed else outcomes.exit_reason(code), code
             )
         state = self.records.replay(facts)
         current = state.current
@@ -371,20 +384,10 @@ def _auto_message(facts: RunFacts, stage: Stage, attempt: int) -> str:
     return f"sloop: {facts.ticket_name} ({facts.ticket}), stage '{stage.name}' execution {attempt}"
 
 
-def _shipped_leftovers(end: StageEnd, pinned: str) -> Discarded | None:
-    """What a reviewing child on a node committed or left (recorded, never merged)."""
-    if end.commit == pinned and not end.uncommitted:
-        return None
-    return Discarded(end.commit if end.commit != pinned else None, end.uncommitted)
-
-
-def _lost(reason: str, node: Mapping[str, str] | None) -> StageResult:
-    """A child whose Ray node (or actor) was lost: failed, transient (queued again)."""
-    detail = f"{NODE_LOST_REASON}: {reason}"
-    result = StageResult.checked("exit_code", False, detail)
-    if node is not None:
-        result = result.but(node=dict(node))
-    return result.but(diagnosis=daemon_diagnosis(NODE_LOST, detail))
+def _followed_by_ff_only(facts: RunFacts, stage: Stage) -> bool:
+    stages = facts.flow.stages
+    position = facts.flow.index(stage.name) + 1
+    return position < len(stages) and stages[position].action == "ff_only"
 
 
 def _unseen_program(
@@ -399,19 +402,3 @@ def _unseen_program(
         sandboxed=active.config.sandbox != "none",
     )
     return result if hint is None else result.but(reason=f"{result.reason}: {hint}")
-
-
-def _exit_reason(code: int) -> str:
-    if code < 0:
-        return f"killed by signal {-code}"
-    return f"exited with code {code}"
-
-
-def _git_result(outcome: gitops.GitResult) -> StageResult:
-    return StageResult(
-        passed=outcome.ok,
-        exit_code=None,
-        verdict_source="git",
-        reason=outcome.reason,
-        final=bool(outcome.final),
-    ).naming(outcome.paths or ())

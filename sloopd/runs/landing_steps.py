@@ -114,6 +114,8 @@ class LandingSteps:
             return result
         if stage.advisory:
             return result
+        if index == span.sync:
+            self.queue.build_failed(run_id)
         judged = await self.queue.judge_failure(run_id, active.interrupt)
         if isinstance(judged, Rebuild):
             return StageResult.rebuilt(judged.cause, result.commit).but(usage=result.usage)

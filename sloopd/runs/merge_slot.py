@@ -1,10 +1,15 @@
-"""Who may move main: one ``ff_only`` at a time.
+"""Who may move main: one run at a time, from a ``sync`` through the ``ff_only`` right after it.
 
-Since 0.9 the merge queue (sloopd.landing) orders a landing's ``sync`` and ``ff_only``:
-each run builds on the candidate ahead and lands only after it, so no slot is held
-from a sync to the merge any more.  The slot still serialises the moves themselves:
-a landing's fast-forward and the ``ff_only`` of a flow with no landing (no ``sync``
-before it), which the queue sees as main moving outside it.
+A ``sync`` whose next stage is an ``ff_only`` (the default flow) takes the slot and keeps
+it across that one stage boundary: nothing can move main between the merge and the
+fast-forward, and the ``ff_only`` finds main where ``sync`` left it.  With eight runs at
+a time a race there was lost most of the time (5.5 ``sync`` executions per run in the
+drain benchmark before the slot).  Any other stage, the end of the ``ff_only``, a
+failed ``sync`` and the end of the run's driver give the slot back.
+
+A landing with gate stages between its ``sync`` and ``ff_only`` is the merge queue's
+(sloopd.landing): it orders those runs itself, and its ``ff_only`` takes the slot only
+around the move of main, so the two kinds of merge never interleave.
 """
 
 from __future__ import annotations

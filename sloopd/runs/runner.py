@@ -143,7 +143,7 @@ class RunManager:
             self.active.pop(run_id, None)
             self.sink.forget(run_id)
             self.branches.forget(run_id)
-            # A run stopped in its ff_only must not keep main's slot.
+            # A run stopped between its sync and its ff_only must not keep main's slot.
             self.executor.merge_slot.give_back(run_id)
             # Nor its place in the merge queue: those behind it are rebuilt without it.
             self.landing.ended(active)

@@ -28,6 +28,7 @@ from sloopd.views.board import (
     in_flight_rows,
     live_recent_row,
     live_total,
+    merge_queue_part,
     queue_fields,
 )
 
@@ -39,6 +40,7 @@ def compose(daemon: Daemon, snapshot: Snapshot, limit: int) -> dict[str, Any]:
     view: dict[str, Any] = {"kind": "dashboard", "daemon": daemon.info()}
     view["gate"] = snapshot.gate.row()
     view["runs"] = in_flight_rows(daemon, snapshot)
+    view.update(orjson.loads(b"{" + merge_queue_part(daemon)[1:] + b"}"))
     attention, attention_total = attention_runs(daemon)
     view["attention"] = [orjson.loads(run.encoded) for run in attention]
     view["attention_total"] = attention_total
