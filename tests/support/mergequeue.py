@@ -373,10 +373,10 @@ def reflog(repo: Path, ref: str = "refs/heads/main") -> list[str]:
     return git(repo, "reflog", "show", "--format=%H", ref).split()
 
 
-def main_agent_commits(repo: Path) -> list[tuple[str, str]]:
-    """(ticket, run) of every queue-agent commit main holds."""
+def main_agent_commits(repo: Path, rev: str = "main") -> list[tuple[str, str]]:
+    """(ticket, run) of every queue-agent commit main (or ``rev``) holds."""
     found = []
-    for subject in git(repo, "log", "--format=%s", "main").splitlines():
+    for subject in git(repo, "log", "--format=%s", rev).splitlines():
         parts = subject.split()
         if len(parts) == 3 and parts[0] == "queue-agent":
             found.append((parts[1], parts[2]))
