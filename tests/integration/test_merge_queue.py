@@ -409,9 +409,6 @@ def test_the_queue_is_visible_in_show_and_events(bench: Bench) -> None:
         shown = bench.show_run(aliases[name])["queue"]  # type: ignore[index]
         keep = ("run", "position", "candidate", "onto", "onto_commit")
         assert {k: shown[k] for k in keep} == {k: entry[k] for k in keep}, (shown, entry)
-    said = mq.sloopctl(bench, "show", aliases["v2"])
-    assert said.returncode == 0, said
-    assert "2nd in the merge queue" in said.stdout, said.stdout
 
     bench.release(mq.HOLD)
     runs = mq.wait_runs(bench, aliases.values())
@@ -427,3 +424,28 @@ def test_the_queue_is_visible_in_show_and_events(bench: Bench) -> None:
         assert joined["data"]["position"] >= 1, joined
         assert landed["data"]["commit"] == mq.merged_commit(run), (landed, table)
         assert landed["data"]["waited_ms"] >= 0, landed
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_sloopctl_show_says_a_runs_place_in_the_queue(bench: Bench) -> None:
+    """A person reads ``sloopctl show RUN``: "2nd in the merge queue, its tests running
+    on main + R1" (issue 32, "Visible")."""
+    names = ["h1", "h2"]
+    mq.setup(
+        bench,
+        mq.queue_flow(bench, gate_s=0.2, hold=True),
+        {name: mq.queue_ticket(f"Ticket {name}") for name in names},
+        parallel=len(names),
+    )
+    bench.start()
+    aliases = mq.post_in_order(bench, names)
+    first = bench.show_run(aliases["h1"])
+    assert first is not None
+    said = mq.sloopctl(bench, "show", aliases["h2"])
+    bench.release(mq.HOLD)
+    assert said.returncode == 0, said
+    assert "2nd in the merge queue" in said.stdout, said.stdout
+    assert f"main + {first['id']}" in said.stdout, said.stdout
+    runs = mq.wait_runs(bench, aliases.values())
+    assert {run["state"] for run in runs.values()} == {"merged"}, mq.summary(runs)
