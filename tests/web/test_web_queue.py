@@ -246,7 +246,7 @@ def test_the_dashboard_draws_the_queue_in_order_after_the_runs_in_flight(
         activity = text_of(driver, "#activity")
         assert "joined the merge queue, 3rd" in activity
         assert "landed 3f2a9c1d0b12 after 1 min 35 s in the queue" in activity
-        assert event_words("queue_joined", {"position": 3}) in activity
+        assert str(event_words("queue_joined", {"position": 3})) in activity
         screenshot(driver, tmp_path, "queue-dashboard")
         assert console_errors(driver) == []
 
