@@ -21,12 +21,15 @@ from sloopd.core import executor_config
 from sloopd.core.logsink import LogSink
 from sloopd.core.paths import Layout
 from sloopd.core.state import Daemon
+from sloopd.git import ops as gitops
+from sloopd.landing.queue import MergeQueue
 from sloopd.proc.children import Child, ProcessGroups
 from sloopd.proc.stage_io import Launcher
 from sloopd.remote.cluster_gate import ClusterGate
 from sloopd.remote.launcher import RayExecutor, RayLauncher
 from sloopd.runs.branch import RunBranches
 from sloopd.runs.execute import StageExecutor
+from sloopd.runs.landing_steps import LandingSteps
 from sloopd.runs.launch import HostLauncher, SandboxLauncher, protected_paths
 from sloopd.runs.merge_slot import MergeSlot
 from sloopd.runs.records import RunRecords
@@ -132,12 +135,23 @@ def run_manager(
         protected=protected_paths(layout),
     )
     children = ChildStarter(layout, records, credentials, worker_sockets.path, launchers)
+    steps: list[LandingSteps] = []  # the queue tells the steps, built right after it
+
+    async def read_main() -> str | None:
+        return await gitops.rev_parse(layout.repo, daemon.config.repo.main)
+
+    queue = MergeQueue(
+        daemon, read_main=read_main, on_stale=lambda run, cause: steps[0].stale(run, cause)
+    )
+    steps.append(LandingSteps(queue, records, active))
+    daemon.merge_queue = queue
     executor = StageExecutor(
         daemon,
         records,
         children,
         branches,
-        merge_slot=MergeSlot(),  # one run at a time moves main (its sync, then ff_only)
+        merge_slot=MergeSlot(),  # one fast-forward of main at a time
+        queue=queue,
     )
     return RunManager(
         daemon,
@@ -148,5 +162,6 @@ def run_manager(
         launchers=launchers,
         branches=branches,
         executor=executor,
+        landing=steps[0],
         on_settled=daemon.poke,  # a slot is free: the scheduler may claim
     )

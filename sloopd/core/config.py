@@ -53,6 +53,13 @@ class RepoConfig:
     # Free bytes captured output never takes on the state directory's filesystem
     # (sloopd.core.logroom); None: a tenth of the filesystem, at most 256 MiB.
     disk_reserve: int | None = None
+    # How many runs of the merge queue build and gate their candidates at once
+    # (sloopd.landing); None: ``parallel``.
+    merge_window: int | None = None
+
+    @property
+    def window(self) -> int:
+        return self.merge_window if self.merge_window is not None else self.parallel
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +240,13 @@ def _disk_reserve(value: Any, where: str) -> int:
         raise ConfigError(f"{where}'repo.disk_reserve': {exc}") from exc
 
 
+def _count(section: dict[str, Any], key: str, default: int, where: str) -> int:
+    value = section.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where}'repo.{key}' must be an integer of at least 1")
+    return value
+
+
 def _repo_section(section: Any, where: str) -> RepoConfig:
     if not isinstance(section, dict):
         raise ConfigError(f"{where}'repo' must be a table")
@@ -247,10 +261,9 @@ def _repo_section(section: Any, where: str) -> RepoConfig:
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(f"{where}'repo.{key}' must be a non-empty string")
         values[key] = value
-    parallel = section.get("parallel", defaults.parallel)
-    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
-        raise ConfigError(f"{where}'repo.parallel' must be an integer of at least 1")
-    values["parallel"] = parallel
+    values["parallel"] = _count(section, "parallel", defaults.parallel, where)
+    if "merge_window" in section:
+        values["merge_window"] = _count(section, "merge_window", 1, where)
     if "git_timeout" in section:
         values["git_timeout_ms"] = _git_timeout(section["git_timeout"], where)
     if "max_ticket_bytes" in section:

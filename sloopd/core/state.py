@@ -43,6 +43,17 @@ class LiveRun(Protocol):
     def live_node(self) -> dict[str, Any] | None: ...
 
 
+class QueueView(Protocol):
+    """The merge queue as the read side sees it (sloopd.landing.queue.MergeQueue)."""
+
+    @property
+    def window(self) -> int: ...
+
+    def rows(self) -> list[dict[str, Any]]: ...
+
+    def row_of(self, run_id: str) -> dict[str, Any] | None: ...
+
+
 def _nothing() -> None:
     pass
 
@@ -63,6 +74,8 @@ class Daemon:
     # both at construction; read by show for live fields.
     active_runs: Mapping[str, LiveRun] = field(default_factory=dict)
     metrics: Metrics | None = None
+    # The merge queue (0.9), set by the composition root; None until the runs exist.
+    merge_queue: QueueView | None = None
     # Why a sandbox cannot start on this host (the last probe), None when it can.
     sandbox_problem: str | None = None
     # The configured presets whose CLI the sandbox would not find (sloopd.runs.cli_sight),

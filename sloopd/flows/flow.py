@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from sloopd.flows import placement
+from sloopd.flows import landings, placement
 from sloopd.flows.agent_settings import (
     DEFAULT_AGENT_COMMAND,
     AgentSettings,
@@ -23,6 +23,8 @@ from sloopd.flows.agent_settings import (
     preset_named,
     stream,
 )
+from sloopd.flows.panel_keys import Reviewer
+from sloopd.flows.panel_keys import panel as _panel
 from sloopd.flows.placement import Placement
 from sloopd.util.names import NAME_RULE, name_problem
 
@@ -71,19 +73,6 @@ COMMIT_MODES = ("manual", "auto")
 
 
 @dataclass(frozen=True, slots=True)
-class Reviewer:
-    target: str
-    command: tuple[str, ...]
-    stream: str | None = None  # None: the stage's (else the agent's) stream
-    # Variables the seat's preset passes through by name, beside agent.env.
-    env: tuple[str, ...] = ()
-    # The seat's preset's login files (``~/...``), read-only in its HOME when present.
-    logins: tuple[str, ...] = ()
-    # Its own backend and resources (sloopd.flows.placement); None: the stage's.
-    placement: Placement | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class Stage:
     name: str
     action: Action
@@ -113,6 +102,10 @@ class Stage:
     logins: tuple[str, ...] = ()
     # Its own backend and resources (sloopd.flows.placement); None: [executor]'s.
     placement: Placement | None = None
+    # Derived, never read from sloop.toml: the stage sits between a landing's sync and
+    # its ff_only (sloopd.flows.landings), so it runs on the run's merge-queue candidate
+    # and never moves it.  Set by ``Flow`` itself whatever built it.
+    gate: bool = False
 
     @property
     def advisory(self) -> bool:
@@ -126,6 +119,19 @@ class Flow:
     # The flow's own run budget; None falls back to [agent]'s.
     max_cost_usd: float | None = None
     max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        # A snapshot's "gate" is recomputed too: the flow's shape decides, nothing stored.
+        gates = landings.gate_positions(self.stages)
+        marked = tuple(
+            replace(stage, gate=index in gates) if stage.gate != (index in gates) else stage
+            for index, stage in enumerate(self.stages)
+        )
+        object.__setattr__(self, "stages", marked)
+
+    def landing(self, name: str) -> landings.Span | None:
+        """The landing stage ``name`` belongs to (its sync, a gate stage, its ff_only)."""
+        return landings.span_at(self.stages, self.index(name))
 
     def budget(self, agent: AgentSettings) -> Budget:
         """The budget a run of this flow spends: the flow's figures, else [agent]'s."""
@@ -219,8 +225,27 @@ def _flow(name: str, body: Any) -> Flow:
     stages: list[Stage] = []
     for index, raw in enumerate(raw_stages):
         stages.append(_stage(f"{where}.stages[{index}]", raw, stages))
+    _check_landing_returns(where, stages)
     limits = budget(body, where)
     return Flow(name, tuple(stages), limits.max_cost_usd, limits.max_tokens)
+
+
+def _check_landing_returns(where: str, stages: list[Stage]) -> None:
+    """A landing's stages go back to its sync or before, never into its gate: a gate runs
+    on the candidate its sync built, which a return past the sync would not rebuild."""
+    for span in landings.spans(stages):
+        for index in range(span.sync + 1, span.ff_only + 1):
+            target = stages[index].return_to
+            if target is None:
+                continue
+            position = next(i for i, s in enumerate(stages) if s.name == target)
+            if span.sync < position:
+                raise FlowError(
+                    f"'{where}.stages[{index}].return_to': '{target}' is a gate stage of "
+                    f"the landing '{stages[span.sync].name}' → '{stages[span.ff_only].name}'"
+                    f"; return to '{stages[span.sync].name}' or an earlier stage (the merge "
+                    "queue's candidate is built by the sync)"
+                )
 
 
 def _stage(where: str, raw: Any, earlier: list[Stage]) -> Stage:
@@ -381,47 +406,3 @@ def _return_edge(
     if isinstance(returns, bool) or not isinstance(returns, int) or returns < 1:
         raise FlowError(f"'{where}.returns' must be an integer of at least 1")
     return return_to, returns
-
-
-def _reviewer(key: str, entry: dict[str, Any], target: str, seat_stream: str | None) -> Reviewer:
-    """A seat runs its ``command``, or its preset's (``agent = "gemini"``)."""
-    if "agent" in entry:
-        if "command" in entry:
-            raise FlowError(f"set '{key}.agent' or '{key}.command', not both")
-        chosen = preset_named(entry["agent"], f"{key}.agent")
-        return Reviewer(
-            target, chosen.command, seat_stream or chosen.stream, chosen.env, chosen.logins
-        )
-    return Reviewer(target, argv(entry.get("command"), f"{key}.command"), seat_stream)
-
-
-def _panel(where: str, raw: dict[str, Any], check: str) -> tuple[tuple[Reviewer, ...], int]:
-    if check != "panel":
-        for key in ("reviewers", "quorum"):
-            if key in raw:
-                raise FlowError(f"'{where}.{key}' is only for result_check = \"panel\"")
-        return (), 0
-    listed = raw.get("reviewers")
-    if not isinstance(listed, list) or not listed:
-        raise FlowError(f"'{where}.reviewers': a panel needs at least one reviewer")
-    reviewers = []
-    for index, entry in enumerate(listed):
-        key = f"{where}.reviewers[{index}]"
-        seat_keys = {"target", "command", "agent", "stream", "backend", "resources"}
-        if not isinstance(entry, dict) or set(entry) - seat_keys:
-            raise FlowError(
-                f"'{key}' must be a table with 'target' and 'command' or 'agent' (and 'stream')"
-            )
-        target = entry.get("target")
-        if not isinstance(target, str) or not target:
-            raise FlowError(f"'{key}.target' must be a non-empty string")
-        seat_stream = stream(entry["stream"], f"{key}.stream") if "stream" in entry else None
-        try:
-            placed = placement.of(entry, key)
-        except placement.PlacementError as exc:
-            raise FlowError(str(exc)) from exc
-        reviewers.append(replace(_reviewer(key, entry, target, seat_stream), placement=placed))
-    quorum = raw.get("quorum", len(reviewers))
-    if isinstance(quorum, bool) or not isinstance(quorum, int) or not 1 <= quorum <= len(reviewers):
-        raise FlowError(f"'{where}.quorum' must be between 1 and {len(reviewers)}")
-    return tuple(reviewers), quorum

@@ -68,11 +68,19 @@ class StageResult:
     diagnosis: dict[str, Any] | None = None
     # Where a remote executor ran the child ({"id", "host"}); None on the daemon's host.
     node: dict[str, Any] | None = None
+    # Why it ended before its check decided (walk.ENDED_BY_*); None: it was decided.
+    ended_by: str | None = None
 
     @classmethod
     def interrupted(cls, reason: str) -> StageResult:
         """A stage that never finished its check: failed, with only why."""
-        return cls(passed=False, reason=reason)
+        return cls(passed=False, reason=reason, ended_by="interrupted")
+
+    @classmethod
+    def rebuilt(cls, cause: str, commit: str | None) -> StageResult:
+        """A landing stage cut short because the merge queue rebuilds the run's candidate:
+        failed for v1 clients, no failure of the run's (no returns spent)."""
+        return cls(passed=False, reason=f"rebuilt: {cause}", commit=commit, ended_by="rebuilt")
 
     @classmethod
     def checked(
@@ -92,7 +100,7 @@ class StageResult:
         kept, omitted = quoting.listed_paths(paths)
         return replace(self, paths=kept, paths_omitted=omitted)
 
-    def to_row(self) -> dict[str, Any]:
+    def to_row(self) -> dict[str, Any]:  # noqa: C901 - one flat if per optional key
         """The stage_finished row's data: optional keys only when they carry a fact."""
         row: dict[str, Any] = {"passed": self.passed}
         if self.verdict_source is not None:
@@ -119,4 +127,6 @@ class StageResult:
             row["diagnosis"] = self.diagnosis
         if self.node is not None:
             row["node"] = self.node
+        if self.ended_by is not None:
+            row["ended_by"] = self.ended_by
         return row

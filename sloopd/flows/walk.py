@@ -26,6 +26,12 @@ NOTE = "note"
 # Written by ff_only just before main's ref moves: after a crash, the ref says whether
 # the merge it announces happened (sloopd.runs.recovery).
 MERGE_INTENT = "merge_intent"
+# 0.9 (store schema 4): the merge queue sends the walk back to its landing's sync,
+# spending no returns: a run ahead left the queue, or main moved outside it.
+REBUILT = "rebuilt"
+# Why an execution ended before its check could decide it (the stage row's ``ended_by``).
+ENDED_BY_REBUILT = "rebuilt"
+ENDED_BY_INTERRUPTED = "interrupted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,13 +71,17 @@ class Execution:
     usage: dict[str, Any] | None = None
     # The Ray node its child ran on ({"id", "host"}); None: the daemon's host.
     node: dict[str, Any] | None = None
+    # Why it ended before its check decided it: "rebuilt" (the merge queue rebuilt the
+    # run's candidate), "interrupted" (a restart); None: it ran to its verdict.
+    ended_by: str | None = None
 
     @property
     def running(self) -> bool:
         return self.passed is None
 
 
-Next = Literal["start", "running", "return", "halt", "done"]
+# "rebuild": an execution the merge queue cut short; a ``rebuilt`` row follows.
+Next = Literal["start", "running", "return", "rebuild", "halt", "done"]
 
 
 @dataclass(slots=True)
@@ -88,6 +98,9 @@ class Walk:
     corrupt: str | None = None
     settled: dict[str, Any] | None = None  # the halted row's data, once written
     notes: list[dict[str, Any]] = field(default_factory=list)
+    # The merge queue's rebuilds so far, each {"stage", "cause", "at_ms"} (none spends
+    # a returns budget).
+    rebuilds: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def current(self) -> Execution | None:
@@ -98,6 +111,19 @@ class Walk:
     def merge_target(self) -> str | None:
         """The commit the last passing gating stage ran on: what ff_only may merge."""
         for execution in reversed(self.executions):
+            if execution.passed and not execution.stage.advisory and execution.commit:
+                return execution.commit
+        return None
+
+    def own_work(self, stage_name: str) -> str | None:
+        """What a landing's ``sync`` builds from: the run's own work, i.e. the last passing
+        gating stage's commit outside that landing.  A rebuild must not build on the old
+        candidate, which holds the work of runs that have since left the queue."""
+        span = self.flow.landing(stage_name)
+        for execution in reversed(self.executions):
+            index = self.flow.index(execution.stage.name)
+            if span is not None and span.holds(index):
+                continue
             if execution.passed and not execution.stage.advisory and execution.commit:
                 return execution.commit
         return None
@@ -257,12 +283,19 @@ def _on_finished(walk: Walk, row: LogRow) -> None:
     current.final = data.get("final") is True
     current.usage = data.get("usage")
     current.node = data.get("node")
+    current.ended_by = data.get("ended_by")
     _decide_after(walk, current)
 
 
 def _decide_after(walk: Walk, done: Execution) -> None:
     """What follows a finished execution: the flow's rules, nothing else."""
     stage = done.stage
+    if done.ended_by == ENDED_BY_REBUILT:
+        # Not the run's failure: its candidate went stale under it (sloopd.landing).
+        if walk.flow.landing(stage.name) is None:
+            raise CorruptLog(f"'{stage.name}' ended rebuilt outside a landing")
+        walk.next, walk.next_stage = "rebuild", None
+        return
     if done.passed or stage.advisory:
         position = walk.flow.index(stage.name) + 1
         if position < len(walk.flow.stages):
@@ -301,6 +334,29 @@ def _on_returned(walk: Walk, row: LogRow) -> None:
     walk.next = "start"
 
 
+def _on_rebuilt(walk: Walk, row: LogRow) -> None:
+    """Back to the landing's sync: after a cut-short execution, or between the landing's
+    stages (a gate passed, or the run waits to land, on a candidate gone stale)."""
+    flow = walk.flow
+    stage = flow.stage(row.stage or "")
+    span = flow.landing(stage.name) if stage is not None else None
+    if stage is None or span is None:
+        raise CorruptLog(f"row {row.seq} rebuilds from '{row.stage}', which is in no landing")
+    if walk.next == "rebuild":
+        fits = walk.executions[-1].stage.name == stage.name
+    else:
+        upcoming = walk.next_stage if walk.next == "start" else None
+        fits = (
+            upcoming is not None
+            and upcoming.name == stage.name
+            and flow.index(stage.name) > span.sync
+        )
+    if not fits:
+        raise CorruptLog(f"row {row.seq} rebuilds from '{row.stage}' where the walk cannot")
+    walk.rebuilds.append({"stage": stage.name, "cause": row.data.get("cause"), "at_ms": row.at_ms})
+    walk.next, walk.next_stage = "start", flow.stages[span.sync]
+
+
 def _on_merge_intent(walk: Walk, row: LogRow) -> None:
     current = _running(walk, row)
     if current.stage.action != "ff_only" or current.merge_intent is not None:
@@ -326,4 +382,5 @@ _HANDLERS = {
     HALTED: _on_halted,
     NOTE: _on_note,
     MERGE_INTENT: _on_merge_intent,
+    REBUILT: _on_rebuilt,
 }

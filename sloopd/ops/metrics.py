@@ -82,6 +82,31 @@ class Metrics:
             buckets=STAGE_BUCKETS,
             registry=r,
         )
+        # The merge queue (sloopd.landing): its depth, how long a run waits in it from
+        # joining to landing, gate executions per landed run, rebuilds by cause.
+        self.merge_queue_depth = Gauge(
+            "sloop_merge_queue_depth", "Runs in the merge queue.", registry=r
+        )
+        self.merge_queue_wait = Histogram(
+            "sloop_merge_queue_wait_seconds",
+            "Time from joining the merge queue to landing.",
+            buckets=STAGE_BUCKETS,
+            registry=r,
+        )
+        self.merge_queue_gate_executions = Histogram(
+            "sloop_merge_queue_gate_executions",
+            "Gate stage executions per run landed through the merge queue.",
+            buckets=(0, 1, 2, 3, 4, 6, 8, 12, 16, 32),
+            registry=r,
+        )
+        self.merge_queue_rebuilds = Counter(
+            "sloop_merge_queue_rebuilds",
+            "Merge-queue candidates rebuilt, by cause (a run ahead left, main moved).",
+            ["cause"],
+            registry=r,
+        )
+        for cause in ("left_failed", "left_conflict", "left_aborted", "left_other", "main_moved"):
+            self.merge_queue_rebuilds.labels(cause)
         # Usage the agents' JSON event streams reported (sloopd.vendor.usage); the
         # vendor label is the stream's name, "custom" for a python: parser.
         self.agent_tokens = Counter(

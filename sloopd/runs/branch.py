@@ -62,6 +62,8 @@ def produces(stage: Stage) -> bool:
         stage.action in ("agent", "command")
         and stage.result_check == "exit_code"
         and not stage.advisory
+        # A merge-queue gate runs on the candidate and never moves it (DESIGN rule 9).
+        and not stage.gate
     )
 
 
@@ -302,10 +304,19 @@ class RunBranches:
         return Discarded(tip if tip != pinned else None, paths)
 
     async def sync(
-        self, facts: RunFacts, main: str, mode: Literal["merge", "rebase"], work: str, name: str
+        self,
+        facts: RunFacts,
+        main: str,
+        mode: Literal["merge", "rebase"],
+        work: str,
+        name: str,
+        onto: tuple[str, tuple[str, ...]] | None = None,
     ) -> gitops.GitResult:
         """Bring main into the work (commit ``work``); the result's ``head`` is the commit
         recorded as execution ``name`` and now the run's branch.
+
+        ``onto``: at a landing, the merge queue's commit to build on (main's tip, or the
+        candidate of the run ahead) and the branches of the runs whose work it holds.
 
         A merge is computed in the daemon's scratch repository (``sloopd.git.scratch``):
         no checkout, so nothing an agent left in one applies.  A rebase (git has no
@@ -313,22 +324,25 @@ class RunBranches:
         daemon has just made from ``work``, so no driver or attribute an agent named in
         a ``.git`` of its own applies there either.
         """
-        sha = await gitops.rev_parse(self.layout.repo, main)
+        sha = onto[0] if onto is not None else await gitops.rev_parse(self.layout.repo, main)
         if sha is None:
             raise gitops.GitError(f"cannot sync: {main!r} names no commit")
+        ahead = onto[1] if onto is not None else ()
+        # The queue's runs ahead are named in the merge: main's history says what landed.
+        source = f"'{main}'" + (f" with {', '.join(ahead)} queued ahead" if ahead else "")
         if mode == "merge":
             try:
                 merged = await self.scratch.merge(
                     work,
                     sha,
-                    f"Merge branch '{main}' into {facts.branch}",
+                    f"Merge branch {source} into {facts.branch}",
                     identity=self.identity,
                     timeout=GIT_TIMEOUT_S,
                 )
             except scratch.ScratchError as exc:
                 raise gitops.GitError(str(exc)) from exc
             if merged.commit is None:
-                return _conflicted(f"merging {main} into the branch", merged.conflicts)
+                return _conflicted(f"merging {source} into the branch", merged.conflicts)
             # The execution's record and the run's branch move together.
             moves = {
                 self.ref(facts, name): merged.commit,
@@ -346,7 +360,7 @@ class RunBranches:
             timeout=GIT_TIMEOUT_S,
         )
         if conflicts:
-            return _conflicted(f"rebasing the branch onto {main}", tuple(conflicts))
+            return _conflicted(f"rebasing the branch onto {source}", tuple(conflicts))
         commit = await self.bring_back(facts, name)
         await self.advance(facts, commit)
         # Only the daemon's git worked here: a retry (main moved again) may rebase in

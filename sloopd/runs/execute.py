@@ -25,6 +25,7 @@ from sloopd.flows.results import (
 )
 from sloopd.git import ops as gitops
 from sloopd.git.checkout import CheckoutError
+from sloopd.landing.queue import MergeQueue
 from sloopd.proc.stage_io import StageEnd
 from sloopd.runs import cli_sight
 from sloopd.runs.branch import Discarded, RunBranches, produces
@@ -51,19 +52,18 @@ class StageExecutor:
         branches: RunBranches,
         *,
         merge_slot: MergeSlot,
+        queue: MergeQueue | None = None,
     ) -> None:
         self.daemon = daemon
         self.records = records
         self.children = children
         self.branches = branches
         self.merge_slot = merge_slot
+        self.queue = queue  # where a landing's sync builds (None: on main, as in 0.8)
 
     async def execute(
         self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
     ) -> StageResult:
-        if stage.action != "ff_only":
-            # The slot a sync took is for the ff_only right after it, nothing else.
-            self.merge_slot.give_back(facts.run_id)
         try:
             if stage.action in ("agent", "command"):
                 return await self._run_child(active, facts, stage, attempt)
@@ -129,20 +129,15 @@ class StageExecutor:
         return _git_result(outcome).but(commit=tip)
 
     async def _sync(self, facts: RunFacts, stage: Stage, main: str, name: str) -> StageResult:
-        """Main merged into the work; the merge slot kept for an ``ff_only`` right after
-        (sloopd.runs.merge_slot), so main cannot move between the merge and the merge."""
+        """The run's own work merged with main, or, at a landing, with the merge-queue
+        candidate ahead (``main + A + …``, sloopd.landing): its candidate."""
         mode: Literal["merge", "rebase"] = "rebase" if stage.mode == "rebase" else "merge"
-        keeps_slot = _followed_by_ff_only(facts, stage)
-        if keeps_slot:
-            await self.merge_slot.take(facts.run_id)
-        kept = False
-        try:
-            work = self._pinned(facts, await self.branches.base(facts))
-            outcome = await self.branches.sync(facts, main, mode, work, name)
-            kept = keeps_slot and outcome.ok
-        finally:
-            if not kept:
-                self.merge_slot.give_back(facts.run_id)
+        state = self.records.replay(facts)
+        # Its own work, never an earlier candidate: that holds runs that may have left.
+        work = state.own_work(stage.name) or await self.branches.base(facts)
+        build = self.queue.build_of(facts.run_id) if self.queue is not None else None
+        onto = None if build is None else (build.onto, build.ahead)
+        outcome = await self.branches.sync(facts, main, mode, work, name, onto)
         result = _git_result(outcome)
         return result.but(commit=outcome.head) if outcome.ok else result
 
@@ -390,12 +385,6 @@ def _lost(reason: str, node: Mapping[str, str] | None) -> StageResult:
     if node is not None:
         result = result.but(node=dict(node))
     return result.but(diagnosis=daemon_diagnosis(NODE_LOST, detail))
-
-
-def _followed_by_ff_only(facts: RunFacts, stage: Stage) -> bool:
-    stages = facts.flow.stages
-    position = facts.flow.index(stage.name) + 1
-    return position < len(stages) and stages[position].action == "ff_only"
 
 
 def _unseen_program(

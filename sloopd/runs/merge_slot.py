@@ -1,14 +1,10 @@
-"""Who may move main: one run at a time, from its ``sync`` through the ``ff_only`` after it.
+"""Who may move main: one ``ff_only`` at a time.
 
-``ff_only`` moves main only from the commit ``sync`` merged; if another run merged in
-between, it fails and the flow returns to ``sync``.  With eight runs at a time that race
-was lost most of the time (5.5 ``sync`` executions per run in the drain benchmark), each
-loss a whole execution spent for nothing.  So a ``sync`` whose next stage is an
-``ff_only`` takes the slot and keeps it across that one stage boundary: nothing can move
-main between the merge and the fast-forward, and the ``ff_only`` finds main where
-``sync`` left it.  Any other stage, the end of the ``ff_only``, a failed ``sync`` and the
-end of the run's driver give the slot back, so no run holds it while it waits for
-anything but the store.
+Since 0.9 the merge queue (sloopd.landing) orders a landing's ``sync`` and ``ff_only``:
+each run builds on the candidate ahead and lands only after it, so no slot is held
+from a sync to the merge any more.  The slot still serialises the moves themselves:
+a landing's fast-forward and the ``ff_only`` of a flow with no landing (no ``sync``
+before it), which the queue sees as main moving outside it.
 """
 
 from __future__ import annotations

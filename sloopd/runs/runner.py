@@ -28,6 +28,7 @@ from sloopd.runs import stop as stops
 from sloopd.runs.branch import RunBranches
 from sloopd.runs.diagnosed import is_transient
 from sloopd.runs.execute import StageExecutor
+from sloopd.runs.landing_steps import LandingSteps
 from sloopd.runs.records import RunRecords
 from sloopd.runs.recovery import Recovery
 from sloopd.runs.runstate import ActiveRun, RunFacts
@@ -75,6 +76,7 @@ class RunManager:
         launchers: Mapping[str, Launcher],
         branches: RunBranches,
         executor: StageExecutor,
+        landing: LandingSteps,
         on_settled: Callable[[], None],
     ) -> None:
         """Collaborators built by the composition root (sloopd.compose), none here.
@@ -96,6 +98,7 @@ class RunManager:
         self.launchers = launchers  # by sandbox mode; asked whether a child can start
         self.branches = branches
         self.executor = executor
+        self.landing = landing  # the run's way through the merge queue
 
     @property
     def store(self) -> Store:
@@ -140,8 +143,10 @@ class RunManager:
             self.active.pop(run_id, None)
             self.sink.forget(run_id)
             self.branches.forget(run_id)
-            # A run stopped between its sync and its ff_only must not keep main's slot.
+            # A run stopped in its ff_only must not keep main's slot.
             self.executor.merge_slot.give_back(run_id)
+            # Nor its place in the merge queue: those behind it are rebuilt without it.
+            self.landing.ended(active)
             self.on_settled()
 
     async def _step_durably(self, active: ActiveRun, facts: RunFacts) -> bool:
@@ -198,7 +203,11 @@ class RunManager:
         move = stops.next_move(state, active.stop)
         if move.kind == "execute":
             assert move.stage is not None and move.attempt is not None
-            await self._execute(active, facts, move.stage, move.attempt)
+            if await self.landing.before(active, facts, move.stage):
+                await self._execute(active, facts, move.stage, move.attempt)
+        elif move.kind == "rebuild":
+            assert move.stage is not None and move.attempt is not None
+            self.landing.rebuild_after(facts, move.stage, move.attempt, move.reason)
         elif move.kind == "return":
             assert move.stage is not None and move.to is not None
             self.records.append_steps(
@@ -271,6 +280,8 @@ class RunManager:
                 f"it finished, so the run merged{killed}",
             )
         result = stops.judged(result, active.stop, stage, lambda: self.executor.diagnose(active))
+        # A landing stage's failure counts once the runs ahead in its candidate passed.
+        result = await self.landing.after(active, facts, stage, result)
         active.stage_ended()
         # The child ran: its result is a fact that must be kept, so wait for the store.
         await self.records.durably(

@@ -37,15 +37,19 @@ from sloopd.flows.results import StageResult, daemon_diagnosis
 from sloopd.flows.walk import Walk
 from sloopd.runs.diagnosed import diagnosed
 
-StopKind = Literal["stalled", "timed_out", "budget_exceeded", "cancel", "halt"]
+StopKind = Literal["stalled", "timed_out", "budget_exceeded", "rebuilt", "cancel", "halt"]
 BUDGET_EXCEEDED: Final = "budget_exceeded"
 TIMED_OUT: Final = "timed_out"
 STALLED: Final = "stalled"
+# The merge queue made the gate's candidate stale (sloopd.landing): its child is
+# stopped and the execution ends ``ended_by: "rebuilt"``, no failure of the run's.
+REBUILT: Final = "rebuilt"
 
 RANK: Final[dict[str, int]] = {
     STALLED: 1,
     TIMED_OUT: 2,
     BUDGET_EXCEEDED: 2,
+    REBUILT: 2,
     "cancel": 3,
     "halt": 4,
 }
@@ -84,6 +88,10 @@ def timed_out(detail: str) -> Stop:
 
 def over_budget(detail: str) -> Stop:
     return Stop(BUDGET_EXCEEDED, reason=detail)
+
+
+def rebuilt(cause: str) -> Stop:
+    return Stop(REBUILT, reason=cause)
 
 
 def cancel(reason: str, *, requeue: bool = False) -> Stop:
@@ -142,7 +150,7 @@ def stops_children(stop: Stop | None) -> bool:
 
 def child_stopped(stop: Stop | None) -> Stop | None:
     """The daemon's stop of the executing child (a timeout, a spent budget), if any."""
-    return stop.find(TIMED_OUT, BUDGET_EXCEEDED) if stop is not None else None
+    return stop.find(TIMED_OUT, BUDGET_EXCEEDED, REBUILT) if stop is not None else None
 
 
 def cancelled(stop: Stop | None) -> Stop | None:
@@ -172,6 +180,13 @@ def judged(
             return result
         return result.failed(aborted.reason)
     stopped = child_stopped(stop)
+    if stopped is not None and stopped.kind == REBUILT:
+        return result.but(
+            passed=False,
+            reason=f"rebuilt: {stopped.reason}",
+            diagnosis=None,
+            ended_by="rebuilt",
+        )
     if stopped is not None:
         return stopped_result(result, stopped)
     if not result.passed and stage.action == "agent" and result.diagnosis is None:
@@ -198,12 +213,13 @@ def stopped_result(result: StageResult, stopped: Stop) -> StageResult:
     )
 
 
-MoveKind = Literal["execute", "return", "interrupted", "settle"]
+MoveKind = Literal["execute", "return", "rebuild", "interrupted", "settle"]
 
 
 @dataclass(frozen=True, slots=True)
 class Move:
-    """What the driver does next: run a stage, return, close an interrupted one, settle."""
+    """What the driver does next: run a stage, return, rebuild (back to the landing's
+    sync after an execution the merge queue cut short), close an interrupted one, settle."""
 
     kind: MoveKind
     stage: Stage | None = None  # execute: the stage; return, interrupted: the one ended
@@ -243,6 +259,9 @@ def next_move(state: Walk, stop: Stop | None) -> Move:
     if state.next == "start" and state.next_stage is not None:
         stage = state.next_stage
         return Move("execute", stage=stage, attempt=state.attempts_of(stage.name) + 1)
+    if state.next == "rebuild" and state.executions:
+        last = state.executions[-1]
+        return Move("rebuild", stage=last.stage, attempt=last.attempt, reason=last.reason)
     if state.next == "return" and state.next_stage is not None and state.executions:
         last = state.executions[-1]
         return Move("return", stage=last.stage, attempt=last.attempt, to=state.next_stage)

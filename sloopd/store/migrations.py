@@ -31,6 +31,7 @@ MIGRATIONS: Final = (
     Migration(1, "initial"),
     Migration(2, "activation_to_trigger"),
     Migration(3, "feed_pages"),
+    Migration(4, "stage_log_rebuilt"),
 )
 SCHEMA_VERSION: Final = MIGRATIONS[-1].version
 

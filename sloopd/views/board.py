@@ -113,6 +113,16 @@ def attention_runs(daemon: Daemon) -> tuple[list[Settled], int]:
     return [Settled.of(r.run(), rows.usage_of_sums(r.usage())) for r in found], total
 
 
+def merge_queue_part(daemon: Daemon) -> bytes:
+    """Additive in 0.9.0: ``queue`` (the merge queue's entries, head first) and
+    ``merge_window``.  Every change of the queue bumps the epoch; a few entries at most
+    (the runs in flight), so encoded on each reply."""
+    merge_queue = daemon.merge_queue
+    entries = merge_queue.rows() if merge_queue is not None else []
+    window = daemon.config.repo.window
+    return b',"queue":' + orjson.dumps(entries) + b',"merge_window":' + str(window).encode()
+
+
 class Board:
     """The dashboard's bytes; caches keyed by epoch (and configuration, and limit)."""
 
@@ -168,6 +178,7 @@ class Board:
                 orjson.dumps(snapshot.gate.row()),
                 b',"runs":',
                 runs,
+                merge_queue_part(daemon),
                 attention[1],
                 queue[2],
                 recent_bytes,

@@ -36,6 +36,11 @@ def run_detail(daemon: Daemon, run_id: str, active: LiveRun | None) -> dict[str,
     # Only a settled run can have a next attempt: no store read for the runs in flight.
     row["followed_by"] = _followed_by(daemon, record.ticket, run_id) if row["terminal"] else None
     _mark_aborted(row)
+    # Additive in 0.9.0: the run's place in the merge queue (sloopd.landing), or null.
+    merge_queue = daemon.merge_queue
+    row["queue"] = (
+        merge_queue.row_of(run_id) if merge_queue is not None and not row["terminal"] else None
+    )
     row["stall"] = active.stall() if active is not None else None
     row["notes"] = state.notes
     # exit_code has always been the agent stage's exit; agent_exit_code says so.
@@ -78,6 +83,7 @@ def _close_interrupted(stages: list[dict[str, Any]], state: walk.Walk) -> None:
                 if state.corrupt
                 else IN_FLIGHT_AT_END
             )
+            stage["ended_by"] = "interrupted"
 
 
 IN_FLIGHT_AT_END = "the run ended while this execution was in flight"
@@ -86,7 +92,8 @@ IN_FLIGHT_AT_END = "the run ended while this execution was in flight"
 def _mark_aborted(row: dict[str, Any]) -> None:
     """Additive in 0.8.0: ``aborted`` on each row, true on the execution an abort (or a
     restart) cut short. Its ``state`` stays ``failed`` for v1 clients; a view that
-    reads ``aborted`` can draw a stop, not a failure with the signal's exit code."""
+    reads ``aborted`` can draw a stop, not a failure with the signal's exit code.
+    0.9.0's ``ended_by`` says it in one field ("aborted" where ``aborted`` is true)."""
     executed = [stage for stage in row["stages"] if stage["attempt"] > 0]
     for stage in row["stages"]:
         stage["aborted"] = False
@@ -95,6 +102,7 @@ def _mark_aborted(row: dict[str, Any]) -> None:
     last = executed[-1]
     if last["state"] == "failed" and last["reason"] in (row["reason"], IN_FLIGHT_AT_END):
         last["aborted"] = True
+        last["ended_by"] = "aborted"
 
 
 def _silent_for_ms(active: LiveRun | None) -> int | None:
@@ -131,6 +139,7 @@ def stage_rows(
                     "discarded": [],
                     "usage": None,
                     "node": None,
+                    "ended_by": None,
                 }
             )
     return result
@@ -178,4 +187,7 @@ def _execution_row(
         "usage": spent,
         # Additive in 0.8.0: the Ray node its child ran on (null: the daemon's host).
         "node": execution.node,
+        # Additive in 0.9.0: why it ended before its check decided (null: it was decided):
+        # "rebuilt" (the merge queue rebuilt its candidate), "interrupted", "aborted".
+        "ended_by": execution.ended_by,
     }

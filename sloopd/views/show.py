@@ -133,7 +133,7 @@ def _run_summary(daemon: Daemon, run_id: str) -> dict[str, Any]:
     )
     summary = {key: detail[key] for key in keys}
     summary["stages"] = [
-        # unreached and aborted: additive in 0.8.0, as on the run's own rows.
+        # unreached and aborted: additive in 0.8.0, ended_by in 0.9.0, as on the run's rows.
         {
             key: stage[key]
             for key in (
@@ -144,6 +144,7 @@ def _run_summary(daemon: Daemon, run_id: str) -> dict[str, Any]:
                 "silent_for_ms",
                 "unreached",
                 "aborted",
+                "ended_by",
             )
         }
         for stage in detail["stages"]

@@ -63,11 +63,12 @@ def make_v1_store(state_dir: Path) -> None:
 
 
 def assert_migrated(state_dir: Path) -> None:
-    assert db.peek_version(state_dir) == SCHEMA_VERSION == 3
+    assert db.peek_version(state_dir) == SCHEMA_VERSION == 4
     assert query(state_dir, "SELECT version FROM schema_migrations ORDER BY version") == [
         (1,),
         (2,),
         (3,),
+        (4,),
     ]
     assert query(state_dir, "SELECT ordinal, id, state, run FROM triggers ORDER BY ordinal") == [
         (1, "TR1", "queued", None),

@@ -37,6 +37,8 @@ LAYERS: dict[str, frozenset[str]] = {
     "ops": frozenset({"wire", "store", "util"}),
     "core": frozenset({"wire", "store", "util", "vendor", "flows", "ops", "git"}),
     "queue": frozenset({"wire", "store", "util", "flows", "core"}),
+    # The merge queue (0.9): decisions over runs' landings, driven by the runs layer.
+    "landing": frozenset({"wire", "store", "util", "flows", "core"}),
     "views": frozenset({"wire", "store", "util", "flows", "core", "queue", "git"}),
     "proc": frozenset({"util"}),
     "git": frozenset({"util", "proc"}),
@@ -50,6 +52,7 @@ LAYERS: dict[str, frozenset[str]] = {
             "flows",
             "core",
             "queue",
+            "landing",
             "views",
             "proc",
             "git",

@@ -23,7 +23,8 @@ CASES: list[tuple[str, StageResult, dict[str, Any]]] = [
     (
         "interrupted",
         StageResult.interrupted("interrupted before it finished"),
-        {"passed": False, "reason": "interrupted before it finished"},
+        # 0.9.0: the row says why it ended undecided (``ended_by``, additive).
+        {"passed": False, "reason": "interrupted before it finished", "ended_by": "interrupted"},
     ),
     (
         "git refused",

@@ -1,0 +1,16 @@
+"""The merge queue (DESIGN rule 9): many runs' passing work into main, in order.
+
+A run whose walk reaches a landing's ``sync`` (``sloopd.flows.landings``) joins the
+repository's queue.  Its ``sync`` builds its candidate on the candidate of the run
+ahead (``main + A + B``), its gate stages run on that candidate while those of the
+runs ahead run too (up to ``[repo] merge_window``), and its ``ff_only`` lands only
+after every run ahead has landed or left, so ``main`` only ever moves to a candidate
+whose gates passed.  A failure counts against a run only once the runs ahead in its
+candidate have passed theirs; a run that leaves gets those behind it rebuilt, which
+spends none of their ``returns``.
+
+The queue lives in memory: a restart settles the runs in flight (sloopd.runs.recovery)
+and the queue starts empty.  The run driver (sloopd.runs.runner) asks it before a
+landing's stages and after each; nothing else moves a run through it.  It may import
+``wire``, ``store``, ``util``, ``flows`` and ``core``; the runs layer imports it.
+"""
