@@ -72,22 +72,24 @@ def short(sha: Any) -> str:
 
 
 def waits_text(waiting: Any, window: Any = None) -> str:
-    """What a queued run waits for: the daemon's message, else its reason in words."""
+    """What a queued run waits for, in words: its reason's, so every entry reads alike
+    ("waiting for R5's gates"); the daemon's message for a reason this client does not
+    know (or, failing that, the reason and its runs)."""
     if not isinstance(waiting, Mapping):
         return ""
-    if isinstance(waiting.get("message"), str) and waiting["message"]:
-        return text(waiting["message"])
     runs = _ids(waiting.get("runs"))
     reason = text(waiting.get("reason"))
     if reason == "window":
         size = f" ({window})" if isinstance(window, int) and not isinstance(window, bool) else ""
         return f"waiting for a place in the merge window{size}"
-    if reason == "candidate_ahead" and runs:
-        return f"waiting for {_possessive(runs)} candidate"
+    if reason == "candidate_ahead":
+        return f"waiting for {_possessive(runs)} candidate" if runs else "waiting for its turn"
     if reason == "runs_ahead" and runs:
         return f"waiting for {names(runs)} to land"
     if reason == "runs_ahead_gates" and runs:
         return f"waiting for {_possessive(runs)} gates"
+    if isinstance(waiting.get("message"), str) and waiting["message"]:
+        return f"waiting: {waiting['message']}"
     return f"waiting: {reason}" + (f" ({names(runs)})" if runs else "")
 
 
@@ -130,6 +132,12 @@ def doing(entry: Mapping[str, Any], stage: str | None = None, *, lead: bool = Fa
     return words
 
 
+def stale_text(entry: Mapping[str, Any]) -> str:
+    """Why its candidate is to be built again, once it is (the entry's ``stale``)."""
+    stale = entry.get("stale")
+    return f"to be rebuilt: {text(stale)}" if isinstance(stale, str) and stale else ""
+
+
 def rebuilds_text(entry: Mapping[str, Any]) -> str:
     count = entry.get("rebuilds")
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
@@ -153,9 +161,7 @@ def place_line(entry: Any, window: Any = None, stages: Any = None) -> str:
     if isinstance(window, int) and not isinstance(window, bool):
         where += f" (window {window})"
     parts = [f"{where}, {doing(entry, running_stage(stages), lead=True)}"]
-    waits = waits_text(entry.get("waiting_for"), window)
-    if waits:
-        parts.append(waits)
+    parts += [w for w in (waits_text(entry.get("waiting_for"), window), stale_text(entry)) if w]
     rebuilt = rebuilds_text(entry)
     if rebuilt:
         parts.append(rebuilt)
@@ -202,8 +208,7 @@ def queue_section(data: Mapping[str, Any], now: int, paint: Paint) -> list[str]:
     for entry in entries:
         rebuilt = rebuilds_text(entry)
         what = [doing(entry, running.get(text(entry.get("run"))))]
-        waits = waits_text(entry.get("waiting_for"), window)
-        what += [waits] if waits else []
+        what += [w for w in (waits_text(entry.get("waiting_for"), window), stale_text(entry)) if w]
         cells.append(
             [
                 text(entry.get("position")),

@@ -88,7 +88,12 @@ def test_a_bad_run_mid_queue_costs_only_itself(bench: Bench) -> None:
     }
     # Its own gate failed: sent back to implement, whose agent then had nothing to commit.
     assert runs["bad"]["state"] in ("failed", "needs_review")
-    print({n: [(s["stage"], s["attempt"], s["state"], s.get("ended_by")) for s in r["stages"]] for n, r in runs.items()})
+    print(
+        {
+            n: [(s["stage"], s["attempt"], s["state"], s.get("ended_by")) for s in r["stages"]]
+            for n, r in runs.items()
+        }
+    )
     for name, run in runs.items():
         gates = [s for s in run["stages"] if s["stage"] == "test"]
         assert len(gates) <= 2 if name != "bad" else True, gates

@@ -219,14 +219,16 @@ def test_a_runs_place_is_one_line_under_its_header_instead_of_the_entrys_fields(
                 "waiting",
                 onto=["R1", "R2"],
                 rebuilds=3,
+                stale="R1 left the queue (stage 'test' failed)",
                 waiting_for={
                     "reason": "candidate_ahead",
-                    "message": "R2 is building",
+                    "message": "the candidate of R2 to be built",
                     "runs": ["R2"],
                 },
             ),
             None,
-            "12th in the merge queue, not built yet; R2 is building; rebuilt 3 times",
+            "12th in the merge queue, not built yet; waiting for R2's candidate; "
+            "to be rebuilt: R1 left the queue (stage 'test' failed); rebuilt 3 times",
         ),
     ],
 )
@@ -248,6 +250,10 @@ def test_the_small_words() -> None:
         "waiting for R5's and R6's gates"
     )
     assert waits_text({"reason": "something_new", "runs": ["R5"]}) == "waiting: something_new (R5)"
+    assert waits_text({"reason": "something_new", "message": "a bisection"}) == (
+        "waiting: a bisection"
+    )
+    assert waits_text({"reason": "candidate_ahead", "runs": []}) == "waiting for its turn"
     assert doing({"state": "passed", "onto": ["R1"]}) == "its gates passed on main + R1"
     assert place_line(None) == ""
     assert place_line("garbage") == ""

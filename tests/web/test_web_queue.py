@@ -57,7 +57,7 @@ RUN = {
     "diagnosis": None,
     "followed_by": None,
     "notes": [],
-    "queue": {**QUEUE[2], "merge_window": 8},
+    "queue": {**QUEUE[2], "merge_window": 8, "stale": "main moved"},
     "stages": [
         stage(
             "implement",
@@ -264,7 +264,7 @@ def test_a_run_page_says_its_place_and_draws_a_rebuilt_execution_as_rebuilt(
         assert place == place_line(RUN["queue"], stages=RUN["stages"])
         assert place == (
             "3rd in the merge queue (window 8), held: its gate failed on main + R7 + R9; "
-            "waiting for R9's gates; rebuilt once"
+            "waiting for R9's gates; to be rebuilt: main moved; rebuilt once"
         )
         onto = driver.find_elements(By.CSS_SELECTOR, "#queue-place a")
         assert [a.text for a in onto] == ["R7", "R9"]

@@ -37,17 +37,24 @@ export function onNodes(entry) {
   return parts;
 }
 
+// What a queued run waits for, in words: its reason's, so every entry reads alike;
+// the daemon's message only for a reason this view does not know.
 export function waitsText(waiting, size) {
   if (!waiting || typeof waiting !== "object") return "";
-  if (typeof waiting.message === "string" && waiting.message) return waiting.message;
   const runs = ids(waiting.runs);
   const reason = String(waiting.reason ?? "-");
   const whose = () => names(runs.map((r) => `${r}'s`));
   if (reason === "window") return `waiting for a place in the merge window${isCount(size) ? ` (${size})` : ""}`;
-  if (reason === "candidate_ahead" && runs.length) return `waiting for ${whose()} candidate`;
+  if (reason === "candidate_ahead") return runs.length ? `waiting for ${whose()} candidate` : "waiting for its turn";
   if (reason === "runs_ahead" && runs.length) return `waiting for ${names(runs)} to land`;
   if (reason === "runs_ahead_gates" && runs.length) return `waiting for ${whose()} gates`;
+  if (typeof waiting.message === "string" && waiting.message) return `waiting: ${waiting.message}`;
   return `waiting: ${reason}${runs.length ? ` (${names(runs)})` : ""}`;
+}
+
+// Why its candidate is to be built again, once it is (the entry's stale).
+function staleText(entry) {
+  return typeof entry.stale === "string" && entry.stale ? `to be rebuilt: ${entry.stale}` : "";
 }
 
 // The last running stage execution of a run's stages, "test#1"; null when none runs.
@@ -84,8 +91,9 @@ export function rebuildsText(entry) {
 function sentence(entry, stage, size, lead) {
   const [before, on, after] = doing(entry, stage, lead);
   const parts = [before, on ? onNodes(entry) : "", after];
-  const waits = waitsText(entry.waiting_for, size);
-  if (waits) parts.push(`; ${waits}`);
+  for (const words of [waitsText(entry.waiting_for, size), staleText(entry)]) {
+    if (words) parts.push(`; ${words}`);
+  }
   const rebuilt = lead ? rebuildsText(entry) : "";
   if (rebuilt) parts.push(`; ${rebuilt}`);
   return parts;
