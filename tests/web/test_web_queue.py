@@ -5,12 +5,13 @@ candidate and "main + R7", runs linked), a run page's place in the queue, execut
 rebuild cut short drawn as rebuilt, and the ``queue_*`` events in words.
 
 The page's sentences are the terminal's (sloopctl/queue_view.py): the same fixture
-through both must read the same. tests/integration/test_queue_view.py and
+through both must read the same. tests/integration/test_queue_view.py (the CLI) and
 ``test_a_queued_run_behind_another_on_the_real_daemon`` below see it through a real daemon.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import tempfile
@@ -22,6 +23,8 @@ from typing import Any
 import pytest
 
 from sloopctl.queue_view import event_words, place_line
+from tests.integration.test_queue_view import two_queued_tickets
+from tests.support.agents import Bench
 from tests.support.web import (
     chromium,
     console_errors,
@@ -29,6 +32,7 @@ from tests.support.web import (
     has_text,
     needs_browser,
     screenshot,
+    socket_of,
     text_of,
     wait_for,
 )
@@ -290,3 +294,44 @@ def test_a_run_page_says_its_place_and_draws_a_rebuilt_execution_as_rebuilt(
         assert failed.find_element(By.CSS_SELECTOR, 'td[data-label="Exit"]').text == "1"
         screenshot(driver, tmp_path, "queue-run")
         assert console_errors(driver) == []
+
+
+def test_a_queued_run_behind_another_on_the_real_daemon(bench: Bench, tmp_path: Path) -> None:
+    """The same through a real daemon: the dashboard lists the run queued behind
+    another 2nd, gating on main + the run ahead (a link), and its page says its place.
+    The gate sleeps 6 s (not 3): time for a browser to load the second page too."""
+    from selenium.webdriver.common.by import By
+
+    two_queued_tickets(bench, gate_seconds=6)
+    with gateway(socket_of(bench), tmp_path / "t.token") as web, chromium() as driver:
+        driver.get(web.url)
+
+        def second_row(driver: Any) -> list[str] | None:
+            rows = rows_of(driver)
+            return rows[1] if len(rows) == 2 and "running on main + R" in rows[1][4] else None
+
+        row = wait_for(driver, second_row)
+        assert row[0] == "2"
+        assert row[2].split()[1] == "gating"
+        ahead = rows_of(driver)[0][1].split()[-1]  # "a#1 R1": the run's alias, then its id
+        # The gateway adds each run's running stage: the gate is named, as in show RUN.
+        assert re.fullmatch(rf"its gate test#1 running on main \+ {ahead}", row[4]), row
+        second = row[1].split()[-1]
+        queued = driver.find_elements(By.CSS_SELECTOR, "#merge-queue tbody tr")[1]
+        assert queued.get_attribute("data-run") == second
+        link = queued.find_element(By.CSS_SELECTOR, "a.onto-run")
+        assert link.text == ahead
+        screenshot(driver, tmp_path, "queue-real-dashboard")
+
+        driver.get(web.url.replace("/?", f"/run/{second}?"))
+        wait_for(driver, has_text("#queue-place", "in the merge queue"))
+        place = text_of(driver, "#queue-place")
+        # Still 2nd: the gate outlasts the page's load. (A run detail carries no window.)
+        assert re.fullmatch(
+            rf"2nd in the merge queue, its gate test#1 running on main \+ {ahead}",
+            place,
+        ), place
+        screenshot(driver, tmp_path, "queue-real-run")
+        assert console_errors(driver) == []
+    runs = [bench.wait_run(f"{name}#1") for name in ("a", "b")]
+    assert [r["state"] for r in runs] == ["merged", "merged"], [r["reason"] for r in runs]
