@@ -23,7 +23,7 @@ from typing import Any, Final
 import click
 import orjson
 
-from sloopctl import streams
+from sloopctl import queue_view, streams
 from sloopctl.client import Client
 from sloopctl.feedwalk import EVENTS, LOGS, FeedWalk
 from sloopctl.invoke import EXIT_OK, answer, common_options, connected, options
@@ -81,7 +81,8 @@ def event_line(event: Mapping[str, Any]) -> str:
         else "-"
     )
     data = event.get("data")
-    summary = (
+    # The merge queue's events (0.9) in words; every other kind as key=value pairs.
+    summary = queue_view.event_words(event.get("kind"), data) or (
         " ".join(f"{k}={_brief(v)}" for k, v in data.items() if v is not None)
         if isinstance(data, dict)
         else _brief(data)

@@ -62,7 +62,9 @@ from sloopctl.polling import (
 )
 from sloopctl.polling import POLL_MAX_S as POLL_MAX_S
 from sloopctl.polling import POLL_MIN_S as POLL_MIN_S
+from sloopctl.queue_view import place_brief, place_change
 from sloopctl.render import ends, paint_state, render, stages_summary, waiting_text
+from sloopctl.stages_view import stage_state
 from sloopctl.watch import LiveTable
 from sloopctl.when import now_ms
 
@@ -97,8 +99,10 @@ def progress_line(run: Mapping[str, Any]) -> str:
     """The one-line live view: ``R3 running · implement✓ test▶ sync· merge·``."""
     stall = " (stalled)" if run.get("stall") else ""
     stages = stages_summary(run.get("stages"))
-    return f"{text(run.get('id'))} {text(run.get('state'))}{stall}" + (
-        f" · {stages}" if stages else ""
+    return (
+        f"{text(run.get('id'))} {text(run.get('state'))}{stall}"
+        + (f" · {stages}" if stages else "")
+        + place_brief(run.get("queue"))
     )
 
 
@@ -124,12 +128,16 @@ def transitions(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> l
     old = stage_states(before or {})
     for (stage, attempt), row in stage_states(after).items():
         previous = old.get((stage, attempt))
-        if previous is not None and previous.get("state") == row.get("state"):
+        if previous is not None and stage_state(previous) == stage_state(row):
             continue
-        line = f"{run_id} {stage}#{attempt} {text(row.get('state'))}"
+        word = stage_state(row)
+        line = f"{run_id} {stage}#{attempt} {word}"
         if row.get("state") == "failed" and row.get("reason"):
-            line += f": {row['reason']}"
+            reason = text(row["reason"])
+            # "test#1 rebuilt: R5 left the queue", not "rebuilt: rebuilt: R5 left ...".
+            line += f": {reason.removeprefix(f'{word}: ')}"
         lines.append(line)
+    lines += place_change(before, after)  # its place in the merge queue (0.9)
     # The run's settling comes after its last stage's.
     if lines and after.get("terminal") is True and lines[0] == f"{run_id} {after.get('state')}":
         lines.append(lines.pop(0))

@@ -37,6 +37,14 @@ STATE_STYLE: Final = {
     "open": "green",
     "cooldown": "yellow",
     "paused": "yellow",
+    # A stage execution cut short (``ended_by``): a stop, or a rebuild that costs nothing.
+    "interrupted": "yellow",
+    "rebuilt": "cyan",
+    # A run's state in the merge queue (the dashboard's ``queue``).
+    "waiting": "dim",
+    "building": "blue",
+    "gating": "blue",
+    "landing": "green",
 }
 
 

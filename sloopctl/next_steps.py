@@ -22,6 +22,7 @@ def _failed_execution(run: Mapping[str, Any]) -> str | None:
         for row in run.get("stages") or []
         if isinstance(row, dict)
         and row.get("state") == "failed"
+        and row.get("ended_by") != "rebuilt"  # a rebuild is no failure of the run's
         and isinstance(row.get("attempt"), int)
         and row["attempt"] > 0
     ]

@@ -25,6 +25,7 @@ from sloopctl.layout import (
     text,
 )
 from sloopctl.next_steps import next_lines
+from sloopctl.queue_view import place_line, queue_section
 from sloopctl.stages_view import NOT_REACHED, stage_state, stages_section
 from sloopctl.usage_text import usage_text
 
@@ -34,6 +35,9 @@ _STAGE_MARK: Final = {
     "running": "▶",
     "pending": "·",
     NOT_REACHED: "-",
+    "aborted": "■",
+    "interrupted": "■",
+    "rebuilt": "↻",
 }
 
 
@@ -165,6 +169,7 @@ def dashboard(data: Mapping[str, Any], now: int, paint: Paint) -> list[str]:
         for r in _rows(data.get("runs"))
     ]
     out += section("Runs in flight", ["ID", "ALIAS", "STATE", "STARTED"], runs, paint)
+    out += queue_section(data, now, paint)
     names = {t.get("id"): t.get("name") for t in _rows(data.get("tickets"))}
     triggers = [
         [
@@ -294,7 +299,13 @@ def show(data: Any, now: int, paint: Paint) -> list[str]:
     if kind in ("ticket", "run", "project") and isinstance(value, dict):
         title = paint(f"{kind} {text(value.get('id') or value.get('name'))}", "bold")
         hints = next_lines(value, details=False) if kind == "run" else []
-        return [title, *details(value, now, paint), *(["", *hints] if hints else [])]
+        head = [title]
+        if kind == "run" and "queue" in value:
+            # Its place in the merge queue, in words, instead of the entry's fields.
+            place = place_line(value.get("queue"), stages=value.get("stages"))
+            head += [paint(place, "cyan")] if place else []
+            value = {k: v for k, v in value.items() if k != "queue"}
+        return [*head, *details(value, now, paint), *(["", *hints] if hints else [])]
     return details(data, now, paint)
 
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from sloopctl.layout import Cell, Paint, relative, section, span, state_cell, table, text
+from sloopctl.queue_view import ended_by
 from sloopctl.usage_text import usage_text
 
 
@@ -18,8 +19,12 @@ NOT_REACHED: Final = "not reached"
 
 
 def stage_state(row: Mapping[str, Any]) -> str:
-    """The word for a stage row's state: ``not reached`` once the run settled without it."""
-    return NOT_REACHED if row.get("unreached") is True else text(row.get("state"))
+    """The word for a stage row's state: ``not reached`` once the run settled without it;
+    ``aborted``, ``interrupted`` or ``rebuilt`` for an execution cut short (its ``state``
+    stays ``failed`` for v1 clients: drawn as a stop or a rebuild, not as a failure)."""
+    if row.get("unreached") is True:
+        return NOT_REACHED
+    return ended_by(row) or text(row.get("state"))
 
 
 def stage_state_cell(row: Mapping[str, Any], suffix: str = "") -> Cell:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, TextIO
 
 from sloopctl.layout import STATE_STYLE, Paint, colour_enabled, painter, span, text
+from sloopctl.queue_view import place_line
 from sloopctl.safe_text import clean
 from sloopctl.stages_view import NOT_REACHED, stage_state
 
@@ -39,6 +40,9 @@ _MARKS: Final = {
     NOT_REACHED: "-",
     "pass": "✓",
     "fail": "✗",
+    "aborted": "■",
+    "interrupted": "■",
+    "rebuilt": "↻",
 }
 # A panel seat's verdict as a stage state, for its colour.
 _SEAT_STYLE: Final = {"pass": STATE_STYLE["passed"], "fail": STATE_STYLE["failed"]}
@@ -171,6 +175,9 @@ def frame(
     stages = [r for r in run.get("stages") or [] if isinstance(r, dict)]
     width = max([len(_safe(r.get("stage"))) + 4 for r in stages] + [8])
     lines = [head]
+    place = place_line(run.get("queue"), stages=stages)
+    if place:  # its place in the merge queue (0.9), under the run's name
+        lines.append([(f"  {_safe(place)}", "cyan")])
     for row in stages:
         lines += [stage_line(row, width, now), *seat_lines(row)]
     if output_of is not None and output:

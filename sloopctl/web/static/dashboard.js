@@ -1,6 +1,6 @@
 // The dashboard: the gate, what needs a person (runs left needs_review or failed,
 // however long ago; stalled runs; held tickets), runs in flight with their stage and
-// silence, queued triggers, tickets and why they wait, recent runs, totals, and the
+// silence, the merge queue, queued triggers, tickets and why they wait, recent runs, totals, and the
 // activity feed. Long lists show their first rows and a "show all" button, so 200
 // tickets do not push everything else off the screen.
 
@@ -8,6 +8,7 @@ import {h, replace, section, table} from "./dom.js";
 import {follow} from "./live.js";
 import {plural, Slots} from "./sections.js";
 import {growing, when} from "./time.js";
+import {eventWords, queueSection} from "./queue.js";
 import {stageHref} from "./timeline.js";
 import {
   badge, gateActions, problemBox, runActions, runLink, stageLabel, ticketActions, ticketLink,
@@ -52,6 +53,10 @@ function render(top, slots, data, now, opened, toggle) {
   slots.update("attention", [attention, opened.has("attention")], now,
     () => attentionSection(data, now, opened.has("attention"), toggle));
   slots.update("runs", data.runs, now, () => runsSection(data.runs ?? [], now));
+  // The merge queue (0.9), after the runs in flight; nothing while it is empty.
+  const running = (data.runs ?? []).map((run) => [run.id, run.current?.stage, run.current?.attempt]);
+  slots.update("queue", [data.queue, data.merge_window, running], now,
+    () => queueSection(data, data.runs));
   slots.update("queued", [data.queued_triggers, opened.has("queued")], now,
     () => section("Queued triggers", ...capped("queued", data.queued_triggers ?? [], QUEUED_SHOWN,
       opened, toggle, "queued triggers", (shown) => table(["Trigger", "Ticket", "Due"],
@@ -183,7 +188,8 @@ const EVENTS_SHOWN = 30;
 function addEvents(list, events) {
   for (const event of events) {
     if (list.querySelector(`[data-cursor="${CSS.escape(String(event.cursor))}"]`)) continue;
-    const data = Object.entries(event.data ?? {})
+    // The merge queue's events in words, as `sloopctl events` prints them.
+    const data = eventWords(event.kind, event.data) ?? Object.entries(event.data ?? {})
       .filter(([, v]) => v !== null && v !== undefined)
       .map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`).join(" ");
     list.prepend(h("li", {dataset: {cursor: String(event.cursor)}},

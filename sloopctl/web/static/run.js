@@ -8,7 +8,8 @@ import {follow} from "./live.js";
 import {LogView} from "./logview.js";
 import {Slots} from "./sections.js";
 import {duration, growing, onTick, when} from "./time.js";
-import {drawTimeline, stageChip, stageHref} from "./timeline.js";
+import {placeLine, runningStage} from "./queue.js";
+import {drawTimeline, endedBy, stageChip, stageHref} from "./timeline.js";
 import {setTitle} from "./title.js";
 import {
   badge, chip, nodeText, problemBox, runActions, stageLabel, ticketLink, usageText,
@@ -42,7 +43,9 @@ export function run(main, ref) {
       latest = value;
       replace(heading, `${value.alias} `, h("span", {class: "muted"}, value.id), " ", badge(value.state));
       setTitle(value.id, value.state);
-      slots.update("about", {...value, stages: null}, now, () => about(value));
+      // The running stage is part of the queue's sentence ("its gate test#1 running").
+      slots.update("about", {...value, stages: null, running: runningStage(value.stages)}, now,
+        () => about(value));
       more.update("stages", value.stages, now, () => stages(value.stages, value.id));
       more.update("notes", value.notes, now, () => notes(value.notes ?? []));
       drawTimeline(tl, value, now);
@@ -65,6 +68,8 @@ function about(value) {
     h("p", {class: "outcome"}, badge(value.state),
       value.reason ? h("span", {id: "reason"}, ` ${value.reason}`) : value.state === "merged" ? " — merged into main" : "",
       nextAttempt(value.followed_by)),
+    // Its place in the merge queue (0.9): "2nd in the merge queue, its gate … on main + R7".
+    value.queue ? placeLine(value.queue, value.stages) : null,
     fields([
       ["Ticket", ticketLink(value.ticket)],
       value.halt ? ["Halt", h("code", {id: "halt"}, String(value.halt))] : null,
@@ -89,8 +94,9 @@ function stages(rows, runId) {
     stage.started_at_ms ? when(stage.started_at_ms) : "—",
     stage.duration_ms !== null ? duration(stage.duration_ms)
       : stage.state === "running" ? growing(stage.started_at_ms) : "—",
-    // An abort's signal (-15) is not the stage's answer: say what happened instead.
-    stage.aborted ? "aborted" : stage.exit_code === null ? "—" : String(stage.exit_code),
+    // An abort's signal (-15) is not the stage's answer: say what happened instead
+    // (aborted, interrupted by a restart, or rebuilt by the merge queue).
+    endedBy(stage) ?? (stage.exit_code === null ? "—" : String(stage.exit_code)),
     verdict(stage),
     stage.commit ? h("code", {}, String(stage.commit).slice(0, 12)) : "—",
     usageText(stage.usage),
@@ -124,6 +130,11 @@ const SOURCES = {
 // The verdict first (pass or fail, confidence, advisory, the reason), its source after.
 function verdict(stage) {
   if (stage.state !== "passed" && stage.state !== "failed") return "—";
+  // A rebuild judged nothing: the run ahead that its candidate held left the queue.
+  if (endedBy(stage) === "rebuilt") {
+    return h("span", {class: "verdict"}, h("strong", {class: "verdict-word"}, "rebuilt"),
+      " · not a failure", stage.reason ? h("div", {class: "reason"}, String(stage.reason)) : null);
+  }
   const word = stage.state === "passed" ? "pass" : "fail";
   const parts = [h("strong", {class: `verdict-word verdict-${word}`}, word)];
   if (stage.confidence) parts.push(` · ${stage.confidence} confidence`);

@@ -6,13 +6,24 @@
 
 import {h} from "./dom.js";
 import {duration} from "./time.js";
-import {chip, nodeText, stageLabel} from "./widgets.js";
+import {SHAPES as SHAPE_OF, chip, nodeText, stageLabel} from "./widgets.js";
 
-// An execution's drawn state: an execution an abort (or a restart) cut short is
-// "aborted" (the daemon marks it; its state stays "failed" for v1 clients), so it is
-// drawn as a stop, not as a failure with the signal's exit code.
+// What cut an execution short: "aborted", "interrupted" (a daemon restart) or
+// "rebuilt" (the merge queue rebuilt its candidate after a run ahead left), from the
+// row's ended_by (0.9; 0.8.0's aborted: true is "aborted"); null for one that ended
+// on its own. Its state stays "failed" for v1 clients.
+const ENDED = new Set(["aborted", "interrupted", "rebuilt"]);
+
+export function endedBy(stage) {
+  if (stage.state !== "failed") return null;
+  if (ENDED.has(stage.ended_by)) return stage.ended_by;
+  return stage.aborted ? "aborted" : null;
+}
+
+// An execution's drawn state: one cut short is drawn as a stop or a rebuild, not as a
+// failure with the signal's exit code.
 export function executionState(stage) {
-  return stage.aborted ? "aborted" : stage.state;
+  return endedBy(stage) ?? stage.state;
 }
 
 // The deep link to one execution (and one panel seat) of a run: the run page opens
@@ -45,7 +56,7 @@ export function timeline(run, now) {
     return h("p", {class: "muted"}, "No stage has started yet.");
   }
   const key = JSON.stringify([run.id, run.finished_at_ms, executions.map((s) => [
-    s.stage, s.attempt, s.state, s.aborted, s.advisory, s.started_at_ms, s.finished_at_ms,
+    s.stage, s.attempt, s.state, s.aborted, s.ended_by, s.advisory, s.started_at_ms, s.finished_at_ms,
     s.exit_code, s.node?.id ?? null, s.node?.host ?? null,
   ])]);
   if (drawn?.key !== key) drawn = {key, ...build(run, executions)};
@@ -68,7 +79,7 @@ function build(run, executions) {
       h("a", {class: "tl-label", href}, chip(state, stageLabel(stage))),
       h("span", {class: "tl-track"}, bar),
       h("span", {class: "tl-took"}, took,
-        stage.aborted ? " · ■ aborted"
+        endedBy(stage) ? ` · ${SHAPE_OF[endedBy(stage)]} ${endedBy(stage)}`
           : stage.exit_code !== null && stage.exit_code !== undefined ? ` · exit ${stage.exit_code}` : "",
         // Where it ran (0.8.0): a Ray node; nothing for the daemon's own host.
         stage.node ? h("span", {class: "tl-node"}, ` · on ${nodeText(stage.node)}`) : ""));

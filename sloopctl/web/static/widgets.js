@@ -4,11 +4,15 @@
 import {act, current} from "./api.js";
 import {h} from "./dom.js";
 
-const SHAPES = {
+export const SHAPES = {
   merged: "✔", passed: "✔", open: "●", ready: "○",
   failed: "✖", aborted: "■", needs_review: "◆",
   running: "▶", claimed: "▷", pending: "·", not_reached: "–",
   held: "❚❚", paused: "❚❚", cooldown: "◔",
+  // An execution cut short by a restart, or by the merge queue's rebuild.
+  interrupted: "■", rebuilt: "↻",
+  // A run's state in the merge queue.
+  waiting: "◌", building: "▷", gating: "▶", landing: "➔",
 };
 
 export function badge(state, extra = "") {
