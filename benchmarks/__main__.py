@@ -1,7 +1,7 @@
 """``python -m benchmarks [NAME ...] [--quick] [--markdown FILE]``: run, print one table each.
 
 Names: ingest, logs, events, throughput, dashboard, sandbox, memory, longpoll, rss,
-stagestart, drain, ray (or their numbers 1-12; ray needs
+stagestart, drain, ray, queue (or their numbers 1-13; ray needs
 ``scripts/in-netns``); none = all.  After the tables, issue 15's
 table gathered from them.
 ``--quick`` shrinks sizes and windows for a smoke run (about a minute).
@@ -26,6 +26,7 @@ from benchmarks import (
     logs,
     longpoll,
     memory,
+    queue,
     ray_stages,
     rss,
     sandbox_start,
@@ -48,6 +49,7 @@ BENCHMARKS: dict[str, Callable[[bool], Table]] = {
     "stagestart": stagestart.run,
     "drain": drain.run,
     "ray": ray_stages.run,
+    "queue": queue.run,
 }
 NUMBERS = {str(i): name for i, name in enumerate(BENCHMARKS, 1)}
 

@@ -8,6 +8,7 @@ rendering lives in ``render``; ``show`` and its following in ``follow``, feeds i
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 import click
@@ -181,13 +182,27 @@ def gc() -> None:
     help="The agent preset [agent] uses: Claude Code, Codex, Gemini CLI, or the bundled "
     "example agent (no vendor account needed).",
 )
-def init(force: bool, agent: str) -> None:
+@click.option(
+    "--test-command",
+    "test_command",
+    metavar="CMD",
+    help="Your test command (split like a shell would, run without one, e.g. 'make test'): "
+    "the merge queue's gate stage after sync runs it.  Without it that stage is written "
+    "commented out.",
+)
+def init(force: bool, agent: str, test_command: str | None) -> None:
     """Write a commented default sloop.toml and an example ticket.
 
     Needs no daemon.  sloop.toml goes to the repository root and documents
     every key with its default; the tickets folder gets tickets/example.md
     (left alone when it exists).  Review both, then commit them.
     """
+    try:
+        test_argv = shlex.split(test_command) if test_command is not None else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--test-command") from exc
+    if test_argv is not None and (not test_argv or not all(test_argv)):
+        raise click.BadParameter("needs a command", param_hint="--test-command")
     repo = locate.find_repo()
     if repo is None:
         fail("not inside a git repository: run 'sloopctl init' in the repository to set up")
@@ -197,7 +212,7 @@ def init(force: bool, agent: str) -> None:
     tickets = repo.toplevel / init_template.TICKETS_FOLDER
     example = tickets / init_template.EXAMPLE_TICKET
     try:
-        config.write_text(init_template.sloop_toml(agent), encoding="utf-8")
+        config.write_text(init_template.sloop_toml(agent, test_argv), encoding="utf-8")
         tickets.mkdir(parents=True, exist_ok=True)
         wrote_example = not example.exists()
         if wrote_example:
@@ -207,8 +222,13 @@ def init(force: bool, agent: str) -> None:
     click.echo(f"wrote {config}")
     kept = "wrote" if wrote_example else "kept the existing"
     click.echo(f"{kept} {example}")
+    gate = (
+        f"the merge queue's gate runs {shlex.join(test_argv)!r}"
+        if test_argv
+        else "put your test command in the gate stage after sync"
+    )
     click.echo(
-        f"next: review sloop.toml (agent preset {agent!r}), commit both, then "
+        f"next: review sloop.toml (agent preset {agent!r}; {gate}), commit both, then "
         "'sloopctl daemon' and 'sloopctl post "
         f"{Path(init_template.TICKETS_FOLDER, init_template.EXAMPLE_TICKET).as_posix()}'"
     )

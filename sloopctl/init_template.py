@@ -8,6 +8,8 @@ daemon's defaults, so the two cannot drift apart unnoticed.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Final
 
 CONFIG_FILE: Final = "sloop.toml"
@@ -46,6 +48,10 @@ main = "main"
 tickets = "tickets"
 # How many runs may be in flight at once.  An integer, at least 1.
 parallel = 2
+# How many runs of the merge queue have their gate stages (the stages between
+# sync and ff_only, below) running at once: an integer, at least 1; by default
+# the same as parallel.  For example:
+#   merge_window = 2
 # Run branches are named <branch_prefix><ticket-name>/<attempt>, for example
 # sloop/fix-rounding/1.  A non-empty string.
 branch_prefix = "sloop/"
@@ -146,6 +152,8 @@ token_env = true
 #                   command  runs this stage's command (required for it)
 #                   sync     brings main into the run branch; a conflict fails
 #                   ff_only  fast-forwards main to the branch; a moved main fails
+#                 The stages between a sync and the ff_only after it are the
+#                 merge queue's gate (see the "test" stage after sync below).
 #   prompt        agent stages only: the instructions put before the ticket.
 #   command       agent and command stages: an argv; on an agent stage it
 #                   replaces agent.command for this stage.
@@ -199,17 +207,6 @@ result_check = "exit_code"
 # backend = "local"
 # resources = { cpus = 2, memory = "4GiB" }
 
-# A test stage that sends failures back to the agent, twice at most:
-# [[flows.default.stages]]
-# name = "test"
-# action = "command"
-# command = ["make", "test"]
-# result_check = "exit_code"
-# network = false
-# timeout = "20m"
-# return_to = "implement"
-# returns = 2
-
 # An advisory stage: a failure is recorded, and the walk goes on.
 # [[flows.default.stages]]
 # name = "lint"
@@ -240,6 +237,26 @@ result_check = "exit_code"
 name = "sync"
 action = "sync"
 # mode = "merge"
+
+# The merge queue's gate: the stages between sync and the ff_only below.  A run
+# that reaches sync joins the merge queue; its sync builds its candidate (main,
+# plus the work of the runs ahead of it in the queue, plus its own), the gate
+# runs on that candidate, and the runs land in queue order, so main only ever
+# holds a commit its tests passed on.  Up to repo.merge_window candidates are
+# tested at once.  A gate never changes the candidate: what it commits or
+# leaves is discarded.  Its own failure sends the run back to the agent, twice
+# at most; a failure caused by a run ahead that leaves the queue is not held
+# against it: its candidate is rebuilt instead (docs/operator-guide.md, "The
+# merge queue").  Put your test command here (its sandbox has no network):
+# [[flows.default.stages]]
+# name = "test"
+# action = "command"
+# command = ["make", "test"]
+# result_check = "exit_code"
+# network = false
+# timeout = "20m"
+# return_to = "implement"
+# returns = 2
 
 [[flows.default.stages]]
 name = "merge"
@@ -331,6 +348,28 @@ Post it with `sloopctl post tickets/example.md`, then follow it with
 """
 
 
-def sloop_toml(agent: str = "claude") -> str:
-    """The template with ``agent`` as the [agent] preset."""
-    return SLOOP_TOML.replace('\npreset = "claude"\n', f'\npreset = "{agent}"\n', 1)
+# The template's gate stage, commented out; ``sloop_toml`` switches it on with a known
+# test command.
+GATE_STAGE: Final = """\
+# [[flows.default.stages]]
+# name = "test"
+# action = "command"
+# command = ["make", "test"]
+"""
+
+
+def sloop_toml(agent: str = "claude", test_command: Sequence[str] | None = None) -> str:
+    """The template with ``agent`` as the [agent] preset.
+
+    With ``test_command`` (an argv), the gate stage after ``sync`` is switched on
+    and runs it; without, it stays commented out.
+    """
+    text = SLOOP_TOML.replace('\npreset = "claude"\n', f'\npreset = "{agent}"\n', 1)
+    if not test_command:
+        return text
+    start = text.index(GATE_STAGE)
+    end = text.index("\n\n", start)
+    argv = ", ".join(json.dumps(arg, ensure_ascii=False) for arg in test_command)
+    lines = [line.removeprefix("# ") for line in text[start:end].splitlines()]
+    lines = [f"command = [{argv}]" if line.startswith("command = ") else line for line in lines]
+    return text[:start] + "\n".join(lines) + text[end:]

@@ -63,7 +63,7 @@ def test_every_commented_example_is_valid_when_switched_on() -> None:
     # max_cost_usd over the Codex seat needs its model, priced by the [pricing] example.
     parsed = config.parse(tomllib.loads(text), environ={"CODEX_MODEL": "gpt-5.5"})
     names = [s.name for s in parsed.flows["default"].stages]
-    assert names == ["implement", "test", "lint", "self-check", "review", "sync", "merge"]
+    assert names == ["implement", "lint", "self-check", "review", "sync", "test", "merge"]
     review = parsed.flows["default"].stage("review")
     assert review is not None
     assert review.quorum == 2
@@ -71,6 +71,46 @@ def test_every_commented_example_is_valid_when_switched_on() -> None:
     extra = len(parsed.vendor_patterns) - len(config.parse({}).vendor_patterns)
     assert extra == 1
     assert parsed.vendor_patterns[0].classification == "rate_limited"
+
+
+def test_the_template_shows_the_merge_queues_gate_after_sync_commented_out() -> None:
+    text = init_template.SLOOP_TOML
+    # Commented out (no test command is known), right after sync, explained.
+    sync = text.index('name = "sync"\n')
+    gate = text.index(init_template.GATE_STAGE, sync)
+    assert gate < text.index('name = "merge"\n', sync)
+    assert "merge queue's gate" in text[sync:gate]
+    assert "merge_window" in text[sync:gate]
+    # Switched on, it is a gate of the merge queue: a command stage between the
+    # landing's sync and its ff_only, without network, sending its failures back.
+    parsed = config.parse(tomllib.loads(uncommented(text)), environ={"CODEX_MODEL": "gpt-5.5"})
+    stages = parsed.flows["default"].stages
+    names = [s.name for s in stages]
+    assert names[names.index("sync") :] == ["sync", "test", "merge"]
+    test = parsed.flows["default"].stage("test")
+    assert test is not None
+    assert (test.action, test.command, test.network) == ("command", ("make", "test"), False)
+    assert (test.return_to, test.returns) == ("implement", 2)
+    # And the [repo] key that sizes the window is documented, commented out.
+    assert re.search(r"^#   merge_window = \d+$", text, re.MULTILINE)
+
+
+@pytest.mark.parametrize("agent", init_template.AGENT_PRESETS)
+def test_a_known_test_command_switches_the_gate_on(agent: str) -> None:
+    text = init_template.sloop_toml(agent, ["pytest", "-q", 'tests/it\'s "odd"'])
+    parsed = config.parse(tomllib.loads(text))
+    stages = parsed.flows["default"].stages
+    assert [(s.name, s.action) for s in stages] == [
+        ("implement", "agent"),
+        ("sync", "sync"),
+        ("test", "command"),
+        ("merge", "ff_only"),
+    ]
+    assert stages[2].command == ("pytest", "-q", 'tests/it\'s "odd"')
+    assert stages[2].network is False
+    # Everything else is the template's: only the gate's lines changed.
+    assert init_template.sloop_toml(agent, None) == init_template.sloop_toml(agent)
+    assert len(text.splitlines()) == len(init_template.sloop_toml(agent).splitlines())
 
 
 @pytest.mark.parametrize(
@@ -148,6 +188,23 @@ def test_init_writes_the_files_at_the_repository_root(repo: Path) -> None:
         config.Config().agent,
         config.Config().flows,
     )
+
+
+def test_init_test_command_writes_the_gate_stage(repo: Path) -> None:
+    result = CliRunner().invoke(main, ["init", "--test-command", "make check V=1"])
+    assert result.exit_code == 0, result.output
+    assert "the merge queue's gate runs 'make check V=1'" in result.output
+    stages = config.load(repo).flows["default"].stages
+    assert [s.name for s in stages] == ["implement", "sync", "test", "merge"]
+    assert stages[2].command == ("make", "check", "V=1")
+
+
+@pytest.mark.parametrize("command", ["", "  ", "make 'test"])
+def test_init_refuses_a_test_command_it_cannot_split(repo: Path, command: str) -> None:
+    result = CliRunner().invoke(main, ["init", "--test-command", command])
+    assert result.exit_code == 2
+    assert "--test-command" in result.output
+    assert not (repo / "sloop.toml").exists()
 
 
 def test_init_refuses_to_overwrite_without_force(repo: Path) -> None:
