@@ -97,7 +97,10 @@ class Entry:
             "waiting_for": self._waiting_for(position, window, ahead),
             "joined_at_ms": self.joined_at_ms,
             "rebuilds": self.rebuilds,
+            # Why its candidate is to be rebuilt (null: it is current), and the window
+            # it is counted against (the run detail carries no dashboard beside it).
             "stale": self.stale,
+            "merge_window": window,
         }
 
     def _waiting_for(self, position: int, window: int, ahead: list[Entry]) -> dict[str, Any] | None:
