@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.support.agents import Bench, sloop_toml, ticket_text
-from tests.support.daemon import git
+from tests.support.agents import Bench, sloop_toml, start_with_args, ticket_text
+from tests.support.daemon import free_loopback_port, git, metrics_sample
 
 AGENT = [
     "sh",
@@ -78,7 +78,8 @@ def test_a_bad_run_mid_queue_costs_only_itself(bench: Bench) -> None:
         {name: ticket_text(name, "BADMARK" if name == "bad" else "") for name in names},
     )
     before = set(main_history(bench))
-    bench.start()
+    port = free_loopback_port()
+    start_with_args(bench, "--metrics", f"127.0.0.1:{port}")
     for name in names:
         bench.post(name)
     runs = {name: bench.wait_run(f"{name}#1", timeout=120) for name in names}
@@ -98,3 +99,19 @@ def test_a_bad_run_mid_queue_costs_only_itself(bench: Bench) -> None:
     assert set(moved_to) <= passed_gate_commits(bench, list(runs.values()))
     assert not (bench.repo / "bad").exists()
     assert "bad" not in git(bench.repo, "ls-tree", "--name-only", "main").split()
+    # The queue's metrics: four landings, each through one gate execution of its own
+    # that counted (a cut-short one counts too), rebuilds by the bad run's leaving.
+    assert metrics_sample(port, "sloop_merge_queue_depth") == 0
+    assert metrics_sample(port, "sloop_merge_queue_wait_seconds_count") == 4
+    assert metrics_sample(port, "sloop_merge_queue_gate_executions_count") == 4
+    gates_counted = metrics_sample(port, "sloop_merge_queue_gate_executions_sum")
+    assert gates_counted is not None
+    assert 4 <= gates_counted <= 8
+    rebuilds = metrics_sample(port, 'sloop_merge_queue_rebuilds_total{cause="left_failed"}')
+    assert rebuilds is not None
+    assert rebuilds == sum(
+        1
+        for run in runs.values()
+        for s in run["stages"]
+        if s["stage"] == "sync" and s["attempt"] == 2 and run["state"] == "merged"
+    )
