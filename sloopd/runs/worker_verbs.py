@@ -93,7 +93,8 @@ class WorkerVerbs:
         ticket.update(
             bodies.shown(extra.body, "the whole ticket is in the prompt file, $SLOOP_PROMPT_FILE")
         )
-        return {
+        told = feedback.of_execution(self.records, facts, stage)
+        brief: dict[str, Any] = {
             "run": credential.run,
             "ticket": ticket,
             "worktree": self._checkout_seen(credential.run, facts.worktree),
@@ -104,10 +105,12 @@ class WorkerVerbs:
                 "result_check": stage.result_check,
             },
             "definition_of_done": definition_of_done(stage),
-            # Additive in 0.9.0: why the executions before this one failed (the prompt's
-            # "What happened since your last execution", structured).
-            "feedback": feedback.of_execution(self.records, facts, stage),
         }
+        if told:
+            # Additive in 0.9.0, present when there is some: why the executions before
+            # this one failed (the prompt's "What happened since your last execution").
+            brief["feedback"] = told
+        return brief
 
     def _checkout_seen(self, run: str, host_path: Path) -> str:
         """The checkout's path as the caller sees it: a sandboxed agent is never told a

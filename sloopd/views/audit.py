@@ -40,7 +40,9 @@ def compose(daemon: Daemon, snapshot: Snapshot, limit: int) -> dict[str, Any]:
     view: dict[str, Any] = {"kind": "dashboard", "daemon": daemon.info()}
     view["gate"] = snapshot.gate.row()
     view["runs"] = in_flight_rows(daemon, snapshot)
-    view.update(orjson.loads(b"{" + merge_queue_part(daemon)[1:] + b"}"))
+    part = merge_queue_part(daemon)
+    if part:
+        view.update(orjson.loads(b"{" + part[1:] + b"}"))
     attention, attention_total = attention_runs(daemon)
     view["attention"] = [orjson.loads(run.encoded) for run in attention]
     view["attention_total"] = attention_total

@@ -21,6 +21,8 @@ from sloopd.core import rows
 from sloopd.core.model import RECENT_HELD_MAX, Settled, Snapshot, recent_runs
 from sloopd.core.rows import QueueFacts
 from sloopd.core.state import Daemon
+from sloopd.flows import landings
+from sloopd.flows.flow import Flow
 from sloopd.store import RecentRunRow, TriggerRow
 from sloopd.util import memory
 from sloopd.util.clock import now_ms
@@ -119,8 +121,15 @@ def merge_queue_part(daemon: Daemon) -> bytes:
     (the runs in flight), so encoded on each reply."""
     merge_queue = daemon.merge_queue
     entries = merge_queue.rows() if merge_queue is not None else []
+    if not entries and not any(flow_lands(flow) for flow in daemon.config.flows.values()):
+        # Optional, like next_wake: a configuration with no landing has no queue to show.
+        return b""
     window = daemon.config.repo.window
     return b',"queue":' + orjson.dumps(entries) + b',"merge_window":' + str(window).encode()
+
+
+def flow_lands(flow: Flow) -> bool:
+    return bool(landings.spans(flow.stages))
 
 
 class Board:

@@ -75,6 +75,10 @@ METRICS = frozenset(
         "sloop_ray_relay_latency_seconds_bucket",
         "sloop_ray_relay_latency_seconds_sum",
         "sloop_ray_relay_latency_seconds_count",
+        "sloop_merge_queue_depth",
+        *(f"sloop_merge_queue_wait_seconds_{s}" for s in ("bucket", "sum", "count")),
+        *(f"sloop_merge_queue_gate_executions_{s}" for s in ("bucket", "sum", "count")),
+        "sloop_merge_queue_rebuilds_total",
         "up",
     }
 )
@@ -82,7 +86,7 @@ METRICS = frozenset(
 LABELS = frozenset(
     {
         *("job", "instance", "repo", "le", "state", "flow", "stage", "verb", "code"),
-        *("version", "vendor", "kind", "outcome", "backend", "node", "direction"),
+        *("version", "vendor", "kind", "outcome", "backend", "node", "direction", "cause"),
     }
 )
 ALERTS = frozenset(

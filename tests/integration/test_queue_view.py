@@ -138,7 +138,9 @@ def test_show_lists_a_run_queued_behind_another_and_its_place(bench: Bench) -> N
     _, err = follower.communicate(timeout=30)
     assert follower.returncode == 0, err
     if second["alias"] == "b#1":  # its follower saw it queued behind the other
-        assert re.search(r"2nd in the merge queue, its gate test#1 running on main \+ R", err), err
+        assert re.search(
+            r"2nd in the merge queue(?: \(window \d+\))?, its gate test#1 running on main \+ R", err
+        ), err
 
     events = sloopctl(bench, "events")
     assert re.search(r"queue_joined +T\d+ +R\d+ +joined the merge queue, 1st$", events, re.M)

@@ -326,9 +326,10 @@ def test_a_queued_run_behind_another_on_the_real_daemon(bench: Bench, tmp_path: 
         driver.get(web.url.replace("/?", f"/run/{second}?"))
         wait_for(driver, has_text("#queue-place", "in the merge queue"))
         place = text_of(driver, "#queue-place")
-        # Still 2nd: the gate outlasts the page's load. (A run detail carries no window.)
+        # Still 2nd: the gate outlasts the page's load (the entry carries its window).
+        window = r"(?: \(window \d+\))?"
         assert re.fullmatch(
-            rf"2nd in the merge queue, its gate test#1 running on main \+ {ahead}",
+            rf"2nd in the merge queue{window}, its gate test#1 running on main \+ {ahead}",
             place,
         ), place
         screenshot(driver, tmp_path, "queue-real-run")
