@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from sloopd.flows.walk import ENDED_BY_INTERRUPTED, ENDED_BY_REBUILT
 from sloopd.util import quoting
 
 UNCOMMITTED_CHANGES: Final = "uncommitted_changes"
@@ -76,13 +77,15 @@ class StageResult:
     @classmethod
     def interrupted(cls, reason: str) -> StageResult:
         """A stage that never finished its check: failed, with only why."""
-        return cls(passed=False, reason=reason, ended_by="interrupted")
+        return cls(passed=False, reason=reason, ended_by=ENDED_BY_INTERRUPTED)
 
     @classmethod
     def rebuilt(cls, cause: str, commit: str | None) -> StageResult:
         """A landing stage cut short because the merge queue rebuilds the run's candidate:
         failed for v1 clients, no failure of the run's (no returns spent)."""
-        return cls(passed=False, reason=f"rebuilt: {cause}", commit=commit, ended_by="rebuilt")
+        return cls(
+            passed=False, reason=f"rebuilt: {cause}", commit=commit, ended_by=ENDED_BY_REBUILT
+        )
 
     @classmethod
     def checked(

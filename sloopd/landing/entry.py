@@ -17,14 +17,6 @@ from sloopd.util.clock import now_ms
 # gate (or its sync) failed while runs ahead in its candidate may still leave; passed:
 # every gate passed, it waits for the runs ahead to land; landing: its ff_only runs.
 EntryState = Literal["waiting", "building", "gating", "held", "passed", "landing"]
-QUEUE_STATES: tuple[EntryState, ...] = (
-    "waiting",
-    "building",
-    "gating",
-    "held",
-    "passed",
-    "landing",
-)
 GATES_PASSED: frozenset[str] = frozenset({"passed", "landing"})
 
 

@@ -36,9 +36,6 @@ log = logging.getLogger(__name__)
 # every candidate stale, and gates running on stale candidates are time thrown away.
 MAIN_POLL_SECONDS = 1.0
 
-# The rebuild causes counted by sloop_merge_queue_rebuilds_total{cause}.
-REBUILD_CAUSES = ("left_failed", "left_conflict", "left_aborted", "left_other", "main_moved")
-
 
 class MergeQueue:
     def __init__(

@@ -329,15 +329,14 @@ class RunBranches:
             raise gitops.GitError(f"cannot sync: {main!r} names no commit")
         ahead = onto[1] if onto is not None else ()
         # The queue's runs ahead are named: main's history says what each merge held.
-        source = main + (f" with {', '.join(ahead)} queued ahead" if ahead else "")
+        queued = f" with {', '.join(ahead)} queued ahead" if ahead else ""
+        source = main + queued
         if mode == "merge":
             try:
                 merged = await self.scratch.merge(
                     work,
                     sha,
-                    f"Merge branch '{main}'"
-                    + (f" with {', '.join(ahead)} queued ahead" if ahead else "")
-                    + f" into {facts.branch}",
+                    f"Merge branch '{main}'{queued} into {facts.branch}",
                     identity=self.identity,
                     timeout=GIT_TIMEOUT_S,
                 )

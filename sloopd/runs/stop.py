@@ -34,7 +34,7 @@ from typing import Any, Final, Literal
 
 from sloopd.flows.flow import Stage
 from sloopd.flows.results import StageResult, daemon_diagnosis
-from sloopd.flows.walk import Walk
+from sloopd.flows.walk import ENDED_BY_REBUILT, Walk
 from sloopd.runs.diagnosed import diagnosed
 
 StopKind = Literal["stalled", "timed_out", "budget_exceeded", "rebuilt", "cancel", "halt"]
@@ -185,7 +185,7 @@ def judged(
             passed=False,
             reason=f"rebuilt: {stopped.reason}",
             diagnosis=None,
-            ended_by="rebuilt",
+            ended_by=ENDED_BY_REBUILT,
         )
     if stopped is not None:
         return stopped_result(result, stopped)
