@@ -137,6 +137,7 @@ def run_row_of(record: RunRow) -> dict[str, Any]:
         halt,
         reason,
         classification,
+        resolution,
     ) = record
     diagnosis = orjson.loads(classification) if classification else None
     return {
@@ -161,6 +162,9 @@ def run_row_of(record: RunRow) -> dict[str, Any]:
         "classification": diagnosis.get("classification") if diagnosis else None,
         "diagnosis": diagnosis,
         "stall": None,
+        # (0.9.0) how a person (or the daemon, auto) resolved a needs_review run; the
+        # state stays needs_review: run states are a closed set in protocol v1.
+        "resolution": orjson.loads(resolution) if resolution else None,
     }
 
 

@@ -74,6 +74,7 @@ NOTES: Final[Mapping[str, Noter]] = {
     "run_started": _named(RUN, "id"),
     "run_settle": _named(RUN, "id"),
     "run_clear_worktree": _positional(RUN, 0),
+    "run_resolve": _named(RUN, "id"),
     "stage_log_append": _named(STAGE, "run"),
     "gate_write": lambda _params, _row: Change(GATE),
 }

@@ -32,6 +32,7 @@ MIGRATIONS: Final = (
     Migration(2, "activation_to_trigger"),
     Migration(3, "feed_pages"),
     Migration(4, "stage_log_rebuilt"),
+    Migration(5, "run_resolution"),
 )
 SCHEMA_VERSION: Final = MIGRATIONS[-1].version
 

@@ -80,7 +80,7 @@ SELECT count(*) FROM triggers WHERE state = 'queued'
 -- name: runs_in_flight
 SELECT id, alias, ticket, attempt, state, trigger, flow, flow_snapshot, branch, worktree,
        claimed_at_ms, started_at_ms, finished_at_ms, agent_exit_code, halt, reason,
-       classification
+       classification, resolution
 FROM runs WHERE state IN ('claimed', 'running') ORDER BY ordinal
 
 -- name: runs_in_flight_count
@@ -93,13 +93,13 @@ SELECT count(*) FROM runs WHERE state IN ('claimed', 'running')
 WITH recent AS (
     SELECT id, alias, ticket, attempt, state, trigger, flow, NULL AS flow_snapshot, branch,
            worktree, claimed_at_ms, started_at_ms, finished_at_ms, agent_exit_code, halt,
-           reason, classification, ordinal
+           reason, classification, resolution, ordinal
     FROM runs WHERE state IN ('merged', 'failed', 'needs_review', 'aborted')
     ORDER BY finished_at_ms DESC, ordinal DESC LIMIT ?
 )
 SELECT r.id, r.alias, r.ticket, r.attempt, r.state, r.trigger, r.flow, r.flow_snapshot,
        r.branch, r.worktree, r.claimed_at_ms, r.started_at_ms, r.finished_at_ms,
-       r.agent_exit_code, r.halt, r.reason, r.classification,
+       r.agent_exit_code, r.halt, r.reason, r.classification, r.resolution,
        u.reported, u.input_tokens, u.output_tokens, u.cached_tokens, u.cost
 FROM recent r LEFT JOIN (
     SELECT run, count(json_extract(data, '$.usage')) AS reported,
@@ -122,14 +122,14 @@ SELECT count(*) FROM runs WHERE state IN ('merged', 'failed', 'needs_review', 'a
 WITH page AS (
     SELECT id, alias, ticket, attempt, state, trigger, flow, NULL AS flow_snapshot, branch,
            worktree, claimed_at_ms, started_at_ms, finished_at_ms, agent_exit_code, halt,
-           reason, classification, ordinal
+           reason, classification, resolution, ordinal
     FROM runs
     WHERE state IN ('merged', 'failed', 'needs_review', 'aborted') AND (?1 IS NULL OR state = ?1)
     ORDER BY finished_at_ms DESC, ordinal DESC LIMIT ?2 OFFSET ?3
 )
 SELECT r.id, r.alias, r.ticket, r.attempt, r.state, r.trigger, r.flow, r.flow_snapshot,
        r.branch, r.worktree, r.claimed_at_ms, r.started_at_ms, r.finished_at_ms,
-       r.agent_exit_code, r.halt, r.reason, r.classification,
+       r.agent_exit_code, r.halt, r.reason, r.classification, r.resolution,
        u.reported, u.input_tokens, u.output_tokens, u.cached_tokens, u.cost
 FROM page r LEFT JOIN (
     SELECT run, count(json_extract(data, '$.usage')) AS reported,
@@ -154,15 +154,16 @@ WHERE state IN ('merged', 'failed', 'needs_review', 'aborted') AND (?1 IS NULL O
 WITH page AS (
     SELECT r.id, r.alias, r.ticket, r.attempt, r.state, r.trigger, r.flow,
            NULL AS flow_snapshot, r.branch, r.worktree, r.claimed_at_ms, r.started_at_ms,
-           r.finished_at_ms, r.agent_exit_code, r.halt, r.reason, r.classification, r.ordinal
+           r.finished_at_ms, r.agent_exit_code, r.halt, r.reason, r.classification, r.resolution,
+           r.ordinal
     FROM tickets t JOIN runs r ON r.ticket = t.id AND r.state = t.state
-    WHERE t.state IN ('failed', 'needs_review')
+    WHERE t.state IN ('failed', 'needs_review') AND r.resolution IS NULL
       AND r.attempt = (SELECT max(attempt) FROM runs WHERE ticket = t.id)
     ORDER BY r.finished_at_ms DESC, r.ordinal DESC LIMIT ?
 )
 SELECT r.id, r.alias, r.ticket, r.attempt, r.state, r.trigger, r.flow, r.flow_snapshot,
        r.branch, r.worktree, r.claimed_at_ms, r.started_at_ms, r.finished_at_ms,
-       r.agent_exit_code, r.halt, r.reason, r.classification,
+       r.agent_exit_code, r.halt, r.reason, r.classification, r.resolution,
        u.reported, u.input_tokens, u.output_tokens, u.cached_tokens, u.cost
 FROM page r LEFT JOIN (
     SELECT run, count(json_extract(data, '$.usage')) AS reported,
@@ -177,7 +178,25 @@ FROM page r LEFT JOIN (
 ORDER BY r.finished_at_ms DESC, r.ordinal DESC
 
 -- name: runs_needing_attention_count
-SELECT count(*) FROM tickets WHERE state IN ('failed', 'needs_review')
+-- runs_needing_attention's rows, counted: a ticket whose latest run was resolved
+-- (0.9.0) waits for no one any more.
+SELECT count(*)
+FROM tickets t JOIN runs r ON r.ticket = t.id AND r.state = t.state
+WHERE t.state IN ('failed', 'needs_review') AND r.resolution IS NULL
+  AND r.attempt = (SELECT max(attempt) FROM runs WHERE ticket = t.id)
+
+-- name: run_resolve
+-- (0.9.0) Only a needs_review run no one resolved yet: a second resolve changes nothing.
+UPDATE runs SET resolution = :resolution
+WHERE id = :id AND state = 'needs_review' AND resolution IS NULL
+RETURNING id
+
+-- name: runs_unresolved_needing_review
+-- (0.9.0) The needs_review runs no one resolved: the daemon looks for their branches
+-- on main (merged by hand).  Bounded by the caller's limit, the newest first.
+SELECT id, ticket, branch FROM runs
+WHERE state = 'needs_review' AND resolution IS NULL
+ORDER BY ordinal DESC LIMIT ?
 
 -- name: run_id_by_id
 SELECT id FROM runs WHERE id = ?
@@ -191,7 +210,7 @@ SELECT id FROM runs WHERE ticket = ? ORDER BY attempt DESC
 -- name: run_by_id
 SELECT id, alias, ticket, attempt, state, trigger, flow, flow_snapshot, branch, worktree,
        claimed_at_ms, started_at_ms, finished_at_ms, agent_exit_code, halt, reason,
-       classification
+       classification, resolution
 FROM runs WHERE id = ?
 
 -- name: event_insert

@@ -93,6 +93,7 @@ class RunRow(NamedTuple):
     halt: str | None
     reason: str | None
     classification: str | None
+    resolution: str | None  # (0.9.0) JSON, or None while no one resolved the run
 
 
 class UsageRow(NamedTuple):
@@ -130,6 +131,7 @@ class RecentRunRow(NamedTuple):
     halt: str | None
     reason: str | None
     classification: str | None
+    resolution: str | None  # (0.9.0) JSON, or None while no one resolved the run
     reported: int | None
     input_tokens: int | None
     output_tokens: int | None

@@ -59,6 +59,8 @@ CREATE TABLE runs (
     halt            TEXT,
     reason          TEXT,
     classification  TEXT,
+    -- (0.9.0) NULL, or how a person resolved a needs_review run (JSON; migration 0005).
+    resolution      TEXT,
     UNIQUE (ticket, attempt)
 );
 CREATE INDEX runs_state ON runs (state);
