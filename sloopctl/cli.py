@@ -39,6 +39,7 @@ from sloopctl.invoke import (
     no_answer,
     options,
     present_args,
+    refuse_inside_run,
     trigger_arg,
 )
 from sloopctl.render import error_line
@@ -280,6 +281,7 @@ def daemon(socket_dir: str | None) -> None:
     from sloopctl.start import StartError, start_daemon
 
     opts = options()
+    refuse_inside_run(opts.socket)  # an agent must never start a daemon of its own
     try:
         where = locate.operator_endpoint(opts.socket, socket_dir=socket_dir)
     except locate.LocateError as exc:

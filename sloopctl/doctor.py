@@ -75,9 +75,12 @@ def doctor(
     down is a failed check here, not exit 3 or 4.
     """
     from sloopctl.diagnosis import Options, diagnose
+    from sloopctl.invoke import refuse_inside_run
 
     # The group's --json/--socket (given before the command name) live in ctx.obj.
     shared = ctx.obj
+    # Inside a run there is no daemon to check, and "start it" would be wrong advice.
+    refuse_inside_run(socket_path or getattr(shared, "socket", None))
     options = Options(
         socket=socket_path or getattr(shared, "socket", None),
         state_dir=state_dir,

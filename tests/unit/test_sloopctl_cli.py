@@ -387,3 +387,45 @@ def test_daemon_command_finds_a_running_daemon(serve: Callable[[Answer], FakeDae
     result = sloopctl("--socket", str(daemon.path), "daemon")
     assert result.exit_code == 0
     assert result.stdout == f"{daemon.path}\n"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["logs", "R1"],
+        ["events"],
+        ["run", "T1"],
+        ["abort", "R1"],
+        ["diff", "R1"],
+        ["daemon"],
+        ["doctor"],
+    ],
+)
+def test_inside_a_run_an_operator_verb_says_the_worker_socket_does_not_serve_it(
+    args: list[str], serve: Callable[[Answer], FakeDaemon]
+) -> None:
+    """Issue 33: inside a sandbox `sloopctl logs` answered daemon_unavailable with
+    "start it with 'sloopctl daemon'", wrong advice for an agent."""
+    worker = serve(ok({}))
+    env: dict[str, str | None] = {"SLOOP_SOCKET": str(worker.path), "SLOOP_TOKEN": "tok-1"}
+    result = sloopctl(*args, env=env)
+    assert result.exit_code == 2, result.output
+    assert (
+        "the worker socket serves brief, show, note and verdict; "
+        f"'{args[0]}' is an operator verb" in result.stderr
+    )
+    assert "sloopctl daemon" not in result.stderr
+    assert "start" not in result.stderr
+    assert worker.requests == []  # nothing sent anywhere
+
+
+def test_inside_a_run_a_missing_worker_socket_never_says_start_a_daemon(sock_dir: Path) -> None:
+    env: dict[str, str | None] = {"SLOOP_SOCKET": str(sock_dir / "gone.sock"), "SLOOP_TOKEN": "t"}
+    result = sloopctl("brief", env=env)
+    assert result.exit_code == 3, result.output
+    assert "no socket at" in result.stderr
+    assert "sloopctl daemon" not in result.stderr
+    assert "stage execution ends" in result.stderr
+    as_json = sloopctl("--json", "show", env=env)
+    assert as_json.exit_code == 3
+    assert "sloopctl daemon" not in as_json.stdout
