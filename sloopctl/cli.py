@@ -7,6 +7,7 @@ rendering lives in ``render``; ``show`` and its following in ``follow``, feeds i
 
 from __future__ import annotations
 
+import getpass
 import os
 import shlex
 from pathlib import Path
@@ -125,6 +126,36 @@ def abort(run_ref: str, reason: str | None) -> None:
     A merge that has already started is let finish: the run then reads merged.
     """
     call("abort", present_args(run=run_ref, reason=reason))
+
+
+def local_user() -> str | None:
+    """Who is resolving: the local user name (``$LOGNAME``, ``$USER``, else the
+    password database), or None when none can be found."""
+    try:
+        return getpass.getuser() or None
+    except (OSError, KeyError):
+        return None
+
+
+@main.command()
+@click.argument("run_ref", metavar="RUN")
+@click.option("--merged", is_flag=True, help="Its work reached main by hand.")
+@click.option("--dismissed", is_flag=True, help="Its work is not wanted.")
+@click.option("--reason", metavar="TEXT", help="Why, kept with the resolution.")
+@common_options
+def resolve(run_ref: str, merged: bool, dismissed: bool, reason: str | None) -> None:
+    """Resolve a needs_review run: --merged (by hand) or --dismissed.
+
+    The run keeps its state and gains a resolution (what, who, why, when); its
+    ticket becomes merged or failed, and the run leaves Needs attention.
+    """
+    if merged == dismissed:
+        fail("give one of --merged or --dismissed")
+    resolution = "merged" if merged else "dismissed"
+    call(
+        "resolve",
+        present_args(run=run_ref, resolution=resolution, reason=reason, by=local_user()),
+    )
 
 
 @main.command()
