@@ -41,6 +41,7 @@ from sloopctl.invoke import (
     options,
     present_args,
     refuse_inside_run,
+    say_error,
     trigger_arg,
 )
 from sloopctl.render import error_line
@@ -342,7 +343,7 @@ def daemon(socket_dir: str | None) -> None:
         # The log quotes tickets and agents too.
         log_tail = exc.log_tail if opts.raw else clean(exc.log_tail)
         tail = f"\n{log_tail}" if log_tail else ""
-        click.echo(error_line(None, exc.message, colour(True)) + tail, err=True)
+        say_error(error_line(None, exc.message, colour(True)) + tail)
         raise click.exceptions.Exit(EXIT_DAEMON_ERROR) from None
     click.echo(started.socket)
 

@@ -20,6 +20,7 @@ from typing import Final
 import click
 import orjson
 
+from sloopctl.fold import fold_for
 from sloopctl.layout import colour_enabled, painter
 from sloopctl.locate import METRICS_URL_ENV
 
@@ -98,5 +99,6 @@ def doctor(
     else:
         paint = painter(colour_enabled(sys.stdout))
         for check in checks:
-            click.echo(check.line(paint))
+            # Folded at words on a terminal, each continuation under the check's detail.
+            click.echo(fold_for(sys.stdout, check.line(paint)))
     raise click.exceptions.Exit(EXIT_HEALTHY if healthy else EXIT_UNHEALTHY)

@@ -22,6 +22,7 @@ import orjson
 
 from sloopctl import locate
 from sloopctl.client import Client, ClientError, DaemonNotAnswering, DaemonNotRunning, Reply
+from sloopctl.fold import fold_for
 from sloopctl.layout import colour_enabled
 from sloopctl.render import error_line, render
 from sloopctl.when import HELP as WHEN_HELP
@@ -165,8 +166,13 @@ def options() -> Options:
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    click.echo(error_line(None, message, colour(True)), err=True)
+    say_error(error_line(None, message, colour(True)))
     raise click.exceptions.Exit(code)
+
+
+def say_error(line: str) -> None:
+    """An error on standard error, folded at words on a terminal (sloopctl.fold)."""
+    click.echo(fold_for(sys.stderr, line), err=True)
 
 
 def colour(err: bool = False) -> bool:
@@ -178,7 +184,7 @@ def no_answer(exc: ClientError, json: bool) -> NoReturn:
     if json:
         click.echo(orjson.dumps(exc.envelope()))
     else:
-        click.echo(error_line(str(exc.code), exc.message, colour(True)), err=True)
+        say_error(error_line(str(exc.code), exc.message, colour(True)))
     if isinstance(exc, DaemonNotRunning):
         raise click.exceptions.Exit(EXIT_NOT_RUNNING)
     if isinstance(exc, DaemonNotAnswering):
@@ -239,8 +245,7 @@ def answer(verb: str, reply: Reply) -> int:
     elif reply.ok:
         click.echo(render(verb, reply.data, now_ms(), colour()))
     else:
-        message = error_line(reply.error["code"], reply.error["message"], colour(True))
-        click.echo(message, err=True)
+        say_error(error_line(reply.error["code"], reply.error["message"], colour(True)))
     if reply.ok:
         return EXIT_OK
     return _ERROR_EXITS.get(reply.error["code"], EXIT_DAEMON_ERROR)
