@@ -17,6 +17,7 @@ from sloopctl.attention import (
     resolution_words,
     run_state_cell,
 )
+from sloopctl.feedback_view import feedback_section
 from sloopctl.layout import (
     STATE_STYLE,
     Cell,
@@ -413,6 +414,9 @@ def render(verb: str, data: Any, now: int, colour: bool) -> str:
         lines = [verdict_line(data)]
     elif verb == "note":
         lines = ["note recorded"]
+    elif verb == "brief":  # its feedback (0.9) as labelled data, after the assignment
+        rest = {k: v for k, v in data.items() if k != "feedback"}
+        lines = [*details(rest, now, paint), *feedback_section(data.get("feedback"), paint)]
     else:
         lines = details(data, now, paint)
     return "\n".join(lines).strip("\n")

@@ -328,3 +328,98 @@ def test_a_resolved_run_reads_as_resolved_and_leaves_attention() -> None:
     ticket_view = ticket(2, "add-search", "merged", runs=[data["recent"][0]])
     out = render("show", {"kind": "ticket", "value": ticket_view}, NOW, colour=False)
     assert re.search(r"R9\s+add-search#1\s+merged by hand", out)
+
+
+def brief_with_feedback() -> dict[str, Any]:
+    return {
+        "run": "R7",
+        "ticket": {"id": "T1", "name": "answer", "title": "Answer", "body": "Say it."},
+        "worktree": "/var/lib/sloop/checkouts/R7",
+        "branch": "sloop/answer/1",
+        "stage": {"name": "implement", "attempt": 3, "result_check": "exit_code"},
+        "definition_of_done": ["the agent exits 0"],
+        "feedback": [
+            {
+                "run": "R7",
+                "stage": "test",
+                "attempt": 2,
+                "kind": "failed",
+                "reason": "exited with code 1: FAILED: answer.txt WANT=Z1a2b GOT=guess",
+                "output": {
+                    "lines": ["running 1 test", "FAILED: answer.txt WANT=Z1a2b GOT=guess"],
+                    "omitted_lines": 78,
+                    "clipped": False,
+                },
+                "seats": [],
+                "paths": [],
+                "candidate": {"commit": "3f2a9c1d0b12aa", "onto": ["R5"]},
+            },
+            {
+                "run": "R7",
+                "stage": "review",
+                "attempt": 1,
+                "kind": "panel",
+                "reason": "1 of 2 reviewers passed (quorum 2)",
+                "output": None,
+                "seats": [
+                    {"reviewer": 0, "target": "claude", "verdict": "pass", "reason": "fine"},
+                    {"reviewer": 1, "target": "codex", "verdict": "fail", "reason": "say WANT"},
+                ],
+                "paths": [],
+                "candidate": None,
+            },
+            {
+                "run": "R7",
+                "stage": "sync",
+                "attempt": 1,
+                "kind": "conflict",
+                "reason": "merging main conflicts in: a.txt",
+                "output": {"lines": [], "omitted_lines": 0, "clipped": False},
+                "seats": [],
+                "paths": ["a.txt", "b.txt"],
+                "candidate": None,
+            },
+        ],
+    }
+
+
+def test_brief_prints_its_feedback_as_labelled_data() -> None:
+    """Issue 33: `brief` had no field about the failure; now its `feedback` reads as what
+    happened, each execution's output fenced behind a rule under a label."""
+    out = render("brief", brief_with_feedback(), NOW, colour=False)
+    assert re.search(r"^stage\.name\s+implement$", out, re.M)
+    assert "FEEDBACK" not in out  # not the generic table of unknown rows
+    tail = out[out.index("What happened since your last execution (3)") :].splitlines()
+    assert tail == [
+        "What happened since your last execution (3)",
+        "test#2 of R7 failed: exited with code 1: FAILED: answer.txt WANT=Z1a2b GOT=guess",
+        "  it ran on the merge queue's candidate 3f2a9c1d0b12 (main + R5): part of its "
+        "output may come from the work of R5",
+        "  its output, the last 2 lines (78 earlier left out):",
+        "  │ running 1 test",
+        "  │ FAILED: answer.txt WANT=Z1a2b GOT=guess",
+        "review#1 of R7, a panel, failed: 1 of 2 reviewers passed (quorum 2)",
+        "  seat 0 (claude): pass: fine",
+        "  seat 1 (codex): fail: say WANT",
+        "sync#1 of R7 met a conflict: merging main conflicts in: a.txt",
+        "  conflicting paths: a.txt, b.txt",
+        "  it printed nothing",
+    ]
+    previous = {
+        "run": "R6",
+        "stage": "test",
+        "attempt": 1,
+        "kind": "previous_run",
+        "reason": "exited with code 2: no docs/",
+        "output": None,
+    }
+    again = render("brief", {**brief_with_feedback(), "feedback": [previous]}, NOW, False)
+    assert again.splitlines()[-1] == (
+        "the previous run, R6, ended at test#1: exited with code 2: no docs/"
+    )
+    # No feedback (a first execution, an older daemon): the brief as before.
+    plain = {k: v for k, v in brief_with_feedback().items() if k != "feedback"}
+    assert render("brief", {**plain, "feedback": []}, NOW, False) == render(
+        "brief", plain, NOW, False
+    )
+    assert "What happened" not in render("brief", plain, NOW, False)
