@@ -36,7 +36,8 @@ def test_inside_a_run_sloopctl_says_what_the_worker_socket_serves_and_prints_the
     bench.post("answer")
     run = bench.wait_run("answer#1", timeout=90)
     assert run["state"] == "merged", run
-    assert bench.daemon is not None and bench.daemon.socket is not None
+    assert bench.daemon is not None
+    assert bench.daemon.socket is not None
     socket = bench.daemon.socket
 
     def logs_of(execution: str) -> str:
@@ -57,7 +58,8 @@ def test_inside_a_run_sloopctl_says_what_the_worker_socket_serves_and_prints_the
             in said
         ), said
         assert "'daemon' is an operator verb" in said, said
-        assert "logs exited 2" in said and "daemon exited 2" in said, said
+        assert "logs exited 2" in said, said
+        assert "daemon exited 2" in said, said
         assert "start it with" not in said, said
     assert "What happened since your last execution" not in first
     assert "What happened since your last execution (1)" in second, second
