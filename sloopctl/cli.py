@@ -7,6 +7,7 @@ rendering lives in ``render``; ``show`` and its following in ``follow``, feeds i
 
 from __future__ import annotations
 
+import getpass
 import os
 import shlex
 from pathlib import Path
@@ -39,6 +40,8 @@ from sloopctl.invoke import (
     no_answer,
     options,
     present_args,
+    refuse_inside_run,
+    say_error,
     trigger_arg,
 )
 from sloopctl.render import error_line
@@ -124,6 +127,36 @@ def abort(run_ref: str, reason: str | None) -> None:
     A merge that has already started is let finish: the run then reads merged.
     """
     call("abort", present_args(run=run_ref, reason=reason))
+
+
+def local_user() -> str | None:
+    """Who is resolving: the local user name (``$LOGNAME``, ``$USER``, else the
+    password database), or None when none can be found."""
+    try:
+        return getpass.getuser() or None
+    except (OSError, KeyError):
+        return None
+
+
+@main.command()
+@click.argument("run_ref", metavar="RUN")
+@click.option("--merged", is_flag=True, help="Its work reached main by hand.")
+@click.option("--dismissed", is_flag=True, help="Its work is not wanted.")
+@click.option("--reason", metavar="TEXT", help="Why, kept with the resolution.")
+@common_options
+def resolve(run_ref: str, merged: bool, dismissed: bool, reason: str | None) -> None:
+    """Resolve a needs_review run: --merged (by hand) or --dismissed.
+
+    The run keeps its state and gains a resolution (what, who, why, when); its
+    ticket becomes merged or failed, and the run leaves Needs attention.
+    """
+    if merged == dismissed:
+        fail("give one of --merged or --dismissed")
+    resolution = "merged" if merged else "dismissed"
+    call(
+        "resolve",
+        present_args(run=run_ref, resolution=resolution, reason=reason, by=local_user()),
+    )
 
 
 @main.command()
@@ -280,6 +313,7 @@ def daemon(socket_dir: str | None) -> None:
     from sloopctl.start import StartError, start_daemon
 
     opts = options()
+    refuse_inside_run(opts.socket)  # an agent must never start a daemon of its own
     try:
         where = locate.operator_endpoint(opts.socket, socket_dir=socket_dir)
     except locate.LocateError as exc:
@@ -309,7 +343,7 @@ def daemon(socket_dir: str | None) -> None:
         # The log quotes tickets and agents too.
         log_tail = exc.log_tail if opts.raw else clean(exc.log_tail)
         tail = f"\n{log_tail}" if log_tail else ""
-        click.echo(error_line(None, exc.message, colour(True)) + tail, err=True)
+        say_error(error_line(None, exc.message, colour(True)) + tail)
         raise click.exceptions.Exit(EXIT_DAEMON_ERROR) from None
     click.echo(started.socket)
 

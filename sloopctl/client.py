@@ -14,6 +14,7 @@ is retried, with a short backoff, for at most ``BUSY_RETRY_S``.
 
 from __future__ import annotations
 
+import copy
 import random
 import socket
 import time
@@ -38,6 +39,11 @@ LOG_FIX: Final = (
     "or 'journalctl -u sloopd@<name>')"
 )
 BUSY_FIX: Final = "try again in a moment"
+# Inside a run, for the worker socket: an agent must not be told to start a daemon.
+WORKER_FIX: Final = (
+    "the run's worker socket goes away when its stage execution ends or the daemon "
+    "stops; from inside the run there is nothing to do about it"
+)
 _READ_CHUNK: Final = 65536
 
 
@@ -55,6 +61,18 @@ class ClientError(Exception):
         self.fix = fix
         fixed = {"fix": fix} if fix else {}
         self.details: dict[str, Any] = {"socket": str(socket_path), **fixed, **details}
+
+    def for_worker(self) -> ClientError:
+        """The same error about a run's worker socket: advice that fits an agent, not
+        "start it with 'sloopctl daemon'"."""
+        if self.fix != FIX:
+            return self
+        found = copy.copy(self)
+        found.message = self.message.replace(FIX, WORKER_FIX)
+        found.args = (found.message,)
+        found.fix = WORKER_FIX
+        found.details = {**self.details, "fix": WORKER_FIX}
+        return found
 
     def envelope(self) -> dict[str, Any]:
         """The error envelope a daemon would have sent, for --json output."""

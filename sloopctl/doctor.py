@@ -20,6 +20,7 @@ from typing import Final
 import click
 import orjson
 
+from sloopctl.fold import fold_for
 from sloopctl.layout import colour_enabled, painter
 from sloopctl.locate import METRICS_URL_ENV
 
@@ -75,9 +76,12 @@ def doctor(
     down is a failed check here, not exit 3 or 4.
     """
     from sloopctl.diagnosis import Options, diagnose
+    from sloopctl.invoke import refuse_inside_run
 
     # The group's --json/--socket (given before the command name) live in ctx.obj.
     shared = ctx.obj
+    # Inside a run there is no daemon to check, and "start it" would be wrong advice.
+    refuse_inside_run(socket_path or getattr(shared, "socket", None))
     options = Options(
         socket=socket_path or getattr(shared, "socket", None),
         state_dir=state_dir,
@@ -95,5 +99,6 @@ def doctor(
     else:
         paint = painter(colour_enabled(sys.stdout))
         for check in checks:
-            click.echo(check.line(paint))
+            # Folded at words on a terminal, each continuation under the check's detail.
+            click.echo(fold_for(sys.stdout, check.line(paint)))
     raise click.exceptions.Exit(EXIT_HEALTHY if healthy else EXIT_UNHEALTHY)

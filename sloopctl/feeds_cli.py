@@ -24,6 +24,7 @@ import click
 import orjson
 
 from sloopctl import queue_view, streams
+from sloopctl.attention import resolution_of, resolution_words
 from sloopctl.client import Client
 from sloopctl.feedwalk import EVENTS, LOGS, FeedWalk
 from sloopctl.invoke import EXIT_OK, answer, common_options, connected, options
@@ -72,6 +73,17 @@ def _brief(value: Any) -> str:
     return text(value)
 
 
+def resolved_words(kind: Any, data: Any) -> str | None:
+    """``run_resolved`` (0.9) in words: ``resolved: merged by hand (by alice): why``."""
+    if (
+        kind != "run_resolved"
+        or not isinstance(data, dict)
+        or resolution_of({"resolution": data}) is None
+    ):
+        return None
+    return "resolved: " + resolution_words(data)
+
+
 def event_line(event: Mapping[str, Any]) -> str:
     """``time kind ticket run data`` with the data as ``key=value`` pairs (nulls left out)."""
     at_ms = event.get("at_ms")
@@ -82,10 +94,14 @@ def event_line(event: Mapping[str, Any]) -> str:
     )
     data = event.get("data")
     # The merge queue's events (0.9) in words; every other kind as key=value pairs.
-    summary = queue_view.event_words(event.get("kind"), data) or (
-        " ".join(f"{k}={_brief(v)}" for k, v in data.items() if v is not None)
-        if isinstance(data, dict)
-        else _brief(data)
+    summary = (
+        queue_view.event_words(event.get("kind"), data)
+        or resolved_words(event.get("kind"), data)
+        or (
+            " ".join(f"{k}={_brief(v)}" for k, v in data.items() if v is not None)
+            if isinstance(data, dict)
+            else _brief(data)
+        )
     )
     columns = [
         when,

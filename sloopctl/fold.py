@@ -12,8 +12,10 @@ Colour codes (SGR) take no cells and are carried with the word they sit in.
 
 from __future__ import annotations
 
+import os
 import re
-from typing import Final
+import shutil
+from typing import Final, TextIO
 
 from sloopctl.watch import columns
 
@@ -85,3 +87,20 @@ def fold(text: str, width: int) -> str:
     """Every line of ``text`` folded to ``width`` cells (at least 20)."""
     width = max(20, width)
     return "\n".join(part for line in text.split("\n") for part in fold_line(line, width))
+
+
+def on_terminal(stream: TextIO) -> bool:
+    """A terminal that wraps at its last column (not ``TERM=dumb``, which may not)."""
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty()) and os.environ.get("TERM") != "dumb"
+    except ValueError:  # a closed stream
+        return False
+
+
+def fold_for(stream: TextIO, text: str) -> str:
+    """``text`` folded at words to the width of the terminal ``stream`` is (never its
+    last column, where some terminals wrap); whole lines for a pipe or a file."""
+    if not on_terminal(stream):
+        return text
+    return fold(text, shutil.get_terminal_size().columns - 1)

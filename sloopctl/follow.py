@@ -14,26 +14,27 @@ command of ``sloopctl.cli``, with it the follower below.  ``sloopctl.cli`` impor
 this module at its end and registers ``COMMANDS``, so import ``sloopctl.cli`` (not
 this module) first.
 
-``logs`` and ``events`` live in ``sloopctl.feeds_cli``; their line renderers
+The transitions printed on standard error off the live view live in
+``sloopctl.progress``, the live view in ``sloopctl.watch``.  ``logs`` and ``events``
+live in ``sloopctl.feeds_cli``; their line renderers
 and the poll constants are re-exported here for code that imported them from
 this module before the split.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any, Final, NoReturn, TextIO
+from typing import Any, Final, NoReturn
 
 import click
 
 from sloopctl.client import Client, Reply
 from sloopctl.feeds_cli import event_line as event_line
 from sloopctl.feeds_cli import record_line as record_line
-from sloopctl.fold import fold
+from sloopctl.fold import fold, fold_for
 from sloopctl.invoke import (
     EXIT_OK,
     EXIT_RUN_ABORTED,
@@ -62,9 +63,12 @@ from sloopctl.polling import (
 )
 from sloopctl.polling import POLL_MAX_S as POLL_MAX_S
 from sloopctl.polling import POLL_MIN_S as POLL_MIN_S
-from sloopctl.queue_view import place_brief, place_change
-from sloopctl.render import ends, paint_state, render, stages_summary, waiting_text
-from sloopctl.stages_view import stage_state
+from sloopctl.progress import Progress as Progress
+from sloopctl.progress import live_terminal as live_terminal
+from sloopctl.progress import progress_line as progress_line
+from sloopctl.progress import stage_states as stage_states
+from sloopctl.progress import transitions as transitions
+from sloopctl.render import ends, paint_state, render, waiting_text
 from sloopctl.watch import LiveTable
 from sloopctl.when import now_ms
 
@@ -95,55 +99,6 @@ def outcome_line(run: Mapping[str, Any], paint: Paint) -> str:
     return line + (f": {run['reason']}" if run.get("reason") else "")
 
 
-def progress_line(run: Mapping[str, Any]) -> str:
-    """The one-line live view: ``R3 running · implement✓ test▶ sync· merge·``."""
-    stall = " (stalled)" if run.get("stall") else ""
-    stages = stages_summary(run.get("stages"))
-    return (
-        f"{text(run.get('id'))} {text(run.get('state'))}{stall}"
-        + (f" · {stages}" if stages else "")
-        + place_brief(run.get("queue"))
-    )
-
-
-StageKey = tuple[str, int]
-
-
-def stage_states(run: Mapping[str, Any]) -> dict[StageKey, dict[str, Any]]:
-    """Stage executions by (stage, attempt); rows the walk has not reached are left out."""
-    found = {}
-    for row in rows(run.get("stages")):
-        attempt = row.get("attempt")
-        if row.get("state") != "pending" and isinstance(attempt, int) and attempt > 0:
-            found[(text(row.get("stage")), attempt)] = row
-    return found
-
-
-def transitions(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> list[str]:
-    """One line per change between two views of a run: its state, then each stage execution."""
-    run_id = text(after.get("id"))
-    lines = []
-    if before is None or before.get("state") != after.get("state"):
-        lines.append(f"{run_id} {text(after.get('state'))}")
-    old = stage_states(before or {})
-    for (stage, attempt), row in stage_states(after).items():
-        previous = old.get((stage, attempt))
-        if previous is not None and stage_state(previous) == stage_state(row):
-            continue
-        word = stage_state(row)
-        line = f"{run_id} {stage}#{attempt} {word}"
-        if row.get("state") == "failed" and row.get("reason"):
-            reason = text(row["reason"])
-            # "test#1 rebuilt: R5 left the queue", not "rebuilt: rebuilt: R5 left ...".
-            line += f": {reason.removeprefix(f'{word}: ')}"
-        lines.append(line)
-    lines += place_change(before, after)  # its place in the merge queue (0.9)
-    # The run's settling comes after its last stage's.
-    if lines and after.get("terminal") is True and lines[0] == f"{run_id} {after.get('state')}":
-        lines.append(lines.pop(0))
-    return lines
-
-
 # --- pause, resume ----------------------------------------------------------------
 
 
@@ -172,45 +127,6 @@ def resume() -> None:
 
 
 # --- show --follow ----------------------------------------------------------------
-
-
-class Progress:
-    """Stage transitions on stderr: redrawn in place on a terminal, else one line each."""
-
-    def __init__(self, stream: TextIO, live: bool) -> None:
-        self.stream = stream
-        self.live = live
-        self.drawn = ""
-        self.seen: Mapping[str, Any] | None = None
-
-    @classmethod
-    def for_stderr(cls) -> Progress:
-        return cls(sys.stderr, live_terminal(sys.stderr))
-
-    def show(self, run: Mapping[str, Any]) -> None:
-        if self.live:
-            width = max(20, shutil.get_terminal_size().columns - 1)
-            line = progress_line(run)[:width]
-            if line != self.drawn:
-                self.stream.write("\r\x1b[K" + line)
-                self.stream.flush()
-                self.drawn = line
-        else:
-            for line in transitions(self.seen, run):
-                self.stream.write(line + "\n")
-            self.stream.flush()
-        self.seen = run
-
-    def say(self, line: str) -> None:
-        self.clear()
-        self.stream.write(line + "\n")
-        self.stream.flush()
-
-    def clear(self) -> None:
-        if self.live and self.drawn:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-            self.drawn = ""
 
 
 class RunFollower:
@@ -328,10 +244,12 @@ class RunFollower:
     def settled(self, run: Mapping[str, Any]) -> int:
         self.progress.clear()
         if not self.quiet and not self.as_json:
-            click.echo(outcome_line(run, painter(colour_enabled(sys.stdout))))
+            # Folded at words on a terminal; a pipe gets the one line a CI script reads.
+            outcome = outcome_line(run, painter(colour_enabled(sys.stdout)))
+            click.echo(fold_for(sys.stdout, outcome))
             # On stderr: stdout stays the one outcome line a CI script reads.
             for line in next_lines(run, details=True):
-                click.echo(line, err=True)
+                click.echo(fold_for(sys.stderr, line), err=True)
         return OUTCOME_EXITS.get(text(run.get("state")), EXIT_RUN_FAILED)
 
 
@@ -367,11 +285,6 @@ def unfollowable(ref: str, data: Mapping[str, Any]) -> tuple[str, int]:
 def _states(run: Mapping[str, Any]) -> tuple[Any, ...]:
     rows = stage_states(run)
     return (run.get("state"), tuple(rows[k].get("state") for k in sorted(rows)))
-
-
-def live_terminal(stream: TextIO) -> bool:
-    isatty = getattr(stream, "isatty", None)
-    return bool(isatty and isatty()) and os.environ.get("TERM") != "dumb"
 
 
 def follow_run(ref: str | None, quiet: bool) -> NoReturn:

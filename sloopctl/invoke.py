@@ -9,6 +9,7 @@ one and nothing imports them back.
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ import orjson
 
 from sloopctl import locate
 from sloopctl.client import Client, ClientError, DaemonNotAnswering, DaemonNotRunning, Reply
+from sloopctl.fold import fold_for
 from sloopctl.layout import colour_enabled
 from sloopctl.render import error_line, render
 from sloopctl.when import HELP as WHEN_HELP
@@ -164,8 +166,13 @@ def options() -> Options:
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    click.echo(error_line(None, message, colour(True)), err=True)
+    say_error(error_line(None, message, colour(True)))
     raise click.exceptions.Exit(code)
+
+
+def say_error(line: str) -> None:
+    """An error on standard error, folded at words on a terminal (sloopctl.fold)."""
+    click.echo(fold_for(sys.stderr, line), err=True)
 
 
 def colour(err: bool = False) -> bool:
@@ -177,7 +184,7 @@ def no_answer(exc: ClientError, json: bool) -> NoReturn:
     if json:
         click.echo(orjson.dumps(exc.envelope()))
     else:
-        click.echo(error_line(str(exc.code), exc.message, colour(True)), err=True)
+        say_error(error_line(str(exc.code), exc.message, colour(True)))
     if isinstance(exc, DaemonNotRunning):
         raise click.exceptions.Exit(EXIT_NOT_RUNNING)
     if isinstance(exc, DaemonNotAnswering):
@@ -185,10 +192,33 @@ def no_answer(exc: ClientError, json: bool) -> NoReturn:
     raise click.exceptions.Exit(EXIT_PROTOCOL)
 
 
+WORKER_SERVES: Final = "the worker socket serves brief, show, note and verdict"
+
+
+def refuse_inside_run(socket: str | None) -> None:
+    """Inside a run, an operator command without a socket named for it stops here.
+
+    The run's agent has no operator socket (the sandbox hides it, and the daemon
+    refuses every connection from inside a run), so looking for one could only end
+    in "start it with 'sloopctl daemon'", or start one: wrong advice for an agent.
+    An explicit ``--socket`` or ``$SLOOP_OPERATOR_SOCKET`` is still tried.
+    """
+    if socket or os.environ.get(locate.OPERATOR_SOCKET_ENV) or not locate.in_run():
+        return
+    name = click.get_current_context().info_name or "this"
+    fail(
+        f"inside a run sloopctl talks to the run's worker socket: {WORKER_SERVES}; "
+        f"'{name}' is an operator verb, for people (why an earlier execution was sent "
+        "back is in 'sloopctl brief', under feedback)"
+    )
+
+
 @contextmanager
 def connected(endpoint: Endpoint = "operator") -> Iterator[Client]:
     """A client for this invocation; every failure to get an answer exits here."""
     opts = options()
+    if endpoint == "operator":
+        refuse_inside_run(opts.socket)
     try:
         if endpoint == "worker":
             where = locate.worker_endpoint(opts.socket)
@@ -203,7 +233,7 @@ def connected(endpoint: Endpoint = "operator") -> Iterator[Client]:
         with Client(where.socket, where.token, verbatim=opts.raw or opts.json) as client:
             yield client
     except ClientError as exc:
-        no_answer(exc, opts.json)
+        no_answer(exc.for_worker() if where.token is not None else exc, opts.json)
     except KeyboardInterrupt:
         raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
 
@@ -215,8 +245,7 @@ def answer(verb: str, reply: Reply) -> int:
     elif reply.ok:
         click.echo(render(verb, reply.data, now_ms(), colour()))
     else:
-        message = error_line(reply.error["code"], reply.error["message"], colour(True))
-        click.echo(message, err=True)
+        say_error(error_line(reply.error["code"], reply.error["message"], colour(True)))
     if reply.ok:
         return EXIT_OK
     return _ERROR_EXITS.get(reply.error["code"], EXIT_DAEMON_ERROR)

@@ -3,7 +3,8 @@
 A pure function of the run's view: the commands name the run by its id and the
 failing execution by ``stage#attempt``, which ``sloopctl logs --stage`` takes, so
 each one is a command that works as printed (tests/integration/test_terminal_details.py
-runs them).  Nothing is suggested for a run in flight or a merged one.
+runs them; ``resolve``'s ``--merged|--dismissed`` is the one choice left to the
+reader).  Nothing is suggested for a run in flight or a merged one.
 """
 
 from __future__ import annotations
@@ -46,8 +47,15 @@ def next_commands(run: Mapping[str, Any], *, details: bool) -> list[str]:
     follower = run.get("followed_by")
     if isinstance(follower, dict) and isinstance(follower.get("id"), str):
         commands.append(f"sloopctl show {follower['id']} --follow")
-    else:
-        commands.append(f"sloopctl diff {run_id}")
+        return commands
+    commands.append(f"sloopctl diff {run_id}")
+    # The ways out (0.9) of a run that left its ticket waiting for a person, unless a
+    # person already resolved it: resolve it (needs_review), or run the ticket again.
+    resolved = isinstance(run.get("resolution"), dict)
+    if run.get("state") == "needs_review" and not resolved:
+        commands.append(f"sloopctl resolve {run_id} --merged|--dismissed")
+    if run.get("state") in ("failed", "needs_review") and not resolved and run.get("ticket"):
+        commands.append(f"sloopctl run {text(run.get('ticket'))}")
     return commands
 
 

@@ -11,6 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from sloopctl.attention import (
+    attention_section,
+    resolution_of,
+    resolution_words,
+    run_state_cell,
+)
+from sloopctl.feedback_view import feedback_section
 from sloopctl.layout import (
     STATE_STYLE,
     Cell,
@@ -108,7 +115,7 @@ def runs_section(rows: Any, now: int, paint: Paint, title: str = "Runs") -> list
         [
             text(r.get("id")),
             text(r.get("alias")),
-            state_cell(r.get("state"), " (stalled)" if r.get("stall") else ""),
+            run_state_cell(r, " (stalled)" if r.get("stall") else ""),
             relative(r.get("started_at_ms"), now),
             relative(r.get("finished_at_ms"), now) if r.get("finished_at_ms") else "-",
             stages_summary(r.get("stages")),
@@ -168,6 +175,7 @@ def dashboard(data: Mapping[str, Any], now: int, paint: Paint) -> list[str]:
         ]
         for r in _rows(data.get("runs"))
     ]
+    out += attention_section(data, now, paint)
     out += section("Runs in flight", ["ID", "ALIAS", "STATE", "STARTED"], runs, paint)
     out += queue_section(data, now, paint)
     names = {t.get("id"): t.get("name") for t in _rows(data.get("tickets"))}
@@ -189,7 +197,7 @@ def dashboard(data: Mapping[str, Any], now: int, paint: Paint) -> list[str]:
             [
                 text(r.get("id")),
                 text(r.get("alias")),
-                state_cell(r.get("state")),
+                run_state_cell(r),
                 relative(r.get("finished_at_ms"), now),
                 text(r.get("reason")) if r.get("reason") else "",
             ]
@@ -300,6 +308,10 @@ def show(data: Any, now: int, paint: Paint) -> list[str]:
         title = paint(f"{kind} {text(value.get('id') or value.get('name'))}", "bold")
         hints = next_lines(value, details=False) if kind == "run" else []
         head = [title]
+        resolution = resolution_of(value) if kind == "run" else None
+        if resolution is not None:  # what a person made of it, under the run's name
+            head.append(paint(f"resolved: {resolution_words(resolution, now)}", "cyan"))
+            value = {k: v for k, v in value.items() if k != "resolution"}
         if kind == "run" and "queue" in value:
             # Its place in the merge queue, in words, instead of the entry's fields.
             place = place_line(value.get("queue"), stages=value.get("stages"))
@@ -358,6 +370,21 @@ def abort_line(data: Mapping[str, Any], paint: Paint) -> str:
     return " ".join(words) + reason
 
 
+def resolve_line(data: Mapping[str, Any], now: int, paint: Paint) -> str:
+    """``R7 fix-login#1 resolved: merged by hand (by alice): … · T3 fix-login merged``."""
+    run = _mapping(data.get("run"))
+    resolution = resolution_of(run)
+    words = [text(run.get("id")), text(run.get("alias"))]
+    if resolution is not None:
+        words.append(paint("resolved:", "bold") + " " + resolution_words(resolution))
+    else:
+        words.append(paint_state(run.get("state"), paint))
+    parts = [" ".join(words)]
+    if isinstance(data.get("ticket"), dict):
+        parts.append(ticket_line(data["ticket"], paint))
+    return " · ".join(parts)
+
+
 def verdict_line(data: Mapping[str, Any]) -> str:
     v = _mapping(data.get("verdict"))
     # A panel seat's report names its seat where a stage worker's names its attempt.
@@ -381,10 +408,15 @@ def render(verb: str, data: Any, now: int, colour: bool) -> str:
         lines = [ticket_change_line(data, now, paint)]
     elif verb == "abort":
         lines = [abort_line(data, paint)]
+    elif verb == "resolve":
+        lines = [resolve_line(data, now, paint)]
     elif verb == "verdict":
         lines = [verdict_line(data)]
     elif verb == "note":
         lines = ["note recorded"]
+    elif verb == "brief":  # its feedback (0.9) as labelled data, after the assignment
+        rest = {k: v for k, v in data.items() if k != "feedback"}
+        lines = [*details(rest, now, paint), *feedback_section(data.get("feedback"), paint)]
     else:
         lines = details(data, now, paint)
     return "\n".join(lines).strip("\n")

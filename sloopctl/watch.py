@@ -132,10 +132,26 @@ def stage_line(row: Mapping[str, Any], name_width: int, now: int) -> list[Segmen
     return line + ([("  " + "  ".join(detail), "dim")] if detail else [])
 
 
-def seat_lines(row: Mapping[str, Any]) -> list[list[Segment]]:
+def wrap_words(words: str, first: int, rest: int) -> list[str]:
+    """``words`` in lines of at most ``first`` cells, then ``rest``, broken at spaces; a
+    word wider than a line gets a line of its own (``fit`` clips it)."""
+    lines: list[str] = []
+    current, used, room = "", 0, max(1, first)
+    for word in words.split():
+        size = columns(word)
+        if current and used + 1 + size > room:
+            lines.append(current)
+            current, used, room = "", 0, max(1, rest)
+        current, used = (f"{current} {word}", used + 1 + size) if current else (word, size)
+    return [*lines, current] if current else lines
+
+
+def seat_lines(row: Mapping[str, Any], width: int | None = None) -> list[list[Segment]]:
     """A panel's seats under its row: ``      ✗ seat 1 codex  fail  low  missing tests``,
     so the reader sees which seat failed the stage and why (a seat still sitting reads
-    ``waiting``)."""
+    ``waiting``).  Seats are numbered as ``show`` numbers them (``reviewer``).  Given the
+    frame's ``width``, a long reason is folded at words under its first word, not cut:
+    it is the cause a person reads."""
     seats = [r for r in row.get("reviewers") or [] if isinstance(r, dict)]
     lines = []
     for seat in seats:
@@ -149,8 +165,16 @@ def seat_lines(row: Mapping[str, Any]) -> list[list[Segment]]:
         ]
         if seat.get("confidence"):
             line.append((f"  {_safe(seat['confidence'])}", ""))
-        if seat.get("reason"):
-            line.append((f"  {_safe(seat['reason'])}", "dim"))
+        reason = _safe(seat["reason"]) if seat.get("reason") else ""
+        if reason and width is not None:
+            start = sum(columns(words) for words, _ in line) + 2
+            hang = start if start <= width // 2 else 10  # the reason needs room
+            first, *more = wrap_words(reason, width - start, width - hang) or [""]
+            line.append((f"  {first}", "dim"))
+            lines += [line, *([(" " * hang + part, "dim")] for part in more)]
+            continue
+        if reason:
+            line.append((f"  {reason}", "dim"))
         lines.append(line)
     return lines
 
@@ -160,8 +184,10 @@ def frame(
     output: Sequence[str],
     output_of: str | None,
     now: int,
+    width: int | None = None,
 ) -> list[list[Segment]]:
-    """The lines of one frame, as segments (``LiveTable`` clips and paints them)."""
+    """The lines of one frame, as segments (``LiveTable`` clips and paints them); with
+    the ``width`` it is drawn at, a seat's reason is folded to it instead."""
     state = text(run.get("state"))
     head: list[Segment] = [
         (_safe(run.get("alias") or run.get("id")), "bold"),
@@ -173,13 +199,13 @@ def frame(
     if took:
         head.append((f"  {took}", "dim"))
     stages = [r for r in run.get("stages") or [] if isinstance(r, dict)]
-    width = max([len(_safe(r.get("stage"))) + 4 for r in stages] + [8])
+    name_width = max([len(_safe(r.get("stage"))) + 4 for r in stages] + [8])
     lines = [head]
     place = place_line(run.get("queue"), stages=stages)
     if place:  # its place in the merge queue (0.9), under the run's name
         lines.append([(f"  {_safe(place)}", "cyan")])
     for row in stages:
-        lines += [stage_line(row, width, now), *seat_lines(row)]
+        lines += [stage_line(row, name_width, now), *seat_lines(row, width)]
     if output_of is not None and output:
         lines.append([("", "")])
         lines.append([(f"  {output_of} output:", "dim")])
@@ -261,7 +287,8 @@ class LiveTable:
         if run.get("terminal") is True and run.get("state") == "merged":
             output_of = None  # a clean final table; a failure keeps its last words
         now = self.clock() if self.clock is not None else 0
-        self.redraw(frame(run, list(self.tail.lines), output_of, now))
+        width = max(20, self.size()[0] - 1)  # as redraw clips
+        self.redraw(frame(run, list(self.tail.lines), output_of, now, width))
 
     def say(self, line: str) -> None:
         self.redraw([[(_safe(line), "")]])

@@ -111,10 +111,13 @@ def test_a_panels_seats_and_the_failing_seats_reason_end_the_follow_view(bench: 
     after = final[outcome:]
     hints = [line.removeprefix("next: ") for line in after if line.startswith("next: ")]
     assert after[-len(hints) :] == [f"next: {hint}" for hint in hints]  # they end the view
+    tid = run["ticket"]
     assert hints == [
         f"sloopctl logs {rid} --stage review#2",
         f"sloopctl show {rid}",
         f"sloopctl diff {rid}",
+        f"sloopctl resolve {rid} --merged|--dismissed",  # the one choice left to the reader
+        f"sloopctl run {tid}",
     ], final
     logs = sloopctl(bench, *hints[0].split()[1:])
     assert logs.returncode == 0, logs.stderr
@@ -126,12 +129,26 @@ def test_a_panels_seats_and_the_failing_seats_reason_end_the_follow_view(bench: 
     assert shown.returncode == 0, shown.stderr
     assert "missing tests" in shown.stdout
     assert re.search(r"^merge\s+0\s+not reached", shown.stdout, re.MULTILINE), shown.stdout
-    assert shown.stdout.rstrip().splitlines()[-2:] == [
+    assert shown.stdout.rstrip().splitlines()[-4:] == [
         f"next: sloopctl logs {rid} --stage review#2",
         f"next: sloopctl diff {rid}",
+        f"next: sloopctl resolve {rid} --merged|--dismissed",
+        f"next: sloopctl run {tid}",
     ]
     diff = sloopctl(bench, *hints[2].split()[1:])
     assert diff.returncode == 0, diff.stderr
+    # The ways out (issue 33): dismiss the run, then run its ticket again.
+    resolve = sloopctl(bench, *hints[3].replace("--merged|", "").split()[1:], "--reason", "moot")
+    assert resolve.returncode == 0, resolve.stderr
+    assert f"{rid} p#1 resolved: dismissed (by " in resolve.stdout, resolve.stdout
+    assert resolve.stdout.rstrip().endswith(f"): moot · {tid} p failed"), resolve.stdout
+    resolved = sloopctl(bench, "show", rid)
+    assert resolved.stdout.splitlines()[1].startswith("resolved: dismissed (by "), resolved.stdout
+    assert "next: sloopctl resolve" not in resolved.stdout
+    again = sloopctl(bench, *hints[4].split()[1:])
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith(f"{tid} p "), again.stdout
+    assert " · trigger TR" in again.stdout, again.stdout
 
 
 def test_show_on_a_60_column_terminal_never_breaks_a_word(bench: Bench) -> None:

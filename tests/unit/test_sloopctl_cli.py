@@ -387,3 +387,102 @@ def test_daemon_command_finds_a_running_daemon(serve: Callable[[Answer], FakeDae
     result = sloopctl("--socket", str(daemon.path), "daemon")
     assert result.exit_code == 0
     assert result.stdout == f"{daemon.path}\n"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["logs", "R1"],
+        ["events"],
+        ["run", "T1"],
+        ["abort", "R1"],
+        ["diff", "R1"],
+        ["daemon"],
+        ["doctor"],
+    ],
+)
+def test_inside_a_run_an_operator_verb_says_the_worker_socket_does_not_serve_it(
+    args: list[str], serve: Callable[[Answer], FakeDaemon]
+) -> None:
+    """Issue 33: inside a sandbox `sloopctl logs` answered daemon_unavailable with
+    "start it with 'sloopctl daemon'", wrong advice for an agent."""
+    worker = serve(ok({}))
+    env: dict[str, str | None] = {"SLOOP_SOCKET": str(worker.path), "SLOOP_TOKEN": "tok-1"}
+    result = sloopctl(*args, env=env)
+    assert result.exit_code == 2, result.output
+    assert (
+        "the worker socket serves brief, show, note and verdict; "
+        f"'{args[0]}' is an operator verb" in result.stderr
+    )
+    assert "sloopctl daemon" not in result.stderr
+    assert "start" not in result.stderr
+    assert worker.requests == []  # nothing sent anywhere
+
+
+def test_inside_a_run_a_missing_worker_socket_never_says_start_a_daemon(sock_dir: Path) -> None:
+    env: dict[str, str | None] = {"SLOOP_SOCKET": str(sock_dir / "gone.sock"), "SLOOP_TOKEN": "t"}
+    result = sloopctl("brief", env=env)
+    assert result.exit_code == 3, result.output
+    assert "no socket at" in result.stderr
+    assert "sloopctl daemon" not in result.stderr
+    assert "stage execution ends" in result.stderr
+    as_json = sloopctl("--json", "show", env=env)
+    assert as_json.exit_code == 3
+    assert "sloopctl daemon" not in as_json.stdout
+
+
+def resolved_reply(resolution: str, state: str) -> dict[str, Any]:
+    return {
+        "run": {
+            "id": "R7",
+            "alias": "fix-login#1",
+            "ticket": "T3",
+            "state": "needs_review",
+            "terminal": True,
+            "resolution": {
+                "resolution": resolution,
+                "by": "alice",
+                "reason": "landed with #42",
+                "at_ms": 1_800_000_000_000,
+                "auto": False,
+            },
+        },
+        "ticket": {"id": "T3", "name": "fix-login", "state": state},
+    }
+
+
+def test_resolve_sends_one_call_with_the_local_user_and_says_what_became_of_it(
+    serve: Callable[[Answer], FakeDaemon],
+) -> None:
+    """Issue 33: a needs_review run had no way out but running it again."""
+    daemon = serve(ok(resolved_reply("merged", "merged")))
+    sock = str(daemon.path)
+    env: dict[str, str | None] = {"LOGNAME": "alice"}
+    result = sloopctl("--socket", sock, "resolve", "R7", "--merged", "--reason", "x", env=env)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == (
+        "R7 fix-login#1 resolved: merged by hand (by alice): landed with #42 · T3 fix-login merged"
+    )
+    assert (
+        sloopctl("--socket", sock, "resolve", "fix-login#1", "--dismissed", env=env).exit_code == 0
+    )
+    assert [(r["verb"], r["args"]) for r in daemon.requests] == [
+        ("resolve", {"run": "R7", "resolution": "merged", "reason": "x", "by": "alice"}),
+        ("resolve", {"run": "fix-login#1", "resolution": "dismissed", "by": "alice"}),
+    ]
+    as_json = sloopctl("--json", "--socket", sock, "resolve", "R7", "--dismissed", env=env)
+    assert orjson.loads(as_json.stdout)["data"]["run"]["resolution"]["resolution"] == "merged"
+
+
+@pytest.mark.parametrize("flags", [[], ["--merged", "--dismissed"]])
+def test_resolve_needs_exactly_one_way_out(flags: list[str], sock_dir: Path) -> None:
+    result = sloopctl("--socket", str(sock_dir / "none.sock"), "resolve", "R7", *flags)
+    assert result.exit_code == 2
+    assert "give one of --merged or --dismissed" in result.stderr
+
+
+def test_resolve_refused_by_the_daemon_exits_1(serve: Callable[[Answer], FakeDaemon]) -> None:
+    daemon = serve(refuse("conflict", "run R7 is merged, not needs_review"))
+    result = sloopctl("--socket", str(daemon.path), "resolve", "R7", "--dismissed")
+    assert result.exit_code == 1
+    assert result.stderr.strip() == "error: conflict: run R7 is merged, not needs_review"

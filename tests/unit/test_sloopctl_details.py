@@ -144,6 +144,7 @@ def panel_run() -> dict[str, Any]:
     return {
         "id": "R3",
         "alias": "fix#1",
+        "ticket": "T2",
         "state": "needs_review",
         "terminal": True,
         "stages": [
@@ -194,9 +195,16 @@ def test_a_failed_run_suggests_its_failed_executions_logs() -> None:
         "sloopctl logs R3 --stage review#1",
         "sloopctl show R3",
         "sloopctl diff R3",
+        "sloopctl resolve R3 --merged|--dismissed",
+        "sloopctl run T2",
     ]
     shown = render("show", {"kind": "run", "value": run}, NOW, False).splitlines()
-    assert shown[-2:] == ["next: sloopctl logs R3 --stage review#1", "next: sloopctl diff R3"]
+    assert shown[-4:] == [
+        "next: sloopctl logs R3 --stage review#1",
+        "next: sloopctl diff R3",
+        "next: sloopctl resolve R3 --merged|--dismissed",
+        "next: sloopctl run T2",
+    ]
     # A gating failure is named before an advisory one; an aborted run points at its successor.
     run["stages"].append({"stage": "lint", "attempt": 1, "state": "failed", "advisory": True})
     run.update(state="aborted", followed_by={"id": "R4", "alias": "fix#2", "state": "running"})
@@ -206,6 +214,32 @@ def test_a_failed_run_suggests_its_failed_executions_logs() -> None:
     ]
     nothing_failed = {"id": "R5", "state": "aborted", "terminal": True, "stages": []}
     assert next_commands(nothing_failed, details=False)[0] == "sloopctl logs R5"
+
+
+def test_a_run_that_waits_for_a_person_suggests_running_it_again_and_resolving_it() -> None:
+    """Issue 33: `next:` hints never suggested `sloopctl run TICKET`, and a needs_review
+    run had no way out but that."""
+    failed = {"id": "R5", "ticket": "T2", "state": "failed", "terminal": True, "stages": []}
+    assert next_commands(failed, details=False) == [
+        "sloopctl logs R5",
+        "sloopctl diff R5",
+        "sloopctl run T2",
+    ]
+    waiting = {**failed, "state": "needs_review"}
+    assert next_commands(waiting, details=False)[2:] == [
+        "sloopctl resolve R5 --merged|--dismissed",
+        "sloopctl run T2",
+    ]
+    # Once a person resolved it, or the ticket's next attempt exists, neither is offered.
+    resolved = {**waiting, "resolution": {"resolution": "dismissed", "by": "alice"}}
+    assert next_commands(resolved, details=False) == ["sloopctl logs R5", "sloopctl diff R5"]
+    followed = {**waiting, "followed_by": {"id": "R6", "alias": "x#2", "state": "running"}}
+    assert next_commands(followed, details=False) == [
+        "sloopctl logs R5",
+        "sloopctl show R6 --follow",
+    ]
+    aborted = {**failed, "state": "aborted"}  # held by the abort: 'ready' is its way on
+    assert next_commands(aborted, details=False) == ["sloopctl logs R5", "sloopctl diff R5"]
 
 
 @pytest.mark.parametrize(

@@ -378,6 +378,15 @@ def test_event_line_shows_time_kind_ticket_run_and_data() -> None:
     assert wide == "- gate_changed   -     -"
 
 
+def test_a_run_resolved_event_says_what_became_of_the_run() -> None:
+    data = {"resolution": "dismissed", "by": "alice", "reason": "moot", "auto": False}
+    line = event_line({"kind": "run_resolved", "ticket": "T3", "run": "R7", "data": data})
+    assert line == "- run_resolved   T3    R7    resolved: dismissed (by alice): moot"
+    data = {"resolution": "merged", "by": None, "reason": None, "auto": True}
+    line = event_line({"kind": "run_resolved", "ticket": "T3", "run": "R7", "data": data})
+    assert line.endswith("R7    resolved: merged by hand (found on main)")
+
+
 # --- pause, resume -------------------------------------------------------------------------
 
 

@@ -223,3 +223,203 @@ def test_a_store_fault_is_named_on_the_dashboard() -> None:
     assert "STORE: cannot write (full) since" in out
     assert "the disk is full" in out
     assert "STORE:" not in render("show", DASHBOARD, NOW, colour=False)
+
+
+# --- issue 33: Needs attention, resolved runs ------------------------------------
+
+
+def resolution(what: str, **extra: Any) -> dict[str, Any]:
+    found: dict[str, Any] = {
+        "resolution": what,
+        "by": "alice",
+        "reason": None,
+        "at_ms": NOW - 2 * MIN,
+        "auto": False,
+    }
+    found.update(extra)
+    return found
+
+
+def attention_board() -> dict[str, Any]:
+    """Two runs wait for a person; 24 tickets were posted --hold (the issue's backlog)."""
+    data = {**DASHBOARD, "runs": [], "queued_triggers": []}
+    waiting = run_row(
+        9,
+        "add-search#1",
+        "needs_review",
+        ticket="T2",
+        reason="stage 'test' failed on execution 3 (exited with code 1: FAILED: WANT=Z1a2b)",
+    )
+    broken = run_row(8, "docs#2", "failed", ticket="T4", reason="exited with code 2: no docs/")
+    data["attention"] = [waiting, broken]
+    data["attention_total"] = 2
+    data["tickets"] = [ticket(n, f"backlog-{n}", "held") for n in range(10, 34)]
+    # The recent window no longer holds either run: 10 later runs merged.
+    data["recent"] = [run_row(n, f"other-{n}#1", "merged") for n in range(20, 30)]
+    return data
+
+
+def section_of(out: str, title: str) -> list[str]:
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i]), len(lines))
+    return lines[start:end]
+
+
+def test_the_dashboard_lists_what_needs_attention_with_what_to_do_next() -> None:
+    """Issue 33: `sloopctl show` had no attention section: two needs_review runs that
+    dropped out of "Recent runs (10 of 18)" showed nowhere."""
+    out = render("show", attention_board(), NOW, colour=False)
+    attention = section_of(out, "Needs attention")
+    assert attention[0] == "Needs attention (2)"
+    assert re.match(
+        r"R9\s+add-search#1\s+needs_review\s+1m ago\s+stage 'test' failed", attention[2]
+    )
+    assert attention[3] == "  next: sloopctl resolve R9 --merged|--dismissed · sloopctl run T2"
+    assert re.match(r"R8\s+docs#2\s+failed\s+1m ago\s+exited with code 2: no docs/", attention[4])
+    assert attention[5] == "  next: sloopctl run T4"
+    # Held tickets wait by intent: counted apart, never rows of Needs attention.
+    assert attention[6] == "24 tickets held, waiting by intent (sloopctl ready TICKET releases one)"
+    assert not any("backlog-" in line for line in attention)
+    # Before the runs in flight, where a person looks first.
+    assert out.index("Needs attention") < out.index("Runs in flight")
+
+
+def test_attention_says_when_it_lists_fewer_than_its_total_and_when_it_is_empty() -> None:
+    data = attention_board()
+    data["attention_total"] = 57
+    assert section_of(render("show", data, NOW, False), "Needs attention")[0] == (
+        "Needs attention (57): the newest 2 shown"
+    )
+    data.update(attention=[], attention_total=0, tickets=[])
+    assert section_of(render("show", data, NOW, False), "Needs attention") == [
+        "Needs attention: nothing needs a person now"
+    ]
+    del data["attention"]  # a daemon older than 0.8.0
+    assert "Needs attention" not in render("show", data, NOW, False)
+
+
+def test_a_resolved_run_reads_as_resolved_and_leaves_attention() -> None:
+    data = attention_board()
+    data["attention"][0]["resolution"] = resolution("merged")
+    data["recent"] = [
+        run_row(9, "add-search#1", "needs_review", resolution=resolution("merged", auto=True)),
+        run_row(5, "old#1", "needs_review", resolution=resolution("dismissed", reason="moot")),
+    ]
+    out = render("show", data, NOW, colour=False)
+    assert section_of(out, "Needs attention")[0] == "Needs attention (1)"
+    recent = section_of(out, "Recent runs")
+    assert re.match(r"R9\s+add-search#1\s+merged by hand\s+1m ago", recent[2])
+    assert re.match(r"R5\s+old#1\s+dismissed\s+1m ago", recent[3])
+
+    detail = run_row(9, "add-search#1", "needs_review", resolution=resolution("dismissed"))
+    detail["resolution"]["reason"] = "superseded by T7"
+    detail["stages"] = [{"stage": "test", "state": "failed", "attempt": 3}]
+    shown = render("show", {"kind": "run", "value": detail}, NOW, colour=False).splitlines()
+    assert shown[:2] == ["run R9", "resolved: dismissed (by alice, 2m ago): superseded by T7"]
+    assert any(re.match(r"state\s+needs_review$", line) for line in shown)
+    assert not any("next: sloopctl resolve" in line for line in shown)
+
+    by_daemon = run_row(9, "add-search#1", "needs_review", resolution=resolution("merged"))
+    by_daemon["resolution"].update(auto=True, by=None)
+    shown = render("show", {"kind": "run", "value": by_daemon}, NOW, colour=False).splitlines()
+    assert shown[1] == "resolved: merged by hand (found on main, 2m ago)"
+
+    ticket_view = ticket(2, "add-search", "merged", runs=[data["recent"][0]])
+    out = render("show", {"kind": "ticket", "value": ticket_view}, NOW, colour=False)
+    assert re.search(r"R9\s+add-search#1\s+merged by hand", out)
+
+
+def brief_with_feedback() -> dict[str, Any]:
+    return {
+        "run": "R7",
+        "ticket": {"id": "T1", "name": "answer", "title": "Answer", "body": "Say it."},
+        "worktree": "/var/lib/sloop/checkouts/R7",
+        "branch": "sloop/answer/1",
+        "stage": {"name": "implement", "attempt": 3, "result_check": "exit_code"},
+        "definition_of_done": ["the agent exits 0"],
+        "feedback": [
+            {
+                "run": "R7",
+                "stage": "test",
+                "attempt": 2,
+                "kind": "failed",
+                "reason": "exited with code 1: FAILED: answer.txt WANT=Z1a2b GOT=guess",
+                "output": {
+                    "lines": ["running 1 test", "FAILED: answer.txt WANT=Z1a2b GOT=guess"],
+                    "omitted_lines": 78,
+                    "clipped": False,
+                },
+                "seats": [],
+                "paths": [],
+                "candidate": {"commit": "3f2a9c1d0b12aa", "onto": ["R5"]},
+            },
+            {
+                "run": "R7",
+                "stage": "review",
+                "attempt": 1,
+                "kind": "panel",
+                "reason": "1 of 2 reviewers passed (quorum 2)",
+                "output": None,
+                "seats": [
+                    {"reviewer": 0, "target": "claude", "verdict": "pass", "reason": "fine"},
+                    {"reviewer": 1, "target": "codex", "verdict": "fail", "reason": "say WANT"},
+                ],
+                "paths": [],
+                "candidate": None,
+            },
+            {
+                "run": "R7",
+                "stage": "sync",
+                "attempt": 1,
+                "kind": "conflict",
+                "reason": "merging main conflicts in: a.txt",
+                "output": {"lines": [], "omitted_lines": 0, "clipped": False},
+                "seats": [],
+                "paths": ["a.txt", "b.txt"],
+                "candidate": None,
+            },
+        ],
+    }
+
+
+def test_brief_prints_its_feedback_as_labelled_data() -> None:
+    """Issue 33: `brief` had no field about the failure; now its `feedback` reads as what
+    happened, each execution's output fenced behind a rule under a label."""
+    out = render("brief", brief_with_feedback(), NOW, colour=False)
+    assert re.search(r"^stage\.name\s+implement$", out, re.M)
+    assert "FEEDBACK" not in out  # not the generic table of unknown rows
+    tail = out[out.index("What happened since your last execution (3)") :].splitlines()
+    assert tail == [
+        "What happened since your last execution (3)",
+        "test#2 of R7 failed: exited with code 1: FAILED: answer.txt WANT=Z1a2b GOT=guess",
+        "  it ran on the merge queue's candidate 3f2a9c1d0b12 (main + R5): part of its "
+        "output may come from the work of R5",
+        "  its output, the last 2 lines (78 earlier left out):",
+        "  │ running 1 test",
+        "  │ FAILED: answer.txt WANT=Z1a2b GOT=guess",
+        "review#1 of R7, a panel, failed: 1 of 2 reviewers passed (quorum 2)",
+        "  seat 0 (claude): pass: fine",
+        "  seat 1 (codex): fail: say WANT",
+        "sync#1 of R7 met a conflict: merging main conflicts in: a.txt",
+        "  conflicting paths: a.txt, b.txt",
+        "  it printed nothing",
+    ]
+    previous = {
+        "run": "R6",
+        "stage": "test",
+        "attempt": 1,
+        "kind": "previous_run",
+        "reason": "exited with code 2: no docs/",
+        "output": None,
+    }
+    again = render("brief", {**brief_with_feedback(), "feedback": [previous]}, NOW, False)
+    assert again.splitlines()[-1] == (
+        "the previous run, R6, ended at test#1: exited with code 2: no docs/"
+    )
+    # No feedback (a first execution, an older daemon): the brief as before.
+    plain = {k: v for k, v in brief_with_feedback().items() if k != "feedback"}
+    assert render("brief", {**plain, "feedback": []}, NOW, False) == render(
+        "brief", plain, NOW, False
+    )
+    assert "What happened" not in render("brief", plain, NOW, False)
