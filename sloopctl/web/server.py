@@ -36,6 +36,8 @@ ACTIONS: Final[dict[str, frozenset[str]]] = {
     "ready": frozenset({"ref"}),
     "run": frozenset({"ref"}),
     "abort": frozenset({"run", "reason"}),
+    # A needs_review run's way out (issue 33): resolution "merged" (by hand) or "dismissed".
+    "resolve": frozenset({"run", "resolution", "reason"}),
     "pause": frozenset({"reason"}),
     "resume": frozenset(),
 }
@@ -264,11 +266,13 @@ class Gateway:
         return _json(envelope)
 
     async def log_file(self, request: web.Request) -> web.StreamResponse:
-        """The whole selection as a text attachment, streamed page by page."""
+        """The whole selection as a text attachment, streamed page by page: as the page
+        renders it (``sloopctl logs --all``), or as stored with ``raw=1`` (``--raw``)."""
         base = logfile.selection(request.query)
         if base is None:
             return refusal(400, "bad request")
-        return await logfile.download(request, self.link, base)
+        raw = request.query.get("raw") == "1"
+        return await logfile.download(request, self.link, base, raw=raw)
 
     async def _relay(self, verb: str, args: dict[str, Any]) -> web.Response:
         """The daemon's envelope as it answered (its strings cleaned for display)."""
