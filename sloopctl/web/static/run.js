@@ -87,7 +87,7 @@ function about(value) {
   const took = value.started_at_ms && value.finished_at_ms
     ? duration(value.finished_at_ms - value.started_at_ms) : null;
   return section("Outcome",
-    h("p", {class: "outcome"}, badge(value.state),
+    h("p", {class: "outcome"}, badge(shownState(value)),
       value.reason ? h("span", {id: "reason"}, ` ${value.reason}`) : value.state === "merged" ? " — merged into main" : "",
       nextAttempt(value.followed_by)),
     resolutionLine(value.resolution),
