@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import getpass
 import signal
 from collections.abc import Awaitable, Callable
 from importlib import resources
@@ -66,6 +67,16 @@ SECURITY_HEADERS: Final = {
 }
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def resolver() -> str:
+    """``alice via sloopctl web``: the gateway's user (whoever holds its token acts
+    with that user's authority), or ``sloopctl web`` alone when no name is found."""
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):
+        user = ""
+    return f"{user} via sloopctl web" if user else "sloopctl web"
 
 
 def refusal(status: int, word: str) -> web.Response:
@@ -298,6 +309,10 @@ class Gateway:
         allowed = ACTIONS[verb]
         if not set(args) <= allowed or not all(isinstance(v, str) for v in args.values()):
             return refusal(400, "bad request")
+        if verb == "resolve":
+            # Who resolved it, as `sloopctl resolve` says it (the local user), and
+            # where: never what the browser claims (it cannot send "by").
+            args = {**args, "by": resolver()}
         return await self._relay(verb, args)
 
     # -- live feeds ----------------------------------------------------------------------

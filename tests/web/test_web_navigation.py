@@ -82,7 +82,7 @@ def test_a_needs_review_run_stays_on_the_dashboard_after_20_more_settle(
         assert "broken#1" in attention  # failed
         # A held ticket waits by intent: counted apart, not a row (issue 33).
         assert "Not yet" not in attention
-        assert "1 held" in text_of(driver, "#attention-held")
+        assert "1 ticket held" in text_of(driver, "#attention-held")
         assert "Not yet" in text_of(driver, "#tickets")
         for run in settled:
             assert run["id"] not in attention  # merged runs need nobody

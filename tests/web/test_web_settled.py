@@ -28,7 +28,7 @@ from tests.support.web import (
     text_of,
     wait_for,
 )
-from tests.web.test_web_acting import verbs
+from tests.web.test_web_acting import dialog_open, verbs
 from tests.web.test_web_logs import CLAUDE_STREAM, content, shown_lines, sloopctl
 
 pytestmark = needs_browser
@@ -128,6 +128,15 @@ def test_a_settled_runs_log_controls_say_what_they_show(bench: Bench, tmp_path: 
         # The needs_review run's Needs attention row: its ways out.
         row = f'#attention tr[data-run="{rid}"]'
         wait_for(driver, lambda d: verbs(d, row) == ["resolve", "resolve", "run"])
+        screenshot(driver, tmp_path, "attention-ways-out")
+        # Dismiss asks first, with a reason; cancelled, nothing reaches the daemon.
+        driver.find_element("css selector", f"{row} button.action-resolve-dismissed").click()
+        wait_for(driver, dialog_open)
+        driver.find_element("css selector", "#confirm-reason").send_keys("done in #412 instead")
+        screenshot(driver, tmp_path, "dismiss-dialog")
+        driver.find_element("css selector", "dialog.confirm .confirm-cancel").click()
+        wait_for(driver, lambda d: not dialog_open(d))
+        assert bench.show_run(rid)["state"] == "needs_review"  # type: ignore[index]
         driver.get(f"{web.base}/run/{rid}")
         wait_for(driver, has_text("#log", "done (success)"))
         assert verbs(driver, "main") == ["resolve", "resolve", "run"]

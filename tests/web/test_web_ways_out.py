@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from sloopctl.web.server import resolver
 from tests.support.web import (
     chromium,
     console_errors,
@@ -34,6 +35,7 @@ from tests.support.web import (
 )
 from tests.unit.test_sloopctl_queue import NOW, stage
 from tests.web.test_web_acting import dialog_open, verbs
+from tests.web.test_web_gateway import post_action
 from tests.web.test_web_queue import ScriptedDaemon
 
 pytestmark = needs_browser
@@ -219,7 +221,7 @@ def test_attention_rows_offer_the_ways_out_and_held_tickets_are_counted_apart(
         # Only the runs that need a person: no held ticket is an attention row.
         wait_for(driver, lambda d: attention_runs(d) == ["R6", "R7", "R8"])
         assert text_of(driver, "#attention h2") == "Needs attention (3)"
-        assert f"{HELD} held" in text_of(driver, "#attention-held")
+        assert f"{HELD} tickets held, waiting by intent" in text_of(driver, "#attention-held")
         # The rows do not come back under Tickets: the held ones are listed there only.
         tickets = text_of(driver, "#tickets")
         assert "Fix the login" not in tickets
@@ -245,9 +247,12 @@ def test_attention_rows_offer_the_ways_out_and_held_tickets_are_counted_apart(
         screenshot(driver, tmp_path, "dismiss-dialog")
         driver.find_element("css selector", "dialog.confirm .confirm-go").click()
         wait_for(driver, lambda d: state.sent)
+        by = resolver()  # the gateway's user, "via sloopctl web": never the browser's word
+        assert by.endswith("via sloopctl web")
         assert state.sent == [
-            ("resolve", {"run": "R7", "resolution": "dismissed", "reason": "duplicate of T3"})
-        ]
+            ("resolve", {"run": "R7", "resolution": "dismissed", "reason": "duplicate of T3",
+                         "by": by})
+        ]  # fmt: skip
         # Resolved: it leaves Needs attention.
         wait_for(driver, lambda d: attention_runs(d) == ["R6", "R8"])
 
@@ -258,6 +263,13 @@ def test_attention_rows_offer_the_ways_out_and_held_tickets_are_counted_apart(
         assert state.sent[1] == ("run", {"ref": "T8"})
         wait_for(driver, has_text('#attention tr[data-run="R8"]', "queued (G1)"))
         assert console_errors(driver) == []
+        # The gateway passes resolve on with its documented arguments only (no "by").
+        for body in (
+            {"verb": "resolve", "args": {"run": "R6", "resolution": "merged", "by": "mallory"}},
+            {"verb": "resolve", "args": {"run": "R6", "resolution": 1}},
+        ):
+            assert post_action(web, body) == (400, b"bad request\n"), body
+        assert len(state.sent) == 2
 
 
 def test_the_run_page_resolves_a_needs_review_run_and_then_reads_resolved(
@@ -276,9 +288,9 @@ def test_the_run_page_resolves_a_needs_review_run_and_then_reads_resolved(
         assert "Merged by hand" in text_of(driver, "dialog.confirm")
         driver.find_element("css selector", "dialog.confirm .confirm-go").click()  # no reason
         wait_for(driver, lambda d: state.sent)
-        assert state.sent == [("resolve", {"run": "R6", "resolution": "merged"})]
+        assert state.sent == [("resolve", {"run": "R6", "resolution": "merged", "by": resolver()})]
         # The run reads resolved (its state stays needs_review, its resolution says how).
-        wait_for(driver, has_text("#resolution", "resolved: merged by hand"))
+        wait_for(driver, has_text("#resolution", f"resolved: merged by hand (by {resolver()}, "))
         assert "needs review" in text_of(driver, "h1")
         wait_for(driver, lambda d: "resolved" in d.title)
         # Merged by hand: no way out is left (the ticket is merged), not even Run again.

@@ -116,7 +116,7 @@ function attentionSection(data, now, open, toggle) {
       h("a", {href: "/runs?state=failed"}, "failed"), " runs") : null;
   const heldCount = held(data.tickets).length;
   const aside = heldCount ? h("p", {class: "muted", id: "attention-held"},
-    badge("held"), ` ${heldCount} held: they wait by intent ('ready' releases each), under `,
+    badge("held"), ` ${heldCount} ${heldCount === 1 ? "ticket" : "tickets"} held, waiting by intent ('ready' releases one), under `,
     h("a", {href: "#tickets"}, "Tickets")) : null;
   return h("section", {class: "card attention", id: "attention"},
     h("h2", {}, items.length ? `Needs attention (${items.length})` : "Needs attention"),

@@ -226,15 +226,17 @@ export function resolutionWords(resolution) {
   return `resolved: ${how}`;
 }
 
+// As `sloopctl show RUN` says it: "resolved: merged by hand (by alice, 2 min ago):
+// landed with #42", "(found on main, …)" when the daemon resolved it by itself.
 export function resolutionLine(resolution) {
   if (!resolution) return null;
-  const who = resolution.auto ? " (seen on main by the daemon)"
-    : resolution.by ? ` by ${resolution.by}` : "";
+  const who = resolution.auto ? "found on main" : resolution.by ? `by ${resolution.by}` : null;
+  const at = Number.isInteger(resolution.at_ms) ? when(resolution.at_ms) : null;
+  const aside = who || at ? [" (", who ?? "", who && at ? ", " : "", at ?? "", ")"] : [];
   return h("p", {class: "resolution", id: "resolution"},
     h("span", {class: "shape", "aria-hidden": "true"}, "✔ "),
-    resolutionWords(resolution), who,
-    resolution.reason ? `: ${resolution.reason}` : "",
-    resolution.at_ms ? h("span", {class: "muted"}, ", ", when(resolution.at_ms)) : "");
+    resolutionWords(resolution), ...aside,
+    resolution.reason ? `: ${resolution.reason}` : "");
 }
 
 // The ways out of a settled run where its failure is read (the run page, the Needs
