@@ -143,8 +143,12 @@ class World:
         held = sorted({"wait_ms", "since"} & set(args))
         if held:
             details = {"field": held[-1]}
-            error = {"code": "invalid_arguments", "message": "unknown argument", "details": details}
-            return {"id": request["id"], "ok": False, "error": error}
+            refused = {
+                "code": "invalid_arguments",
+                "message": "unknown argument",
+                "details": details,
+            }
+            return {"id": request["id"], "ok": False, "error": refused}
         data: Any = None
         error: Any = None
         with self.lock:
