@@ -70,6 +70,8 @@ class StageResult:
     node: dict[str, Any] | None = None
     # Why it ended before its check decided (walk.ENDED_BY_*); None: it was decided.
     ended_by: str | None = None
+    # A merge-queue sync: the runs whose work its candidate holds besides main's.
+    onto: tuple[str, ...] | None = None
 
     @classmethod
     def interrupted(cls, reason: str) -> StageResult:
@@ -129,4 +131,6 @@ class StageResult:
             row["node"] = self.node
         if self.ended_by is not None:
             row["ended_by"] = self.ended_by
+        if self.onto is not None:
+            row["onto"] = list(self.onto)
         return row

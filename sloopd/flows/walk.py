@@ -74,6 +74,10 @@ class Execution:
     # Why it ended before its check decided it: "rebuilt" (the merge queue rebuilt the
     # run's candidate), "interrupted" (a restart); None: it ran to its verdict.
     ended_by: str | None = None
+    # What its row listed: a sync conflict's paths, a stage's uncommitted paths.
+    paths: list[str] = field(default_factory=list)
+    # A merge-queue sync: the runs whose work its candidate holds besides main's.
+    onto: list[str] | None = None
 
     @property
     def running(self) -> bool:
@@ -284,6 +288,8 @@ def _on_finished(walk: Walk, row: LogRow) -> None:
     current.usage = data.get("usage")
     current.node = data.get("node")
     current.ended_by = data.get("ended_by")
+    current.paths = list(data.get("paths") or ())
+    current.onto = data.get("onto")
     _decide_after(walk, current)
 
 

@@ -111,6 +111,8 @@ class LandingSteps:
         if result.passed:
             if index == span.sync and result.commit is not None:
                 self.queue.built(run_id, result.commit)
+                entry = self.queue.entry(run_id)
+                return result.but(onto=entry.onto_runs if entry is not None else ())
             return result
         if stage.advisory:
             return result

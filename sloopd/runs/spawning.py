@@ -30,7 +30,7 @@ from sloopd.proc.stage_io import (
     StageLaunch,
     StartsLater,
 )
-from sloopd.runs import placing
+from sloopd.runs import feedback, placing
 from sloopd.runs.branch import repository_identity
 from sloopd.runs.placing import Work
 from sloopd.runs.records import RunRecords
@@ -364,6 +364,10 @@ class ChildStarter:
             stage=stage.name,
             attempt=attempt,
         )
+        # A stage sent back is told why (DESIGN rule 10): what the failures printed.
+        told = feedback.section(feedback.of_execution(self.records, facts, stage))
+        if told:
+            prompt = f"{prompt.rstrip()}\n\n{told}"
         path.write_text(prompt, encoding="utf-8")
         return path, prompt
 

@@ -16,6 +16,7 @@ from sloopd.flows import walk
 from sloopd.flows.flow import Stage
 from sloopd.proc.sandbox import CHECKOUT_PATH
 from sloopd.queue import refs
+from sloopd.runs import feedback
 from sloopd.runs.records import RunRecords
 from sloopd.store import TicketExtra
 from sloopd.util.clock import now_ms
@@ -103,6 +104,9 @@ class WorkerVerbs:
                 "result_check": stage.result_check,
             },
             "definition_of_done": definition_of_done(stage),
+            # Additive in 0.9.0: why the executions before this one failed (the prompt's
+            # "What happened since your last execution", structured).
+            "feedback": feedback.of_execution(self.records, facts, stage),
         }
 
     def _checkout_seen(self, run: str, host_path: Path) -> str:

@@ -348,6 +348,13 @@ SELECT execution_position FROM log_records INDEXED BY log_records_execution
 WHERE run = ? AND stage = ? AND attempt = ? AND position <= ?
 ORDER BY position DESC LIMIT 1
 
+-- The last lines a failed execution printed, newest first: the feedback a stage sent
+-- back gets (sloopd.runs.feedback).
+-- name: logs_execution_last
+SELECT stream, body FROM log_records INDEXED BY log_records_execution
+WHERE run = ? AND stage = ? AND attempt = ? AND stream IN ('stdout', 'stderr')
+ORDER BY position DESC LIMIT ?
+
 -- name: logs_rows_after
 SELECT position, body FROM log_records WHERE run = ? AND position > ? ORDER BY position
 

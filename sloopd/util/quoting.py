@@ -40,6 +40,17 @@ _BREAKS: Final = re.compile("[\t\n\v\f\r\x1c-\x1e\x85\u2028\u2029]+")
 _UNSAFE: Final = re.compile("[\x00-\x08\x0e-\x1b\x1f\x7f-\x84\x86-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
+# Terminal escape sequences (CSI, OSC, and the two-character ones): removed whole from
+# an agent's output that is quoted to another agent or a person, so nothing of them
+# is interpreted where the text is shown.
+_ESCAPES: Final = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b.?")
+
+
+def without_escapes(text: str) -> str:
+    """``text`` with its terminal escape sequences removed, then as ``one_line``."""
+    return one_line(_ESCAPES.sub("", text))
+
+
 def one_line(text: str) -> str:
     """``text`` as one line of plain characters: breaks become a space, controls U+FFFD."""
     return _UNSAFE.sub(REPLACEMENT, _BREAKS.sub(" ", text))
