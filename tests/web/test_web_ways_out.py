@@ -259,6 +259,9 @@ def test_attention_rows_offer_the_ways_out_and_held_tickets_are_counted_apart(
         ]  # fmt: skip
         # Resolved: it leaves Needs attention.
         wait_for(driver, lambda d: attention_runs(d) == ["R6", "R8"])
+        # Among the recent runs it reads as what a person made of it.
+        wait_for(driver, has_text("#recent-all", "settled run"))
+        wait_for(driver, has_text("main", "resolved: dismissed"))
 
         # Run again on a failed run's row: `run` of its ticket.
         again = '#attention tr[data-run="R8"] button.action-run'

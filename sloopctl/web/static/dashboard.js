@@ -11,7 +11,7 @@ import {growing, when} from "./time.js";
 import {eventWords, queueSection} from "./queue.js";
 import {stageHref} from "./timeline.js";
 import {
-  badge, gateActions, problemBox, runActions, runLink, settledRunActions, stageLabel,
+  badge, gateActions, problemBox, runActions, runLink, runState, settledRunActions, stageLabel,
   ticketActions, ticketLink, usageText, waitingText,
 } from "./widgets.js";
 
@@ -184,7 +184,7 @@ function ticketsSection(all, attention, gate, opened, toggle) {
 function recentSection(data) {
   const rows = (data.recent ?? []).map((run) => [
     runLink(run),
-    badge(run.state),
+    runState(run),
     when(run.finished_at_ms),
     String(run.reason ?? ""),
     usageText(run.usage),

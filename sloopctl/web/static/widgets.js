@@ -228,6 +228,14 @@ export function resolutionWords(resolution) {
 
 // As `sloopctl show RUN` says it: "resolved: merged by hand (by alice, 2 min ago):
 // landed with #42", "(found on main, …)" when the daemon resolved it by itself.
+// A settled run's state in a list: its badge, and how it was resolved when it was
+// ("◆ needs review · resolved: dismissed"), as `sloopctl show` lists it.
+export function runState(run) {
+  if (!run?.resolution) return badge(run?.state);
+  return h("span", {class: "run-state"}, badge(run.state),
+    h("span", {class: "resolved-mark"}, ` ${resolutionWords(run.resolution)}`));
+}
+
 export function resolutionLine(resolution) {
   if (!resolution) return null;
   const who = resolution.auto ? "found on main" : resolution.by ? `by ${resolution.by}` : null;
