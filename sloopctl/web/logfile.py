@@ -4,9 +4,10 @@ The live feed (``feeds.LogFeed``) holds a selection's newest ``BUFFER`` records;
 lies before them is read here when a reader asks, never kept. ``/api/logs`` answers
 the records after a cursor, or from the log's first line, up to a limit (the run
 page's "show earlier records", which reads on towards the feed's first record), and
-``/api/log`` streams the whole selection as text, one ``sloopctl logs --all --raw``
-line per record, written page by page as the daemon answers: a 20,000-line log is
-never held whole by the gateway, and the file is exactly what the command prints.
+``/api/log`` streams the whole selection as text, one ``sloopctl logs --all`` line per
+record (what the page shows; ``--raw``'s lines with ``raw=1``), written page by page as
+the daemon answers: a 20,000-line log is never held whole by the gateway, and the file
+is exactly what the command prints.
 
 Both read forward with the protocol's cursor (``after`` = the last ``next_cursor``),
 the only direction the ``logs`` verb pages in: a reader who wants the line before the
@@ -87,14 +88,20 @@ async def records_after(link: Link, base: dict[str, Any], after: str | None, lim
     return {"ok": True, "data": data}
 
 
-def file_name(base: dict[str, Any]) -> str:
-    """``R7.log``, ``R7-review-1.log``: only characters no header or shell reads twice."""
+def file_name(base: dict[str, Any], raw: bool = False) -> str:
+    """``R7.log``, ``R7-review-1.log`` (``R7.raw.log`` raw): only characters no header or
+    shell reads twice."""
     parts = [str(base["run"])] + ([str(base["stage"])] if "stage" in base else [])
-    return _UNSAFE_NAME.sub("-", "-".join(parts)).strip("-.") + ".log"
+    name = _UNSAFE_NAME.sub("-", "-".join(parts)).strip("-.")
+    return name + (".raw.log" if raw else ".log")
 
 
-async def download(request: web.Request, link: Link, base: dict[str, Any]) -> web.StreamResponse:
-    """The selection's every record, streamed as text lines (an attachment).
+async def download(
+    request: web.Request, link: Link, base: dict[str, Any], *, raw: bool = False
+) -> web.StreamResponse:
+    """The selection's every record, streamed as text lines (an attachment): rendered as
+    ``sloopctl logs`` prints them (an agent CLI's JSON as a person reads it, several
+    lines for a turn), or as stored with ``raw``.
 
     The first page is read before anything is sent, so a refusal (an unknown run)
     is a plain error answer; a daemon that stops answering later ends the file with
@@ -112,14 +119,14 @@ async def download(request: web.Request, link: Link, base: dict[str, Any]) -> we
         response = web.StreamResponse(
             headers={
                 "Content-Type": "text/plain; charset=utf-8",
-                "Content-Disposition": f'attachment; filename="{file_name(base)}"',
+                "Content-Disposition": f'attachment; filename="{file_name(base, raw)}"',
             }
         )
         await response.prepare(request)
         while True:
             page = reply.data if isinstance(reply.data, dict) else {}
             step = walk.take(page)
-            lines = [record_line(r, _PLAIN, events=False) + "\n" for r in step.items]
+            lines = [record_line(r, _PLAIN, events=not raw) + "\n" for r in step.items]
             await response.write("".join(lines).encode())
             if step.done:
                 break

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import getpass
 import signal
 from collections.abc import Awaitable, Callable
 from importlib import resources
@@ -36,6 +37,8 @@ ACTIONS: Final[dict[str, frozenset[str]]] = {
     "ready": frozenset({"ref"}),
     "run": frozenset({"ref"}),
     "abort": frozenset({"run", "reason"}),
+    # A needs_review run's way out (issue 33): resolution "merged" (by hand) or "dismissed".
+    "resolve": frozenset({"run", "resolution", "reason"}),
     "pause": frozenset({"reason"}),
     "resume": frozenset(),
 }
@@ -64,6 +67,16 @@ SECURITY_HEADERS: Final = {
 }
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def resolver() -> str:
+    """``alice via sloopctl web``: the gateway's user (whoever holds its token acts
+    with that user's authority), or ``sloopctl web`` alone when no name is found."""
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):
+        user = ""
+    return f"{user} via sloopctl web" if user else "sloopctl web"
 
 
 def refusal(status: int, word: str) -> web.Response:
@@ -264,11 +277,13 @@ class Gateway:
         return _json(envelope)
 
     async def log_file(self, request: web.Request) -> web.StreamResponse:
-        """The whole selection as a text attachment, streamed page by page."""
+        """The whole selection as a text attachment, streamed page by page: as the page
+        renders it (``sloopctl logs --all``), or as stored with ``raw=1`` (``--raw``)."""
         base = logfile.selection(request.query)
         if base is None:
             return refusal(400, "bad request")
-        return await logfile.download(request, self.link, base)
+        raw = request.query.get("raw") == "1"
+        return await logfile.download(request, self.link, base, raw=raw)
 
     async def _relay(self, verb: str, args: dict[str, Any]) -> web.Response:
         """The daemon's envelope as it answered (its strings cleaned for display)."""
@@ -294,6 +309,10 @@ class Gateway:
         allowed = ACTIONS[verb]
         if not set(args) <= allowed or not all(isinstance(v, str) for v in args.values()):
             return refusal(400, "bad request")
+        if verb == "resolve":
+            # Who resolved it, as `sloopctl resolve` says it (the local user), and
+            # where: never what the browser claims (it cannot send "by").
+            args = {**args, "by": resolver()}
         return await self._relay(verb, args)
 
     # -- live feeds ----------------------------------------------------------------------

@@ -80,7 +80,10 @@ def test_a_needs_review_run_stays_on_the_dashboard_after_20_more_settle(
         assert "needs review" in attention
         assert "look#1" in attention
         assert "broken#1" in attention  # failed
-        assert "Not yet" in attention  # held
+        # A held ticket waits by intent: counted apart, not a row (issue 33).
+        assert "Not yet" not in attention
+        assert "1 ticket held" in text_of(driver, "#attention-held")
+        assert "Not yet" in text_of(driver, "#tickets")
         for run in settled:
             assert run["id"] not in attention  # merged runs need nobody
         elsewhere = driver.execute_script(

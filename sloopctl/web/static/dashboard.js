@@ -11,8 +11,8 @@ import {growing, when} from "./time.js";
 import {eventWords, queueSection} from "./queue.js";
 import {stageHref} from "./timeline.js";
 import {
-  badge, gateActions, problemBox, runActions, runLink, stageLabel, ticketActions, ticketLink,
-  usageText, waitingText,
+  badge, gateActions, problemBox, runActions, runLink, runState, settledRunActions, stageLabel,
+  ticketActions, ticketLink, usageText, waitingText,
 } from "./widgets.js";
 
 export function dashboard(main) {
@@ -49,7 +49,8 @@ function render(top, slots, data, now, opened, toggle) {
         data.usage ? `Every run's agents: ${usageText(data.usage)}` : "No tokens or cost reported yet."),
       h("p", {class: "muted"}, `${data.runs?.length ?? 0} in flight · ${plural(data.tickets?.length ?? 0, "open ticket")} · `,
         h("a", {href: "/runs", id: "settled-link"}, plural(data.recent_total ?? 0, "settled run")))));
-  const attention = [data.attention, data.attention_total, stalled(data.runs), held(data.tickets)];
+  const attention = [data.attention, data.attention_total, stalled(data.runs),
+    held(data.tickets).length, data.gate];
   slots.update("attention", [attention, opened.has("attention")], now,
     () => attentionSection(data, now, opened.has("attention"), toggle));
   slots.update("runs", data.runs, now, () => runsSection(data.runs ?? [], now));
@@ -61,8 +62,8 @@ function render(top, slots, data, now, opened, toggle) {
     () => section("Queued triggers", ...capped("queued", data.queued_triggers ?? [], QUEUED_SHOWN,
       opened, toggle, "queued triggers", (shown) => table(["Trigger", "Ticket", "Due"],
         shown.map((t) => [t.id, ticketLink(t.ticket), when(t.due_at_ms)]), "Nothing queued."))));
-  slots.update("tickets", [data.tickets, data.gate, opened.has("tickets")], now,
-    () => ticketsSection(data.tickets ?? [], data.gate, opened, toggle));
+  slots.update("tickets", [data.tickets, data.attention, data.gate, opened.has("tickets")], now,
+    () => ticketsSection(data.tickets ?? [], data.attention ?? [], data.gate, opened, toggle));
   slots.update("recent", [data.recent, data.recent_total], now, () => recentSection(data));
 }
 
@@ -89,36 +90,40 @@ const held = (tickets) => (tickets ?? []).filter((t) => t.state === "held");
 
 // What waits for a person. Runs that left a ticket needs_review or failed come from
 // the daemon's own list (attention), not from the recent window, so no number of
-// later runs pushes one off; a ticket leaves it when it runs again.
+// later runs pushes one off; a ticket leaves it when it runs again, and a run when
+// it is resolved (merged by hand, dismissed). Each row offers its ways out there.
+// Held tickets wait by intent: they are counted apart, not rows (they are under
+// Tickets).
 function attentionSection(data, now, open, toggle) {
   const items = [
-    ...(data.attention ?? []).map((run) => [
+    ...(data.attention ?? []).filter((run) => !run.resolution).map((run) => ({data: {run: run.id}, cells: [
       runLink(run), ticketLink(run.ticket), badge(run.state), when(run.finished_at_ms),
-      String(run.reason ?? ""),
-    ]),
-    ...stalled(data.runs).map((run) => [
+      String(run.reason ?? ""), settledRunActions(run, data.gate),
+    ]})),
+    ...stalled(data.runs).map((run) => ({data: {run: run.id}, cells: [
       runLink(run), ticketLink(run.ticket),
       h("span", {class: "stall"}, badge("running"), " ▲ stalled"),
       run.current && typeof run.current.silent_for_ms === "number"
         ? h("span", {}, "silent for ", growing(now - run.current.silent_for_ms)) : "—",
       run.current ? h("a", {href: stageHref(run.id, run.current)}, `${stageLabel(run.current)} is silent`) : "",
-    ]),
-    ...held(data.tickets).map((t) => [
-      "—", ticketLink(t.id, `${t.id} ${t.title}`), badge(t.state), when(t.updated_at_ms),
-      waitingText(t.waiting),
-    ]),
+      runActions(run),
+    ]})),
   ];
   const opened = new Set(open ? ["attention"] : []);
   const more = (data.attention_total ?? 0) > (data.attention ?? []).length
     ? h("p", {class: "muted"}, `${data.attention.length} of ${data.attention_total} runs shown: see `,
       h("a", {href: "/runs?state=needs_review"}, "needs review"), " and ",
       h("a", {href: "/runs?state=failed"}, "failed"), " runs") : null;
+  const heldCount = held(data.tickets).length;
+  const aside = heldCount ? h("p", {class: "muted", id: "attention-held"},
+    badge("held"), ` ${heldCount} ${heldCount === 1 ? "ticket" : "tickets"} held, waiting by intent ('ready' releases one), under `,
+    h("a", {href: "#tickets"}, "Tickets")) : null;
   return h("section", {class: "card attention", id: "attention"},
     h("h2", {}, items.length ? `Needs attention (${items.length})` : "Needs attention"),
     ...capped("attention", items, ATTENTION_SHOWN, opened, toggle, "items",
-      (shown) => table(["Run", "Ticket", "State", "Since", "Why"], shown,
+      (shown) => table(["Run", "Ticket", "State", "Since", "Why", ""], shown,
         "Nothing needs a person now.")),
-    more);
+    more, aside);
 }
 
 function gateSection(data) {
@@ -153,7 +158,10 @@ function runsSection(runs, now) {
     table(["Run", "Ticket", "Stage", "Silent for", "Started", "Usage", ""], rows, "No run in flight."));
 }
 
-function ticketsSection(tickets, gate, opened, toggle) {
+// The open tickets, but those whose run is a Needs attention row (each thing once).
+function ticketsSection(all, attention, gate, opened, toggle) {
+  const above = new Set(attention.filter((run) => !run.resolution).map((run) => run.ticket));
+  const tickets = all.filter((t) => !above.has(t.id));
   const rows = tickets.map((t) => [
     ticketLink(t.id),
     h("a", {href: `/ticket/${encodeURIComponent(t.id)}`, class: "title"}, String(t.title)),
@@ -161,16 +169,22 @@ function ticketsSection(tickets, gate, opened, toggle) {
     waitingText(t.waiting),
     ticketActions(t, gate),
   ]);
-  return section(tickets.length ? `Tickets (${tickets.length} open)` : "Tickets",
+  const skipped = all.length - tickets.length;
+  const card = section(all.length ? `Tickets (${all.length} open)` : "Tickets",
+    skipped ? h("p", {class: "muted", id: "tickets-above"},
+      `${skipped === 1 ? "1 is" : `${skipped} are`} under `, h("a", {href: "#attention"}, "Needs attention"),
+      skipped === 1 ? ", with its run" : ", with their runs") : null,
     ...capped("tickets", rows, TICKETS_SHOWN, opened, toggle, "tickets",
       (shown) => table(["Id", "Title", "State", "Waiting", ""], shown,
-        "No open ticket. Post one with 'sloopctl post'.")));
+        skipped ? "No other open ticket." : "No open ticket. Post one with 'sloopctl post'.")));
+  card.id = "tickets";
+  return card;
 }
 
 function recentSection(data) {
   const rows = (data.recent ?? []).map((run) => [
     runLink(run),
-    badge(run.state),
+    runState(run),
     when(run.finished_at_ms),
     String(run.reason ?? ""),
     usageText(run.usage),

@@ -47,12 +47,15 @@ export function section(title, ...children) {
   return h("section", {class: "card"}, h("h2", {}, title), ...children);
 }
 
-// A table that turns into labelled cards on a narrow screen (style.css).
+// A table that turns into labelled cards on a narrow screen (style.css). A row is
+// its cells, or {cells, data}: data names what the row is (data-run="R7").
 export function table(headers, rows, empty = "None.") {
   if (!rows.length) return h("p", {class: "muted"}, empty);
   const head = h("thead", {}, h("tr", {}, headers.map((name) => h("th", {scope: "col"}, name))));
-  const body = h("tbody", {}, rows.map((cells) =>
-    h("tr", {}, cells.map((cell, index) => h("td", {"data-label": headers[index]}, cell)))));
+  const body = h("tbody", {}, rows.map((row) => {
+    const {cells, data} = Array.isArray(row) ? {cells: row, data: null} : row;
+    return h("tr", {dataset: data}, cells.map((cell, index) => h("td", {"data-label": headers[index]}, cell)));
+  }));
   return h("table", {class: "rows"}, head, body);
 }
 

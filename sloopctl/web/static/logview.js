@@ -25,6 +25,7 @@ const EVERY_SEAT = "";
 const MAX_LINES = 5000; // lines kept while following with nothing earlier loaded
 const EARLIER = 500; // records one "show earlier records" reads
 const BOTTOM_SLACK_PX = 8;
+const SHORT_STREAMS = {stdout: "out", stderr: "err", system: "sys"};
 
 export class LogView {
   constructor() {
@@ -42,7 +43,9 @@ export class LogView {
       this.lines.classList.toggle("raw", this.rawBox.checked);
       this.stick();
     });
-    this.download = h("a", {id: "log-download", class: "filter", download: ""}, "Download");
+    // What the page shows (rendered), or the stored text (raw) as the other choice.
+    this.download = h("a", {id: "log-download", download: ""}, "Download");
+    this.downloadRaw = h("a", {id: "log-download-raw", download: ""}, "Download raw");
     this.head = h("div", {class: "log-head"});
     this.gapText = h("span", {});
     this.earlier = h("button", {type: "button", id: "log-earlier"}, "Show earlier records");
@@ -63,7 +66,8 @@ export class LogView {
     this.section = section("Output",
       h("div", {class: "log-controls"},
         h("label", {class: "filter"}, "Show ", this.select), this.seatLabel,
-        h("label", {class: "filter"}, this.rawBox, " raw"), this.download),
+        h("label", {class: "filter"}, this.rawBox, " raw"),
+        h("span", {class: "downloads"}, this.download, this.downloadRaw)),
       this.status, this.lines, this.jump);
     this.selector = undefined;
     this.feed = null;
@@ -88,28 +92,39 @@ export class LogView {
   }
 
   // Called with every new view of the run: refresh the choices, move with the walk.
+  // A settled run has no running stage to follow: its default is every stage.
   follow(run) {
     this.run = run;
     const labels = run.stages.filter((s) => s.attempt > 0).map(stageLabel);
     const chosen = [FOLLOW, ALL].includes(this.choice) || labels.includes(this.choice) ? [] : [this.choice];
-    const mark = [...labels, ...chosen].join("\n");
+    const heads = run.terminal ? [ALL] : [FOLLOW, ALL];
+    const shown = run.terminal && this.choice === FOLLOW ? ALL : this.choice;
+    const mark = [...heads, ...labels, ...chosen].join("\n");
     if (mark !== this.options) {
       this.options = mark;
-      replace(this.select, [FOLLOW, ALL, ...labels, ...chosen].map((label) =>
-        h("option", {value: label, selected: label === this.choice ? "selected" : null}, label)));
+      replace(this.select, [...heads, ...labels, ...chosen].map((label) =>
+        h("option", {value: label, selected: label === shown ? "selected" : null}, label)));
     }
-    this.followSeats(run);
     this.open(this.wanted());
+    this.followSeats(run);
+    this.showJump();
   }
 
-  // The seats of the run's panels ("seat 0 (careful)"), offered once a panel ran.
-  followSeats(run) {
+  // The seats of the panels the output shows ("seat 0 (careful)"): only where a
+  // panel ran in the selection (every stage, or the one stage#attempt chosen).
+  panelSeats(run) {
     const seats = new Map();
-    for (const stage of run.stages) {
+    const stages = this.selector ? run.stages.filter((s) => stageLabel(s) === this.selector) : run.stages;
+    for (const stage of stages) {
       for (const seat of stage.reviewers ?? []) {
         if (!seats.has(String(seat.reviewer))) seats.set(String(seat.reviewer), seat.target);
       }
     }
+    return seats;
+  }
+
+  followSeats(run) {
+    const seats = this.panelSeats(run);
     if (this.seat !== EVERY_SEAT && !seats.has(this.seat)) seats.set(this.seat, null);
     const mark = [...seats].join("\n");
     if (mark === this.seatOptions) return;
@@ -132,8 +147,12 @@ export class LogView {
 
   choose(value) {
     this.choice = value;
-    this.remember();
     this.open(this.wanted());
+    // A seat chosen for a panel means nothing for a stage without that seat.
+    if (this.seat !== EVERY_SEAT && !this.panelSeats(this.run).has(this.seat)) this.chooseSeat(EVERY_SEAT);
+    this.followSeats(this.run);
+    this.remember();
+    this.showJump();
   }
 
   chooseSeat(value) {
@@ -175,6 +194,7 @@ export class LogView {
     this.reset();
     this.status.textContent = selector ? `Output of ${selector}` : "Output of every stage";
     this.download.setAttribute("href", `/api/log?${this.query()}`);
+    this.downloadRaw.setAttribute("href", `/api/log?${this.query({raw: "1"})}`);
     this.feed = follow(`/sse/logs?${this.query()}`, {
       records: ({records, elided}) => this.add(records, elided),
       end: () => { this.status.textContent += " (the run has settled)"; },
@@ -183,18 +203,21 @@ export class LogView {
   }
 
   // One record as `sloopctl logs` prints it: a prefixed row per line of its text.
+  // On a phone the prefix is shorter ("[impl#2 err]", style.css), the whole one on hover.
   line(record, key) {
     const seat = Number.isInteger(record.reviewer) ? String(record.reviewer) : "";
-    const where = `${record.stage ?? "-"}${record.attempt ? `#${record.attempt}` : ""}${seat ? ` seat ${seat}` : ""}`;
+    const stage = String(record.stage ?? "-");
+    const attempt = record.attempt ? `#${record.attempt}` : "";
+    const where = `${stage}${attempt}${seat ? ` seat ${seat}` : ""}`;
     const prefix = `[${where} ${record.stream}]`;
+    const short = `[${stage.length > 6 ? stage.slice(0, 4) : stage}${attempt}${seat ? ` s${seat}` : ""} ${SHORT_STREAMS[record.stream] ?? record.stream}]`;
+    const tag = () => h("span", {class: "ll-where", title: prefix, dataset: {short}}, prefix);
     const raw = String(record.text ?? "");
     const rows = (text, kind) => text.split("\n").map((part) =>
-      h("div", {class: `ll-row ${kind}`}, h("span", {class: "ll-where"}, prefix), " ",
-        h("span", {class: "ll-text"}, part)));
+      h("div", {class: `ll-row ${kind}`}, tag(), " ", h("span", {class: "ll-text"}, part)));
     const shown = typeof record.rendered === "string"
       ? [rows(record.rendered, "ll-shown"), rows(raw, "ll-raw")]
-      : [h("div", {class: "ll-row"}, h("span", {class: "ll-where"}, prefix), " ",
-        h("span", {class: "ll-text"}, raw))];
+      : [h("div", {class: "ll-row"}, tag(), " ", h("span", {class: "ll-text"}, raw))];
     const node = h("div", {class: `ll stream-${record.stream}`, dataset: {cursor: key, seat}}, shown);
     node.hidden = !this.shows(node);
     return node;
@@ -278,8 +301,16 @@ export class LogView {
     return box.scrollHeight - box.scrollTop - box.clientHeight <= BOTTOM_SLACK_PX;
   }
 
+  // Whether more lines can arrive: not once the run settled, nor for a finished execution.
+  canGrow() {
+    if (!this.run || this.run.terminal) return false;
+    if (!this.selector) return true;
+    const row = this.run.stages.find((s) => stageLabel(s) === this.selector);
+    return !row || ["running", "pending"].includes(row.state);
+  }
+
   showJump() {
-    this.jump.hidden = this.following;
+    this.jump.hidden = this.following || !this.canGrow();
     this.jump.textContent = this.unseen ? `Jump to latest ↓ (${this.unseen} new)` : "Jump to latest ↓";
   }
 

@@ -12,7 +12,8 @@ import {placeLine, runningStage} from "./queue.js";
 import {drawTimeline, endedBy, stageChip, stageHref} from "./timeline.js";
 import {setTitle} from "./title.js";
 import {
-  badge, chip, nodeText, problemBox, runActions, stageLabel, ticketLink, usageText,
+  badge, chip, nodeText, problemBox, resolutionLine, resolutionWords, runActions,
+  settledRunActions, stageLabel, ticketLink, usageText,
 } from "./widgets.js";
 
 export function run(main, ref) {
@@ -41,8 +42,9 @@ export function run(main, ref) {
       const value = data.value;
       const now = Date.now();
       latest = value;
-      replace(heading, `${value.alias} `, h("span", {class: "muted"}, value.id), " ", badge(value.state));
-      setTitle(value.id, value.state);
+      replace(heading, `${value.alias} `, h("span", {class: "muted"}, value.id), " ", badge(shownState(value)),
+        value.resolution ? h("span", {class: "resolved-mark"}, ` ${resolutionWords(value.resolution)}`) : "");
+      setTitle(value.id, titleState(value));
       // The running stage is part of the queue's sentence ("its gate test#1 running").
       slots.update("about", {...value, stages: null, running: runningStage(value.stages)}, now,
         () => about(value));
@@ -61,13 +63,34 @@ export function run(main, ref) {
   });
 }
 
+// A run in flight that went silent past stall_after is shown stalled, not running
+// (its state on the wire stays running: the stall is its own field).
+function shownState(value) {
+  return !value.terminal && value.stall ? "stalled" : value.state;
+}
+
+// The tab's word: the state, "stalled", or how a needs_review run was resolved.
+function titleState(value) {
+  if (value.resolution) return `${value.state} (${resolutionWords(value.resolution)})`;
+  return shownState(value);
+}
+
+// The agent's exit code, but not the signal an abort sent it (-15): that is no answer.
+function agentExit(value) {
+  const code = value.agent_exit_code;
+  if (code === null || code === undefined) return "—";
+  if (code < 0 && value.state === "aborted") return "— (stopped by the abort)";
+  return String(code);
+}
+
 function about(value) {
   const took = value.started_at_ms && value.finished_at_ms
     ? duration(value.finished_at_ms - value.started_at_ms) : null;
   return section("Outcome",
-    h("p", {class: "outcome"}, badge(value.state),
+    h("p", {class: "outcome"}, badge(shownState(value)),
       value.reason ? h("span", {id: "reason"}, ` ${value.reason}`) : value.state === "merged" ? " — merged into main" : "",
       nextAttempt(value.followed_by)),
+    resolutionLine(value.resolution),
     // Its place in the merge queue (0.9): "2nd in the merge queue, its gate … on main + R7".
     value.queue ? placeLine(value.queue, value.stages) : null,
     fields([
@@ -82,10 +105,11 @@ function about(value) {
       ["Started", when(value.started_at_ms)],
       ["Finished", when(value.finished_at_ms)],
       took ? ["Took", took] : null,
-      ["Agent exit", value.agent_exit_code === null ? "—" : String(value.agent_exit_code)],
+      ["Agent exit", agentExit(value)],
       ["Tokens and cost", h("span", {id: "run-usage"}, usageText(value.usage))],
     ]),
-    runActions(value));
+    runActions(value),
+    settledRunActions(value));
 }
 
 function stages(rows, runId) {

@@ -7,7 +7,7 @@ import {h, replace, section, table} from "./dom.js";
 import {follow} from "./live.js";
 import {plural} from "./sections.js";
 import {when} from "./time.js";
-import {badge, problemBox, runLink, ticketLink, usageText} from "./widgets.js";
+import {badge, problemBox, runLink, runState, ticketLink, usageText} from "./widgets.js";
 
 export const RUN_FILTERS = ["merged", "failed", "needs_review", "aborted"];
 const PAGE = 25;
@@ -56,7 +56,7 @@ function page(data, state, limit) {
   const rows = (data.runs ?? []).map((run) => [
     runLink(run),
     ticketLink(run.ticket),
-    badge(run.state),
+    runState(run),
     when(run.finished_at_ms),
     String(run.reason ?? ""),
     usageText(run.usage),

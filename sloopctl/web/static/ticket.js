@@ -7,7 +7,7 @@ import {duration, when} from "./time.js";
 import {stageChip} from "./timeline.js";
 import {setTitle} from "./title.js";
 import {
-  badge, problemBox, runActions, runLink, ticketActions, usageText, waitingText,
+  badge, problemBox, runActions, runLink, runState, ticketActions, usageText, waitingText,
 } from "./widgets.js";
 
 export function ticket(main, ref) {
@@ -57,7 +57,7 @@ function about(value) {
 function runs(list) {
   const rows = list.map((run) => [
     runLink(run),
-    badge(run.state),
+    runState(run),
     when(run.started_at_ms),
     run.finished_at_ms && run.started_at_ms ? duration(run.finished_at_ms - run.started_at_ms) : "—",
     h("span", {class: "strip"}, run.stages.map((stage) => stageChip(run.id, stage))),

@@ -3,11 +3,12 @@
 
 import {act, current} from "./api.js";
 import {h} from "./dom.js";
+import {when} from "./time.js";
 
 export const SHAPES = {
   merged: "✔", passed: "✔", open: "●", ready: "○",
   failed: "✖", aborted: "■", needs_review: "◆",
-  running: "▶", claimed: "▷", pending: "·", not_reached: "–",
+  running: "▶", claimed: "▷", pending: "·", not_reached: "–", stalled: "▲",
   held: "❚❚", paused: "❚❚", cooldown: "◔",
   // An execution cut short by a restart, or by the merge queue's rebuild.
   interrupted: "■", rebuilt: "↻",
@@ -81,6 +82,7 @@ export function stageLabel(row) {
 // What a verb's answer changed, in words (not "done": a hold of a held ticket
 // changes nothing, and the reader should see what the daemon now says).
 function outcome(verb, data) {
+  if (verb === "resolve" && data?.run) return `${data.run.id} ${resolutionWords(data.run.resolution)}`;
   if (data?.ticket && verb !== "run") return `now ${data.ticket.state}`;
   if (data?.trigger) return `queued (${data.trigger.id})`;
   if (data?.run) return `${data.run.id} ${data.run.state}`;
@@ -129,7 +131,7 @@ export function actionButton(label, verb, args, options = {}) {
   const out = h("span", {class: "action-result"});
   const button = h("button", {
     type: "button",
-    class: `action action-${verb}`,
+    class: `action action-${verb}${options.variant ? ` action-${verb}-${options.variant}` : ""}`,
     "data-verb": verb,
     onclick: async () => {
       let sent = typeof args === "function" ? args() : {...args};
@@ -213,6 +215,62 @@ export function runActions(run) {
     action: `Abort ${run.id}`,
     placeholder: "why (kept in the run's reason)",
   }}]), {run: String(run.id)});
+}
+
+// A needs_review run's resolution (issue 33) in words: "resolved: merged by hand".
+// Its state stays needs_review (a closed set in protocol v1); the resolution says how
+// a person (or the daemon, seeing the branch on main: auto) let it go.
+export function resolutionWords(resolution) {
+  if (!resolution) return "";
+  const how = resolution.resolution === "merged" ? "merged by hand" : String(resolution.resolution);
+  return `resolved: ${how}`;
+}
+
+// As `sloopctl show RUN` says it: "resolved: merged by hand (by alice, 2 min ago):
+// landed with #42", "(found on main, …)" when the daemon resolved it by itself.
+// A settled run's state in a list: its badge, and how it was resolved when it was
+// ("◆ needs review · resolved: dismissed"), as `sloopctl show` lists it.
+export function runState(run) {
+  if (!run?.resolution) return badge(run?.state);
+  return h("span", {class: "run-state"}, badge(run.state),
+    h("span", {class: "resolved-mark"}, ` ${resolutionWords(run.resolution)}`));
+}
+
+export function resolutionLine(resolution) {
+  if (!resolution) return null;
+  const who = resolution.auto ? "found on main" : resolution.by ? `by ${resolution.by}` : null;
+  const at = Number.isInteger(resolution.at_ms) ? when(resolution.at_ms) : null;
+  const aside = who || at ? [" (", who ?? "", who && at ? ", " : "", at ?? "", ")"] : [];
+  return h("p", {class: "resolution", id: "resolution"},
+    h("span", {class: "shape", "aria-hidden": "true"}, "✔ "),
+    resolutionWords(resolution), ...aside,
+    resolution.reason ? `: ${resolution.reason}` : "");
+}
+
+// The ways out of a settled run where its failure is read (the run page, the Needs
+// attention rows): a needs_review run not yet resolved is "Merged by hand" or
+// "Dismiss" (the verb resolve, asked first with a reason, as Abort is); a failed or
+// needs_review run that is its ticket's latest attempt can be run again, unless it
+// was resolved as merged by hand (its ticket is merged then).
+export function settledRunActions(run, gate = null) {
+  if (!run || !run.terminal) return null;
+  const open = run.state === "needs_review" && !run.resolution;
+  const name = run.alias ?? run.id;
+  const resolve = (resolution, label, title, text) => [label, "resolve",
+    {run: run.id, resolution}, {variant: resolution, confirm: {
+      title, text, action: label, placeholder: "why (kept with the run's resolution)",
+    }}];
+  const again = ["failed", "needs_review"].includes(run.state) && !run.followed_by
+    && run.resolution?.resolution !== "merged";
+  const blocked = gate?.state === "cooldown"
+    ? {disabled: "the gate is in cooldown: 'run' is refused until it ends (Resume ends it)"} : {};
+  return tagged(actionBar(
+    open ? resolve("merged", "Merged by hand", `Merged by hand: ${name}?`,
+      "Say that a person merged this run's work: the run leaves Needs attention and its ticket reads merged.") : null,
+    open ? resolve("dismissed", "Dismiss", `Dismiss ${name}?`,
+      "Let this run go without merging it: it leaves Needs attention and its ticket reads failed (Run again stays possible).") : null,
+    again && run.ticket ? ["Run again", "run", {ref: run.ticket}, blocked] : null,
+  ), {run: String(run.id)});
 }
 
 export function problemBox(error) {
