@@ -31,6 +31,7 @@ from sloopd.queue import gate
 from sloopd.queue.scheduler import Scheduler
 from sloopd.remote.launcher import RayExecutor
 from sloopd.runs import cli_sight, leftovers
+from sloopd.runs.hand_merges import HandMerges
 from sloopd.runs.runner import RunManager
 from sloopd.runs.runstate import ActiveRun
 from sloopd.startup import DiskFull, StartupError, refusal, refuse_if_served, write_info
@@ -154,6 +155,8 @@ class Server:
                 loop.create_task(scheduler.loop()),
                 loop.create_task(self._reap_orphans()),
                 loop.create_task(self.runs.watch_stalls()),
+                # A needs_review run whose branch someone merged by hand resolves itself.
+                loop.create_task(HandMerges(self.daemon).watch()),
             ]
         self._tasks.append(loop.create_task(self._keep_systemd_informed()))
         self._install_signals()

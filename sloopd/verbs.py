@@ -11,7 +11,7 @@ import orjson
 from sloopd.core import rows
 from sloopd.core.state import Daemon
 from sloopd.queue import actions as queue
-from sloopd.queue import gate, refs
+from sloopd.queue import gate, refs, resolutions
 from sloopd.runs.runner import RunManager
 from sloopd.store import TicketRow
 from sloopd.util.clock import now_ms
@@ -52,6 +52,7 @@ class OperatorVerbs:
             "events": feeds.Events(self.daemon).page,
             "diff": self.diff,
             "runs": lambda args: show.settled_runs(self.daemon, args),
+            "resolve": self._queue_verb(resolutions.resolve),
         }
 
     def _queue_verb(self, action: Callable[[Daemon, dict[str, Any]], dict[str, Any]]) -> Handler:

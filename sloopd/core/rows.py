@@ -64,14 +64,25 @@ def ticket_row(record: TicketRow, facts: QueueFacts) -> dict[str, Any]:
         "state": state,
         "created_at_ms": created,
         "updated_at_ms": updated,
-        "waiting": waiting(ticket_id, state, flow, facts),
+        "waiting": waiting(ticket_id, state, flow, facts, name),
     }
 
 
-def waiting(ticket_id: str, state: str, flow: str, facts: QueueFacts) -> dict[str, Any] | None:
+def waiting(
+    ticket_id: str, state: str, flow: str, facts: QueueFacts, name: str | None = None
+) -> dict[str, Any] | None:
     """Why a ticket that is not running is not running (null: it is, or is about to)."""
     if state == "running":
         return None
+    if state == "needs_review":
+        # What a person can do, not the word "terminal" alone (0.9.0): resolve takes
+        # the ticket's name for its latest run.
+        ref = name or ticket_id
+        return {
+            "reason": "terminal",
+            "message": f"needs review: resolve it (sloopctl resolve {ref} --merged or "
+            f"--dismissed) or run it again (sloopctl run {ref})",
+        }
     if state in TERMINAL_TICKET_STATES:
         hint = "" if state == "merged" else "; 'run' starts a new attempt"
         return {"reason": "terminal", "message": f"the ticket is {state}{hint}"}

@@ -7,27 +7,21 @@ transaction the ticket follows (``merged``, or ``failed`` for a dismissed run) w
 run is its latest and the ticket still waits on it, and the ``run_resolved`` event is
 appended: a resolution is whole or absent.
 
-The daemon resolves a run by itself (``auto``) when its branch holds at least one commit
-beyond its base and main now holds the branch's tip: someone merged it by hand.  It
-looks when main moves (and once when it starts), with one ``git for-each-ref --merged``
-for every unresolved run, so the check costs the same for one run or a thousand.
+The daemon resolves a run by itself (``auto``) when someone merged its branch by hand:
+``sloopd.runs.hand_merges`` watches main and calls ``record`` here.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from pathlib import Path
 from typing import Any, Final
 
 import orjson
 
 from sloopd.core import rows
 from sloopd.core.state import Daemon
-from sloopd.git import ops as gitops
-from sloopd.git import runner
 from sloopd.queue import refs
-from sloopd.store import RunRow, StoreUnavailable, TicketRow
+from sloopd.store import RunRow, TicketRow
 from sloopd.util.clock import now_ms
 from sloopd.util.quoting import REASON_CHARS, clip, without_escapes
 from sloopd.wire.api import ErrorCode, ProtocolError
@@ -38,20 +32,13 @@ MERGED: Final = "merged"
 DISMISSED: Final = "dismissed"
 # The ticket a resolution leaves behind, when the run is the ticket's latest.
 TICKET_STATE: Final = {MERGED: "merged", DISMISSED: "failed"}
-# How often the daemon looks at main's tip for a hand merge; it reads the branches
-# only when the tip moved.
-WATCH_SECONDS: Final = 2.0
-# The most unresolved runs one look examines (the newest): a store holding more
-# resolves the rest as they come within this window.
-WATCH_RUNS_MAX: Final = 1000
 BY_CHARS: Final = 200
-GIT_TIMEOUT_S: Final = 30.0
 
 
 def resolve(daemon: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     """The operator verb: ``{"run", "resolution", "reason"?, "by"?}`` → run and ticket rows."""
     store = daemon.require_store()
-    run_id = refs.run_id(store, daemon.layout.repo, args["run"])
+    run_id = _run_of(daemon, args["run"])
     resolved = record(
         daemon,
         run_id,
@@ -74,6 +61,20 @@ def resolve(daemon: Daemon, args: dict[str, Any]) -> dict[str, Any]:
         )
     daemon.poke()  # the ticket left needs_review: nothing to claim, but the board moved
     return _rows(daemon, run_id)
+
+
+def _run_of(daemon: Daemon, ref: str) -> str:
+    """A run reference, or a ticket's (its latest run: what its waiting message names)."""
+    store = daemon.require_store()
+    exact = refs.resolve_exact(store, daemon.layout.repo, ref)
+    if exact is not None and exact.kind == "ticket":
+        latest = store.scalar("run_ids_for_ticket", (exact.key,))
+        if latest is None:
+            raise ProtocolError(
+                ErrorCode.NOT_FOUND, f"ticket '{ref}' has no run to resolve", {"ref": ref}
+            )
+        return str(latest)
+    return refs.run_id(store, daemon.layout.repo, ref)
 
 
 def record(
@@ -133,78 +134,3 @@ def _bounded(text: Any, limit: int) -> str | None:
     if not text:
         return None
     return clip(" ".join(without_escapes(str(text)).split()), limit) or None
-
-
-class HandMerges:
-    """Resolves, as merged by hand, the needs_review runs whose branch main now holds."""
-
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
-        self._seen_main: str | None = None
-
-    async def watch(self) -> None:
-        while True:
-            try:
-                await self.look()
-            except (gitops.GitError, StoreUnavailable) as exc:
-                # Main unreadable for a moment, or the store busy: look again later.
-                log.debug("looking for runs merged by hand: %s", exc)
-                self._seen_main = None
-            await asyncio.sleep(WATCH_SECONDS)
-
-    async def look(self) -> list[str]:
-        """One look; the runs it resolved (none while main has not moved since the last)."""
-        daemon = self.daemon
-        repo = daemon.layout.repo
-        main = f"refs/heads/{daemon.config.repo.main}"
-        tip = await gitops.rev_parse(repo, main)
-        if tip is None or tip == self._seen_main:
-            return []
-        waiting = daemon.require_store().all("runs_unresolved_needing_review", (WATCH_RUNS_MAX,))
-        if not waiting:
-            self._seen_main = tip
-            return []
-        held = await _held_by(repo, tip, [f"refs/heads/{b}" for _, _, b in waiting])
-        resolved: list[str] = []
-        for run_id, _ticket, branch in waiting:
-            branch_tip = held.get(f"refs/heads/{branch}")
-            if branch_tip is None:
-                continue
-            base = await gitops.rev_parse(repo, f"refs/sloop/runs/{run_id}/base")
-            # A branch with no commit of its own is on main from the start: that is
-            # no merge.  Without its base (collected) nothing can be told: left alone.
-            if base is None or base == branch_tip:
-                continue
-            short = tip[:12]
-            if record(
-                daemon,
-                run_id,
-                MERGED,
-                by=None,
-                reason=f"its branch {branch} is on {daemon.config.repo.main} (at {short})",
-                auto=True,
-            ):
-                log.info("%s resolved as merged: main holds its branch %s", run_id, branch)
-                resolved.append(run_id)
-        self._seen_main = tip
-        return resolved
-
-
-async def _held_by(repo: Path, tip: str, branches: list[str]) -> dict[str, str]:
-    """Of ``branches``, those ``tip`` holds, with their own tips: one git for all."""
-    argv = runner.git(
-        repo, "for-each-ref", f"--merged={tip}", "--format=%(objectname) %(refname)", *branches
-    )
-    try:
-        done = await runner.run(argv, timeout=GIT_TIMEOUT_S, env=runner.environment())
-    except runner.TimedOut:
-        raise gitops.GitError(
-            f"listing the branches {tip[:12]} holds took over {GIT_TIMEOUT_S} s"
-        ) from None
-    if done.returncode != 0:
-        raise gitops.GitError(f"listing the branches {tip[:12]} holds: {done.stderr.strip()}")
-    held: dict[str, str] = {}
-    for line in done.stdout.splitlines():
-        sha, _, ref = line.partition(" ")
-        held[ref] = sha
-    return held

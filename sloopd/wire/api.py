@@ -86,6 +86,8 @@ TERMINAL_TICKET_STATES: Final = frozenset({"merged", "failed", "needs_review"})
 RUN_STATES: Final = ("claimed", "running", "merged", "failed", "needs_review", "aborted")
 ACTIVE_RUN_STATES: Final = frozenset({"claimed", "running"})
 TERMINAL_RUN_STATES: Final = frozenset({"merged", "failed", "needs_review", "aborted"})
+# How a person resolved a needs_review run (0.9.0, ``resolve``): its state stays.
+RESOLUTIONS: Final = ("merged", "dismissed")
 STAGE_ROW_STATES: Final = ("passed", "failed", "running", "pending")
 GATE_STATES: Final = ("open", "cooldown", "paused")
 WAITING_REASONS: Final = (
@@ -290,6 +292,13 @@ VERBS: Final[Mapping[str, Verb]] = {
             state=Field(_one_of(tuple(sorted(TERMINAL_RUN_STATES)))),
             limit=Field(_positive_integer),
             offset=Field(_non_negative_integer),
+        ),
+        _verb(  # additive in 0.9.0: a person's way out of needs_review
+            "resolve",
+            run=_REF,
+            resolution=Field(_one_of(RESOLUTIONS), required=True),
+            reason=Field(_string),
+            by=Field(_string),
         ),
     )
 }

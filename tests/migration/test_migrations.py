@@ -63,13 +63,16 @@ def make_v1_store(state_dir: Path) -> None:
 
 
 def assert_migrated(state_dir: Path) -> None:
-    assert db.peek_version(state_dir) == SCHEMA_VERSION == 4
+    assert db.peek_version(state_dir) == SCHEMA_VERSION == 5
     assert query(state_dir, "SELECT version FROM schema_migrations ORDER BY version") == [
         (1,),
         (2,),
         (3,),
         (4,),
+        (5,),
     ]
+    # Version 5: no run of an older store is resolved (resolve, 0.9.0).
+    assert query(state_dir, "SELECT id, resolution FROM runs") == [("R1", None)]
     assert query(state_dir, "SELECT ordinal, id, state, run FROM triggers ORDER BY ordinal") == [
         (1, "TR1", "queued", None),
         (2, "TR2", "claimed", "R1"),

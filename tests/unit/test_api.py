@@ -32,7 +32,7 @@ PROTOCOL_VERBS = {
     "wait",
 }
 # Additive operator verbs beyond the protocol text (docs/protocol.md).
-ADDITIVE_VERBS = {"gc", "pause", "resume", "diff", "runs"}
+ADDITIVE_VERBS = {"gc", "pause", "resume", "diff", "runs", "resolve"}
 ALL_VERBS = PROTOCOL_VERBS | ADDITIVE_VERBS
 WORKER_ONLY_VERBS = {"brief", "note", "verdict"}
 PROTOCOL_ERROR_CODES = {
@@ -282,6 +282,7 @@ FULL_ARGS: dict[str, dict[str, Any]] = {
     "resume": {},
     "diff": {"run": "R1", "max_bytes": 1024},
     "runs": {"state": "needs_review", "limit": 25, "offset": 50},
+    "resolve": {"run": "R3", "resolution": "dismissed", "reason": "done in #412", "by": "alice"},
 }
 REQUIRED: dict[str, set[str]] = {
     "show": set(),
@@ -303,6 +304,7 @@ REQUIRED: dict[str, set[str]] = {
     "resume": set(),
     "diff": {"run"},
     "runs": set(),
+    "resolve": {"run", "resolution"},
 }
 
 
@@ -324,7 +326,7 @@ def test_the_required_fields_alone_suffice(verb: str) -> None:
     assert api.VERBS[verb].parse(minimal) == minimal
 
 
-@pytest.mark.parametrize(("verb", "field"), [(v, f) for v in sorted(REQUIRED) for f in REQUIRED[v]])
+@pytest.mark.parametrize(("verb", "field"), [(v, f) for v in sorted(REQUIRED) for f in sorted(REQUIRED[v])])
 def test_a_missing_or_null_required_field_is_named(verb: str, field: str) -> None:
     without = {k: v for k, v in FULL_ARGS[verb].items() if k != field}
     assert reject_args(verb, without).details == {"field": field}
