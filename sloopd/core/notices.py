@@ -8,7 +8,8 @@ writes, from the cursor it reached (the feed's end when the daemon started, so
 a restart tells nothing twice and runs that recovery settles are told).
 
 What is told: a run that settles (``run_finished`` with its state, or
-``run_aborted``) and a gate change (``gate_changed``), to every target whose
+``run_aborted``), a gate change (``gate_changed``) and (0.9.0) a needs_review run
+resolved (``run_resolved``, told as ``resolved``), to every target whose
 ``on`` names it, read from the configuration in force when the event is read
 (a reload applies at once).  Delivery is ``sloopd.ops.webhooks``'s; each
 attempt comes back here to be recorded as a ``notify_delivered`` or
@@ -54,6 +55,7 @@ _RUN_FIELDS: Final = (
     "started_at_ms",
     "finished_at_ms",
     "usage",
+    "resolution",
 )
 
 
@@ -66,6 +68,8 @@ def notice_name(kind: str, data: dict[str, Any]) -> str | None:
         return "aborted"
     if kind == "gate_changed":
         return "gate_changed"
+    if kind == "run_resolved":  # 0.9.0
+        return "resolved"
     return None
 
 

@@ -35,6 +35,7 @@ _MARKS: Final = {
     "needs_review": ":eyes:",
     "aborted": ":no_entry_sign:",
     "gate_changed": ":vertical_traffic_light:",
+    "resolved": ":heavy_check_mark:",
 }
 
 
@@ -80,12 +81,28 @@ def _plain_tree(value: Any) -> Any:
     return value
 
 
+def run_words(notice: Notice) -> tuple[str, str | None]:
+    """What became of the run, and why: its state and reason, or (``resolved``) how a
+    person or the daemon resolved it and their words."""
+    run = notice.run or {}
+    resolution = run.get("resolution")
+    if notice.on == "resolved" and isinstance(resolution, dict):
+        how = "merged by hand" if resolution.get("resolution") == "merged" else "dismissed"
+        said = f"resolved: {how}"
+        if resolution.get("auto"):
+            said += " (found on main)"
+        elif resolution.get("by"):
+            said += f" (by {plain(resolution['by'])})"
+        return said, cut(resolution.get("reason"))
+    return plain(run.get("state")), cut(run.get("reason"))
+
+
 def summary(notice: Notice) -> str:
     """One plain sentence: ``fix-login#1 (R4) failed: stage 'test' failed …``."""
     if notice.run is not None:
         run = notice.run
-        line = f"{plain(run.get('alias'))} ({plain(run.get('id'))}) {plain(run.get('state'))}"
-        reason = cut(run.get("reason"))
+        state, reason = run_words(notice)
+        line = f"{plain(run.get('alias'))} ({plain(run.get('id'))}) {state}"
         return line + (f": {reason}" if reason else "")
     gate = notice.gate or {}
     line = f"gate {plain(gate.get('from'))} -> {plain(gate.get('state'))}"
@@ -146,8 +163,8 @@ def slack_body(target: Target, notice: Notice) -> dict[str, Any]:
         run = notice.run
         name = slack_escape(plain(run.get("alias")))
         title = f"<{link}|{name}>" if link else name
-        head = f"{mark} *{title}* {slack_escape(plain(run.get('state')))}"
-        reason = cut(run.get("reason"))
+        state, reason = run_words(notice)
+        head = f"{mark} *{title}* {slack_escape(state)}"
         facts += [plain(run.get("id")), f"ticket {plain(run.get('ticket'))}"]
         usage = usage_words(run.get("usage"))
         if usage:

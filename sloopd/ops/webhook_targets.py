@@ -19,9 +19,10 @@ from urllib.parse import quote, urlsplit
 from sloopd.wire.api import parse_duration_ms as parse_ms
 
 # What a table may be told about: the four ways a run settles (docs/protocol.md
-# section 6, "Run states") and every change of the gate (a `gate_changed` event).
+# section 6, "Run states"), every change of the gate (a `gate_changed` event) and
+# (0.9.0) a needs_review run resolved (a `run_resolved` event).
 RUN_OUTCOMES: Final = ("merged", "failed", "needs_review", "aborted")
-NOTIFY_ON: Final = (*RUN_OUTCOMES, "gate_changed")
+NOTIFY_ON: Final = (*RUN_OUTCOMES, "gate_changed", "resolved")
 FORMATS: Final = ("json", "slack")
 # The fields a `link` pattern may name; all of a run's (a gate change has none).
 LINK_FIELDS: Final = ("run", "alias", "ticket", "ticket_name", "attempt")

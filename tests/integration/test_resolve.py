@@ -219,3 +219,28 @@ def test_a_resolution_survives_a_restart(bench: Bench) -> None:
     assert detail is not None
     assert detail["resolution"]["by"] == "alice"
     assert bench.dashboard()["attention_total"] == 0
+
+
+def test_a_resolution_is_told_to_the_webhooks_that_listen_for_it(bench: Bench) -> None:
+    from tests.support.receiver import Receiver
+
+    told = Receiver()
+    try:
+        table = f'[[notify]]\nurl = "{told.url}"\non = ["resolved"]\nformat = "slack"\n'
+        bench.setup(
+            sloop_toml(COMMITS, flows=REVIEW_ONLY, extra=table), {"fix": ticket_text("Fix")}
+        )
+        bench.start()
+        bench.post("fix")
+        run = bench.wait_run("fix#1", timeout=60)
+        assert run["state"] == "needs_review"
+        time.sleep(0.5)
+        assert told.requests() == []  # it listens for resolutions only
+        bench.ok(
+            "resolve", {"run": run["id"], "resolution": "dismissed", "reason": "moot", "by": "al"}
+        )
+        (request,) = told.wait_for(1)
+        body = request.json()
+        assert body["text"] == f"fix#1 ({run['id']}) resolved: dismissed (by al): moot", body
+    finally:
+        told.close()

@@ -326,7 +326,9 @@ def test_the_required_fields_alone_suffice(verb: str) -> None:
     assert api.VERBS[verb].parse(minimal) == minimal
 
 
-@pytest.mark.parametrize(("verb", "field"), [(v, f) for v in sorted(REQUIRED) for f in sorted(REQUIRED[v])])
+@pytest.mark.parametrize(
+    ("verb", "field"), [(v, f) for v in sorted(REQUIRED) for f in sorted(REQUIRED[v])]
+)
 def test_a_missing_or_null_required_field_is_named(verb: str, field: str) -> None:
     without = {k: v for k, v in FULL_ARGS[verb].items() if k != field}
     assert reject_args(verb, without).details == {"field": field}
