@@ -12,11 +12,18 @@ so a test can read the prompt and the brief an execution saw.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.support.agents import Bench, sloop_toml, stage_table, ticket_text
+import pytest
+
+from tests.integration.test_agent_presets import RUN_TIMEOUT_S, on_path, preset_toml
+from tests.support.agents import Bench, sloop_toml, stage_table, ticket_text, toml_value
+from tests.support.standins import anthropic, gemini, openai
 
 HEADING = "## What happened since your last execution"
 WANT = "Z1a2b"
@@ -389,3 +396,89 @@ def test_hostile_output_stays_bounded_and_stripped_in_the_prompt_and_the_brief(
     assert all(len(line) <= 1000 for line in lines), [len(line) for line in lines]
     assert any(line.startswith("xxxx") for line in lines)  # the flood, cut to a line
     assert lines[-1] == f"FAILED: answer.txt WANT={WANT}"
+
+
+# --- the real CLIs' presets --------------------------------------------------------
+
+# Each execution of the CLI's shell commits one more line; the test wants two.
+TURN = "echo turn >> turns.txt && git add turns.txt && git commit -q -m turn"
+TURNS_TEST = [
+    "sh",
+    "-c",
+    f'if [ "$(wc -l < turns.txt)" -lt 2 ]; then echo "FAILED: turns.txt WANT={WANT}" >&2; '
+    "exit 1; fi",
+]
+PRESET_FLOW = f"""
+[[flows.default.stages]]
+name = "implement"
+action = "agent"
+
+[[flows.default.stages]]
+name = "test"
+action = "command"
+command = {toml_value(TURNS_TEST)}
+network = false
+return_to = "implement"
+returns = 2
+
+[[flows.default.stages]]
+name = "sync"
+action = "sync"
+
+[[flows.default.stages]]
+name = "merge"
+action = "ff_only"
+"""
+
+
+@contextmanager
+def vendor_api(bench: Bench, preset: str) -> Iterator[Callable[[], list[Any]]]:
+    """The preset's stand-in API, running one ``TURN`` a session; yields what it was asked
+    (each model request's body, in order)."""
+    if preset == "claude":
+        script = [anthropic.bash(TURN, "Count a turn"), anthropic.text("Done.")]
+        with anthropic.AnthropicStandIn(scripts=[script]) as claude:
+            key, url = "sk-ant-api03-sloop-stand-in", claude.url
+            bench.env.update(ANTHROPIC_API_KEY=key, ANTHROPIC_BASE_URL=url)
+            yield lambda: [r.body for r in claude.message_requests()]
+    elif preset == "codex":
+        steps: list[openai.Step] = [openai.Shell(TURN), openai.Say("Done.")]
+        with openai.OpenAIStandin(script=steps) as codex:
+            bench.env.update(
+                OPENAI_API_KEY="sk-standin-key",
+                OPENAI_BASE_URL=codex.base_url,
+                CODEX_MODEL="gpt-5.5",
+            )
+            yield lambda: [r.body for r in codex.turns()]
+    else:
+        with gemini.GeminiStandIn(command=TURN) as google:
+            bench.env.update(GEMINI_API_KEY="standin-key", GOOGLE_GEMINI_BASE_URL=google.url)
+            yield lambda: [r.body for r in google.model_calls()]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+@pytest.mark.parametrize("preset", ["claude", "codex", "gemini"])
+def test_a_presets_re_entered_execution_sends_the_section_to_the_vendor(
+    bench: Bench, preset: str
+) -> None:
+    """What the stand-in API receives from the CLI's second execution holds the section
+    (this flow merges on 0.8.0 too: the turns count, not what the CLI was told)."""
+    with vendor_api(bench, preset) as asked:
+        on_path(bench, [preset])
+        bench.setup(preset_toml(bench, preset, [preset], PRESET_FLOW), {"turns": ticket_text("T")})
+        bench.start()
+        bench.post("turns")
+        run = bench.wait_run("turns#1", timeout=RUN_TIMEOUT_S)
+        bodies = [json.dumps(body) for body in asked()]
+    assert run["state"] == "merged", (run["reason"], stage_table(run))
+    assert stage_table(run)[:4] == [
+        ("implement", 1, "passed"),
+        ("test", 1, "failed"),
+        ("implement", 2, "passed"),
+        ("test", 2, "passed"),
+    ], stage_table(run)
+    assert HEADING not in bodies[0]
+    sent = [body for body in bodies if HEADING in body]
+    assert sent, bodies[-1][:2000]
+    assert "stage 'test' execution 1 failed" in sent[0]
+    assert f"FAILED: turns.txt WANT={WANT}" in sent[0]
