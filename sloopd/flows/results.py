@@ -73,6 +73,10 @@ class StageResult:
     ended_by: str | None = None
     # A merge-queue sync: the runs whose work its candidate holds besides main's.
     onto: tuple[str, ...] | None = None
+    # A sync conflict's marked regions (sloopd.git.conflicts: bounded, escapes removed),
+    # and whether some were left out; told to the stage it sends back.
+    hunks: tuple[str, ...] = ()
+    hunks_clipped: bool = False
 
     @classmethod
     def interrupted(cls, reason: str) -> StageResult:
@@ -136,4 +140,8 @@ class StageResult:
             row["ended_by"] = self.ended_by
         if self.onto is not None:
             row["onto"] = list(self.onto)
+        if self.hunks:
+            row["hunks"] = list(self.hunks)
+        if self.hunks_clipped:
+            row["hunks_clipped"] = True
         return row

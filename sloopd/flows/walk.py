@@ -78,6 +78,9 @@ class Execution:
     paths: list[str] = field(default_factory=list)
     # A merge-queue sync: the runs whose work its candidate holds besides main's.
     onto: list[str] | None = None
+    # A sync conflict's marked regions, as its row stored them (absent before 0.9.0).
+    hunks: list[str] = field(default_factory=list)
+    hunks_clipped: bool = False
 
     @property
     def running(self) -> bool:
@@ -290,6 +293,8 @@ def _on_finished(walk: Walk, row: LogRow) -> None:
     current.ended_by = data.get("ended_by")
     current.paths = list(data.get("paths") or ())
     current.onto = data.get("onto")
+    current.hunks = list(data.get("hunks") or ())
+    current.hunks_clipped = bool(data.get("hunks_clipped"))
     _decide_after(walk, current)
 
 

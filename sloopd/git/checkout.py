@@ -66,6 +66,8 @@ class GitRun:
     returncode: int
     stdout: str
     stderr: str
+    # The caller's ``stdout_limit`` was reached: the output is cut, the command was killed.
+    truncated: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,16 +118,20 @@ async def _run(
     env: Mapping[str, str] | None = None,
     stdin: bytes | None = None,
     cwd: Path | None = None,
+    stdout_limit: int | None = None,
 ) -> GitRun:
     """Run ``argv`` (never through a shell); on timeout or cancellation kill its tree.
 
     A sandboxed command dies with it too: bwrap runs with --die-with-parent.
+    ``stdout_limit``: as ``runner.run``'s (the output is cut there, the command killed).
     """
     try:
-        done = await runner.run(argv, timeout=timeout, env=env, stdin=stdin, cwd=cwd)
+        done = await runner.run(
+            argv, timeout=timeout, env=env, stdin=stdin, cwd=cwd, stdout_limit=stdout_limit
+        )
     except runner.TimedOut:
         raise CheckoutError(f"{what} did not finish within {timeout:.3g} s.") from None
-    return GitRun(done.returncode, done.stdout, done.stderr)
+    return GitRun(done.returncode, done.stdout, done.stderr, done.truncated)
 
 
 async def _git(repo: Path | None, *args: str, deadline: _Deadline, what: str) -> str:
@@ -305,11 +311,14 @@ async def run_in_checkout(
     *,
     timeout: float,
     env: Mapping[str, str] | None = None,
+    stdout_limit: int | None = None,
 ) -> GitRun:
     """Run hardened git in the sandboxed checkout; the caller reads the exit status."""
     argv, run_env, cwd = _in_checkout(checkout, [*_hardened_git(), *git_args], isolation, env)
     what = f"git {shlex.join(git_args)} in {checkout}"
-    return await _run(argv, timeout=timeout, what=what, env=run_env, cwd=cwd)
+    return await _run(
+        argv, timeout=timeout, what=what, env=run_env, cwd=cwd, stdout_limit=stdout_limit
+    )
 
 
 async def bring_back(

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import os
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
+from sloopd.git import conflicts
 from sloopd.git.checkout import (
     CheckoutError,
     Isolation,
@@ -157,6 +159,14 @@ async def commit_all(
     return True
 
 
+@dataclass(frozen=True, slots=True)
+class Conflicted:
+    """A rebase that conflicted (and was aborted): the paths and their hunks."""
+
+    paths: tuple[str, ...]
+    hunks: conflicts.Hunks
+
+
 async def rebase(
     checkout: Path,
     sha: str,
@@ -164,33 +174,42 @@ async def rebase(
     *,
     identity: tuple[str, str],
     timeout: float,
-) -> list[str]:
-    """Rebase the branch onto ``sha``; the conflicting paths (the rebase aborted), if any."""
+    labels: tuple[str, str] = ("upstream", "the run's work"),
+) -> Conflicted | None:
+    """Rebase the branch onto ``sha``; what conflicted (the rebase aborted), if anything.
+
+    ``labels`` name the two sides in the hunks: ``sha``'s and the replayed commit's."""
     args = ["rebase", "--no-verify", "-q", sha]
     what = f"rebasing onto {sha[:12]} in {checkout}"
-    return await _bring_in(checkout, args, isolation, what, identity=identity, timeout=timeout)
-
-
-async def _bring_in(
-    checkout: Path,
-    args: list[str],
-    isolation: Isolation,
-    what: str,
-    *,
-    identity: tuple[str, str],
-    timeout: float,
-) -> list[str]:
-    """Run a rebase; on a conflict list the paths and abort it."""
     deadline = _Deadline(timeout)
     env = _identity_env(identity)
     done = await run_in_checkout(checkout, args, isolation, timeout=deadline.left(what), env=env)
     if done.returncode == 0:
-        return []
+        return None
     listing = ["diff", "--name-only", "-z", "--diff-filter=U"]
     listed = await run_in_checkout(checkout, listing, isolation, timeout=deadline.left(what))
-    conflicts = [p for p in listed.stdout.split("\0") if p]
+    paths = tuple(p for p in listed.stdout.split("\0") if p)
+    hunks = await _rebase_hunks(checkout, isolation, labels, deadline, what) if paths else None
     abort = [args[0], "--abort"]
     await run_in_checkout(checkout, abort, isolation, timeout=deadline.left(what))
-    if not conflicts:
+    if hunks is None:
         raise CheckoutError(f"{what} failed: {_reason(done.stderr or done.stdout)}.")
-    return conflicts
+    return Conflicted(paths, hunks)
+
+
+async def _rebase_hunks(
+    checkout: Path,
+    isolation: Isolation,
+    labels: tuple[str, str],
+    deadline: _Deadline,
+    what: str,
+) -> conflicts.Hunks:
+    """The conflicted files' marked regions, read while the rebase stands conflicted.
+
+    No external diff, no textconv: nothing a checkout's attributes name runs."""
+    diff = ["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--diff-filter=U", "-U3"]
+    shown = await run_in_checkout(
+        checkout, diff, isolation, timeout=deadline.left(what), stdout_limit=conflicts.FILE_BYTES
+    )
+    found = conflicts.of_combined_diff(shown.stdout, *labels)
+    return conflicts.bounded(found, clipped=shown.truncated)

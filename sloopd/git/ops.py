@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sloopd.git import runner
+from sloopd.git.conflicts import Hunks
 
 # Fallback identity for the merge commits ``sync`` makes on CI hosts with no git identity
 # (sloopd.runs.branch.repository_identity).
@@ -44,6 +45,7 @@ class GitResult:
     paths: tuple[str, ...] = ()  # conflicting paths for sync; empty otherwise
     head: str | None = None  # resulting commit sha when ok (branch tip / new main)
     final: bool = False  # no return_to can mend it: the run ends failed
+    hunks: Hunks | None = None  # a sync conflict's marked regions, bounded (git.conflicts)
 
 
 class GitError(Exception):

@@ -26,7 +26,7 @@ import asyncio
 import shlex
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sloopd.git import runner
@@ -46,10 +46,12 @@ class ScratchError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Merged:
-    """A merge's outcome: ``commit`` when it merged cleanly, else the conflicting paths."""
+    """A merge's outcome: ``commit`` when it merged cleanly, else the conflicting paths
+    and the tree git wrote, whose conflicted files hold its markers (``blob``)."""
 
     commit: str | None
     conflicts: tuple[str, ...] = ()
+    tree: str | None = field(default=None, compare=False)
 
 
 class ScratchRepository:
@@ -72,7 +74,11 @@ class ScratchRepository:
             (self.path / "objects").symlink_to(self.objects, target_is_directory=True)
 
     async def _git(
-        self, args: Sequence[str], timeout: float, identity: tuple[str, str] | None
+        self,
+        args: Sequence[str],
+        timeout: float,
+        identity: tuple[str, str] | None,
+        stdout_limit: int | None = None,
     ) -> runner.Finished:
         extra = dict(_NOWHERE)
         if identity is not None:
@@ -81,7 +87,9 @@ class ScratchRepository:
         where = ["--git-dir", str(self.path)] if args[0] != "init" else []
         argv = ["git", *_SETTINGS, *where, *args]
         try:
-            return await runner.run(argv, timeout=timeout, env=runner.environment(extra))
+            return await runner.run(
+                argv, timeout=timeout, env=runner.environment(extra), stdout_limit=stdout_limit
+            )
         except runner.TimedOut:
             raise ScratchError(f"{shlex.join(argv)} did not finish within {timeout:g} s") from None
 
@@ -120,7 +128,7 @@ class ScratchRepository:
                     break
                 if item not in paths:
                     paths.append(item)
-            return Merged(None, tuple(paths))
+            return Merged(None, tuple(paths), items[0] or None)
         if done.returncode != 0 or not items[0]:
             raise ScratchError(f"cannot merge {theirs[:12]} into {ours[:12]}: {_said(done)}")
         made = ["commit-tree", items[0], "-p", ours, "-p", theirs, "-m", message]
@@ -129,6 +137,15 @@ class ScratchRepository:
         if done.returncode != 0 or not commit:
             raise ScratchError(f"cannot record the merge of {theirs[:12]}: {_said(done)}")
         return Merged(commit)
+
+    async def blob(self, tree: str, path: str, limit: int, timeout: float) -> str | None:
+        """The first ``limit`` bytes of the file ``path`` in ``tree``; None when it is
+        no file there (a submodule, a deleted side) or git cannot read it."""
+        await self._ensure(timeout)
+        done = await self._git(["cat-file", "blob", f"{tree}:{path}"], timeout, None, limit)
+        if done.returncode != 0 and not done.truncated:
+            return None
+        return done.stdout
 
 
 def _said(done: runner.Finished) -> str:

@@ -27,15 +27,18 @@ from typing import Any, Literal
 
 from sloopd.core.paths import Layout, git_common_dir
 from sloopd.flows.flow import Stage
-from sloopd.git import checkout, checkout_edits, runner, scratch
+from sloopd.git import checkout, checkout_edits, conflicts, runner, scratch
 from sloopd.git import ops as gitops
 from sloopd.git.checkout import CheckoutError, Isolation
+from sloopd.git.conflicts import Hunks
 from sloopd.runs.runstate import RunFacts
 from sloopd.util import quoting, trees
 
 # Every git call on a checkout or for it has this deadline; a hook or a huge
 # repository that takes longer fails the stage with a reason instead of hanging it.
 GIT_TIMEOUT_S = 300.0
+# How a sync conflict's hunks name the run's side (the other is main, or the candidate).
+WORK_LABEL = "the run's work"
 
 
 def repository_identity(repo: Path) -> tuple[str, str]:
@@ -48,11 +51,14 @@ def repository_identity(repo: Path) -> tuple[str, str]:
     return values[0], values[1]
 
 
-def _conflicted(doing: str, conflicts: tuple[str, ...]) -> gitops.GitResult:
+def _conflicted(doing: str, paths: tuple[str, ...], hunks: Hunks | None) -> gitops.GitResult:
     # The agent's branch chose these paths: quoted a few, the rest counted (the stage
     # row lists them, bounded).
     return gitops.GitResult(
-        ok=False, reason=f"{doing} conflicts in: {quoting.quote_names(conflicts)}", paths=conflicts
+        ok=False,
+        reason=f"{doing} conflicts in: {quoting.quote_names(paths)}",
+        paths=paths,
+        hunks=hunks,
     )
 
 
@@ -343,7 +349,8 @@ class RunBranches:
             except scratch.ScratchError as exc:
                 raise gitops.GitError(str(exc)) from exc
             if merged.commit is None:
-                return _conflicted(f"merging {source} into the branch", merged.conflicts)
+                hunks = await self._merge_hunks(merged, source)
+                return _conflicted(f"merging {source} into the branch", merged.conflicts, hunks)
             # The execution's record and the run's branch move together.
             moves = {
                 self.ref(facts, name): merged.commit,
@@ -353,21 +360,42 @@ class RunBranches:
             self._merged_onto[facts.run_id] = (merged.commit, sha)
             return gitops.GitResult(ok=True, head=merged.commit)
         await self.fresh(facts, work)
-        conflicts = await checkout_edits.rebase(
+        conflicted = await checkout_edits.rebase(
             facts.worktree,
             sha,
             self.isolation(facts),
             identity=self.identity,
             timeout=GIT_TIMEOUT_S,
+            labels=(source, WORK_LABEL),
         )
-        if conflicts:
-            return _conflicted(f"rebasing the branch onto {source}", tuple(conflicts))
+        if conflicted is not None:
+            doing = f"rebasing the branch onto {source}"
+            return _conflicted(doing, conflicted.paths, conflicted.hunks)
         commit = await self.bring_back(facts, name)
         await self.advance(facts, commit)
         # Only the daemon's git worked here: a retry (main moved again) may rebase in
         # this checkout as it stands.
         self.untouched(facts, commit)
         return gitops.GitResult(ok=True, head=commit)
+
+    async def _merge_hunks(self, merged: scratch.Merged, source: str) -> Hunks | None:
+        """The marked regions of a merge's conflicted files, from the tree git wrote."""
+        if merged.tree is None:
+            return None
+        found: list[str] = []
+        for path in merged.conflicts[: conflicts.FILES_READ]:
+            try:
+                text = await self.scratch.blob(
+                    merged.tree, path, conflicts.FILE_BYTES, GIT_TIMEOUT_S
+                )
+            except scratch.ScratchError:
+                break  # the paths still say what conflicted
+            if text is not None:
+                found += conflicts.of_file(path, text, WORK_LABEL, source)
+            if len(found) > conflicts.HUNK_LINES:
+                break
+        clipped = len(merged.conflicts) > conflicts.FILES_READ
+        return conflicts.bounded(found, clipped)
 
     async def remove(self, path: Path) -> None:
         """A run's checkout or state folder, or (from a 0.4 store) its git worktree: gone

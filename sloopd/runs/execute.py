@@ -152,6 +152,9 @@ class StageExecutor:
             if not kept:
                 self.merge_slot.give_back(facts.run_id)
         result = outcomes.git_result(outcome)
+        if outcome.hunks is not None and outcome.hunks.lines:
+            # What conflicted, for the stage the conflict sends back (runs.feedback).
+            result = result.but(hunks=outcome.hunks.lines, hunks_clipped=outcome.hunks.clipped)
         return result.but(commit=outcome.head) if outcome.ok else result
 
     def diagnose(self, active: ActiveRun) -> dict[str, Any]:

@@ -4,8 +4,9 @@ When a ``return_to`` re-enters a stage, and when a ticket's new run follows one 
 ended ``failed`` or ``needs_review``, the new execution's prompt gets a section under
 ``FEEDBACK_HEADING`` and ``brief`` gets the same as ``feedback``: for each failed
 execution that sent it back, its stage and attempt, its reason, the last lines it
-printed, a panel's seats with their verdicts and reasons, a conflict's paths, and the
-merge-queue candidate a gate failed on (another run's work was in it).
+printed, a panel's seats with their verdicts and reasons, a conflict's paths and hunks
+(``sloopd.git.conflicts``), and the merge-queue candidate a gate failed on (another
+run's work was in it).
 
 An agent's output is hostile input: it is read from the stored log records (what the
 child printed, never what it claimed), stripped of terminal escapes, cut per line and
@@ -23,6 +24,7 @@ import orjson
 from sloopd.flows import walk
 from sloopd.flows.flow import Stage
 from sloopd.flows.stagelog import replay_run
+from sloopd.git import conflicts
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import RunFacts
 from sloopd.store import Store
@@ -120,8 +122,18 @@ def _entry(
         "output": output,
         "seats": seats,
         "paths": list(execution.paths),
+        "hunks": _hunks(execution),
         "candidate": _candidate(execution, state),
     }
+
+
+def _hunks(execution: walk.Execution) -> dict[str, Any] | None:
+    """A sync conflict's marked regions, as its row stored them (bounded again: the row
+    may come from another version)."""
+    if not execution.hunks:
+        return None
+    hunks = conflicts.bounded(execution.hunks, execution.hunks_clipped)
+    return {"lines": list(hunks.lines), "clipped": hunks.clipped}
 
 
 def _candidate(execution: walk.Execution, state: walk.Walk) -> dict[str, Any] | None:
@@ -211,6 +223,14 @@ def section(entries: Sequence[dict[str, Any]]) -> str:
             )
         if entry["paths"]:
             parts.append("Paths: " + quoting.quote_names(entry["paths"], 20))
+        hunks = entry["hunks"]
+        if hunks is not None:
+            parts += _fenced(
+                f"the conflicting hunks of stage '{entry['stage']}' execution {entry['attempt']}",
+                "each side named on its marker line"
+                + (" (the rest left out)" if hunks["clipped"] else ""),
+                hunks["lines"],
+            )
         for seat in entry["seats"]:
             reason = seat["reason"] or "(no reason given)"
             parts.append(
@@ -220,17 +240,18 @@ def section(entries: Sequence[dict[str, Any]]) -> str:
         output = entry["output"]
         if output is not None:
             lines = output["lines"]
-            fence = _fence(lines)
             label = f"the last {len(lines)} lines" + (
                 " (earlier ones left out)" if output["clipped"] else ""
             )
-            parts += [
-                f"Output of stage '{entry['stage']}' execution {entry['attempt']}, {label}:",
-                f"{fence} output of stage '{entry['stage']}' execution {entry['attempt']}",
-                *lines,
-                fence,
-            ]
+            what = f"output of stage '{entry['stage']}' execution {entry['attempt']}"
+            parts += _fenced(what, label, lines)
     return "\n".join(parts) + "\n"
+
+
+def _fenced(what: str, label: str, lines: Sequence[str]) -> list[str]:
+    """``lines`` fenced as data and labelled as ``what`` they are."""
+    fence = _fence(lines)
+    return [f"{what[0].upper()}{what[1:]}, {label}:", f"{fence} {what}", *lines, fence]
 
 
 def _headline(entry: dict[str, Any]) -> str:
