@@ -77,6 +77,10 @@ class StageResult:
     # and whether some were left out; told to the stage it sends back.
     hunks: tuple[str, ...] = ()
     hunks_clipped: bool = False
+    # The child's last line that ``reason`` quotes after its rule (``exited with code
+    # 1: <said>``), so that a diagnosis quoting the CLI's own words can take its place
+    # (sloopd.runs.diagnosed).  Not stored: the reason carries it.
+    said: str | None = None
 
     @classmethod
     def interrupted(cls, reason: str) -> StageResult:
@@ -99,7 +103,22 @@ class StageResult:
 
     def failed(self, reason: str | None) -> StageResult:
         """The same facts, failed with ``reason`` (an abort, a timeout over the check)."""
-        return replace(self, passed=False, reason=reason)
+        return replace(self, passed=False, reason=reason, said=None)
+
+    def saying(self, said: str | None) -> StageResult:
+        """The same result, its reason quoting ``said`` (the child's last line) after
+        the rule it states: ``exited with code 1: FAILED: answer.txt …``."""
+        if said is None or self.reason is None:
+            return self
+        return replace(self, reason=f"{self.reason}: {said}", said=said)
+
+    def unsaid(self) -> StageResult:
+        """The same result without the quote ``saying`` added: a cause found in the
+        output (a CLI's own error, a program the sandbox hid) takes its place."""
+        if self.said is None or self.reason is None:
+            return self
+        # The first ": <said>" is the quote: the rule before it holds no colon.
+        return replace(self, reason=self.reason.replace(f": {self.said}", "", 1), said=None)
 
     def but(self, **changes: Any) -> StageResult:
         return replace(self, **changes)

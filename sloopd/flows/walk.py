@@ -32,6 +32,9 @@ REBUILT = "rebuilt"
 # Why an execution ended before its check could decide it (the stage row's ``ended_by``).
 ENDED_BY_REBUILT = "rebuilt"
 ENDED_BY_INTERRUPTED = "interrupted"
+# Never stored (an aborted execution's row stays as 0.8.0 wrote it): the wire derives it
+# from the run's state (sloopd.views.runview), and the execution's record says it.
+ENDED_BY_ABORTED = "aborted"
 
 
 @dataclass(frozen=True, slots=True)

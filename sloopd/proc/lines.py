@@ -2,6 +2,7 @@
 
 A line is at most ``MAX_LINE_BYTES`` (split pieces are flagged), bytes are
 decoded as UTF-8 with replacement, and a line is never cut inside a character.
+What a failing child said last (``LastWords``) is kept from the same batches, bounded.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from sloopd.util import quoting
 from sloopd.util.clock import now_ms
 from sloopd.util.sizes import format_bytes
 
@@ -86,6 +88,63 @@ class LineSplitter:
             self._on_lines(self._stream, texts, split)
         except Exception:  # a broken consumer must not stop the capture
             log.exception("on_lines callback failed for %s", self._stream)
+
+
+# The quote of a child's last line: at most this many characters of it, escapes removed.
+SAID_CHARS = 200
+# Of each line, only this many characters are read for it: a 10 MB line costs no more.
+SAID_READ_CHARS = 4 * 1024
+
+
+class LastWords:
+    """The last non-empty line of each of a child's streams, quoted in bounded space.
+
+    A stage that failed by its exit code quotes what its child said last
+    (``exited with code 1: FAILED: …``): the test's own verdict line, a compiler's
+    error.  The child's output is hostile input, so each line is read only up to
+    ``SAID_READ_CHARS``, its terminal escapes and controls removed, and kept cut to
+    ``SAID_CHARS``; a line that is blank once cleaned does not count.  A line split
+    in pieces (longer than ``MAX_LINE_BYTES``) is quoted from its head, where what it
+    says starts.  Memory: one short string per stream, whatever the child prints.
+    """
+
+    __slots__ = ("_last", "_open")
+
+    def __init__(self) -> None:
+        self._last: dict[str, str] = {}
+        self._open: set[str] = set()  # streams in the middle of a split line
+
+    def heard(self, stream: str, texts: list[str], split: bool = False) -> None:
+        """One batch of ``stream``'s lines (``split``: one piece of a long line)."""
+        if split:
+            continuing = stream in self._open
+            # A full piece leaves its line open; a shorter one was its last.
+            if _piece_bytes(texts[-1]) >= MAX_LINE_BYTES - 3:
+                self._open.add(stream)
+            else:
+                self._open.discard(stream)
+            if continuing:
+                return  # the line's head was heard already
+        else:
+            self._open.discard(stream)
+        for text in reversed(texts):
+            line = quoting.without_escapes(text[:SAID_READ_CHARS]).strip()
+            if line:
+                self._last[stream] = quoting.clip(line, SAID_CHARS)
+                return
+
+    def said(self, streams: tuple[str, ...] = ("stderr", "stdout")) -> str | None:
+        """The last non-empty line of the first of ``streams`` that printed one:
+        stderr first, where a failing program says why."""
+        return next((self._last[s] for s in streams if s in self._last), None)
+
+    def clear(self) -> None:
+        self._last.clear()
+        self._open.clear()
+
+
+def _piece_bytes(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def _cut(data: bytes) -> int:

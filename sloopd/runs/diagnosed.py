@@ -8,7 +8,9 @@ of the result, the stage and the diagnosis (pinned by tests/unit/test_stop.py):
   ``turn.failed``, Claude Code's ``result`` with ``is_error``, Gemini CLI's error
   ``result``) or recognised an output line, the stage's reason quotes it: a person
   reading ``show`` sees ``Missing environment variable: `OPENAI_API_KEY`.`` without
-  opening the log, also when the class is ``unknown``.
+  opening the log, also when the class is ``unknown``.  It takes the place of the
+  child's last line the executor quoted (``StageResult.said``): the cause is quoted
+  once, in the words that name it.
 * **A stage without network cannot reach its vendor by its own configuration.**  A
   ``network`` failure of a stage that sets ``network = false`` is no transient
   outage: retrying runs the same futile child again.  Its reason names the setting,
@@ -48,8 +50,12 @@ def is_transient(stage: Stage, diagnosis: dict[str, Any] | None) -> bool:
 
 def diagnosed(result: StageResult, stage: Stage, diagnosis: dict[str, Any]) -> StageResult:
     """A failed agent stage's result with its diagnosis, its reason saying what it read."""
-    reason = result.reason
     evidence = diagnosis.get("evidence")
+    if evidence:
+        # The CLI's own words, as the classifier read them, take the place of the
+        # child's last line: one quote of the cause, the one that names it.
+        result = result.unsaid()
+    reason = result.reason
     if evidence:
         who = diagnosis.get("vendor") or "the agent"
         reason = _joined(reason, f"{who} said: {evidence}")

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from sloopd import vendor
 from sloopd.core.state import Daemon
-from sloopd.flows import walk
+from sloopd.flows import explain, walk
 from sloopd.flows.flow import Stage
 from sloopd.flows.results import (
     NODE_LOST,
@@ -32,7 +32,7 @@ from sloopd.runs.merge_slot import MergeSlot
 from sloopd.runs.placing import Work
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
-from sloopd.runs.spawning import ChildStarter
+from sloopd.runs.spawning import ChildStarter, said_streams
 from sloopd.runs.stop import TIMED_OUT, cancelled, child_stopped, stops_children
 from sloopd.util import quoting
 from sloopd.util.clock import now_ms
@@ -198,6 +198,9 @@ class StageExecutor:
         if end is not None and end.lost is not None:
             return outcomes.lost(end.lost, end.node)
         result = self._judge(facts, stage, attempt, code)
+        if result.verdict_source == "exit_code" and not result.passed:
+            # The cause after the rule: what the child said last (stderr first).
+            result = result.saying(active.last_words.said(said_streams(active, stage)))
         if code == 127 and not result.passed:
             result = _unseen_program(active, command, result)
         if usage is not None:
@@ -346,7 +349,8 @@ class StageExecutor:
             passed=passed,
             exit_code=None,
             verdict_source="panel",
-            reason=f"{passes} of {total} reviewers passed (quorum {stage.quorum})",
+            # The rule, then (failed) its failing seats with their reasons.
+            reason=explain.panel_reason(stage, seats, passed=passed),
             commit=pinned,
             discarded=tuple(discarded),
             usage=spent.row() if spent is not None else None,
@@ -404,4 +408,8 @@ def _unseen_program(
         (*agent.ro_mounts, *agent.rw_mounts),
         sandboxed=active.config.sandbox != "none",
     )
-    return result if hint is None else result.but(reason=f"{result.reason}: {hint}")
+    if hint is None:
+        return result
+    # The shell's "not found" line is what the hint explains: the hint takes its place.
+    result = result.unsaid()
+    return result.but(reason=f"{result.reason}: {hint}")

@@ -150,8 +150,15 @@ class RunRecords:
         attempt: int,
         result: StageResult,
         started_ms: int | None = None,
+        *,
+        aborted: bool = False,
     ) -> None:
-        """The stage_finished row, the stage's duration metric and its system record."""
+        """The stage_finished row, the stage's duration metric and its system record.
+
+        ``aborted``: an abort (or a stopping daemon) cut the execution short; its row
+        stays failed for v1 clients (``ended_by`` is derived on the wire), and its
+        record says ``aborted``.
+        """
         self.append_steps(run_id, walk.STAGE_FINISHED, stage.name, attempt, data=result.to_row())
         verdict = "passed" if result.passed else "failed"
         metrics = self.daemon.metrics
@@ -162,13 +169,12 @@ class RunRecords:
             metrics.stage_duration.labels(flow_name, stage.name, verdict).observe(
                 max(0, now_ms() - started) / 1000
             )
-        detail = f": {result.reason}" if result.reason else ""
         self.sink.append(
             run_id,
             stage.name,
             attempt,
             "system",
-            f"stage '{stage.name}' execution {attempt} {verdict}{detail}",
+            f"stage '{stage.name}' execution {attempt} {ended_words(result, aborted=aborted)}",
         )
 
     async def settle_durably(
@@ -252,3 +258,18 @@ class RunRecords:
         if self.daemon.metrics is not None:
             self.daemon.metrics.runs_finished.labels(outcome).inc()
         self._wake_settle_waiters(run_id)
+
+
+def ended_words(result: StageResult, *, aborted: bool = False) -> str:
+    """How an execution's record says it ended: ``passed``, ``failed: <reason>``, or
+    what cut it short (``aborted``, ``interrupted``, ``rebuilt``), which a reason
+    already starting with that word is not made to repeat (``aborted by the
+    operator: wrong ticket``, ``rebuilt: <cause>``)."""
+    cut = walk.ENDED_BY_ABORTED if aborted else result.ended_by
+    word = cut or ("passed" if result.passed else "failed")
+    reason = result.reason
+    if not reason:
+        return word
+    if cut is not None and reason.startswith((f"{word} ", f"{word}:")):
+        return reason
+    return f"{word}: {reason}"

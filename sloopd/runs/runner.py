@@ -282,11 +282,13 @@ class RunManager:
         result = stops.judged(result, active.stop, stage, lambda: self.executor.diagnose(active))
         # A landing stage's failure counts once the runs ahead in its candidate passed.
         result = await self.landing.after(active, facts, stage, result)
+        # Cut short by an abort (not merged despite it): its record says so.
+        aborted = stops.cancelled(active.stop) is not None and not result.passed
         active.stage_ended()
         # The child ran: its result is a fact that must be kept, so wait for the store.
         await self.records.durably(
             lambda: self.records.finish(
-                facts.run_id, stage, attempt, result, active.stage_started_ms
+                facts.run_id, stage, attempt, result, active.stage_started_ms, aborted=aborted
             ),
             f"{facts.run_id}: the result of '{stage.name}' execution {attempt}",
         )

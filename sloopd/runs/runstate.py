@@ -10,6 +10,7 @@ from typing import Any
 
 from sloopd.core.config import Config
 from sloopd.flows.flow import Budget, Flow
+from sloopd.proc.lines import LastWords
 from sloopd.proc.stage_io import RunningChild
 from sloopd.runs.stop import Stop, after_seat, after_stage, cancelled, stop_with
 from sloopd.vendor.tail import OutputTail
@@ -34,6 +35,9 @@ class ActiveRun:
     # The stage's recent output, for classifying a failure: bounded as it is
     # collected (the last 500 lines, 256 Ki characters), whatever the child prints.
     recent_output: OutputTail = field(default_factory=OutputTail)
+    # The executing child's last non-empty line of each stream, which a failure by its
+    # exit code quotes (one short string per stream: sloopd.proc.lines.LastWords).
+    last_words: LastWords = field(default_factory=LastWords)
     # The executing child's wall clock (time.monotonic() at its start, moved on by
     # the daemon's own pauses) and its limit (stage timeout, else the agent's).
     child_started_monotonic: float | None = None

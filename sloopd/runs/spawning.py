@@ -205,6 +205,8 @@ class ChildStarter:
         )
         recent = active.recent_output
         recent.clear()
+        last_words = active.last_words
+        last_words.clear()
         sink = self.records.sink
         budget = OutputBudget(launch.limits.max_log_lines, launch.limits.max_log_bytes)
         unflushed = 0
@@ -230,6 +232,7 @@ class ChildStarter:
             # One read of a pipe: its lines in order, each step once per batch.
             nonlocal unflushed
             recent.extend(texts)  # bounded; dropped lines still tell why a child failed
+            last_words.heard(stream, texts, split)  # so do they for the quote of its last line
             if parse is not None and stream == "stdout":
                 read_usage(active, parse, usage, price, stream_name, texts)
             admitted = budget.admit_many(texts)
@@ -382,6 +385,13 @@ def stream_of(active: ActiveRun, stage: Stage, seat: int | None) -> str:
     if seat is not None and stage.reviewers[seat].stream is not None:
         return stage.reviewers[seat].stream or "none"
     return stage.stream or active.config.agent.stream
+
+
+def said_streams(active: ActiveRun, stage: Stage) -> tuple[str, ...]:
+    """Where a failed child's last line is quoted from: stderr, else stdout; only stderr
+    when stdout is a CLI's JSON stream (its words reach the reason through the
+    classifier: sloopd.runs.diagnosed)."""
+    return ("stderr", "stdout") if stream_of(active, stage, None) == "none" else ("stderr",)
 
 
 def timeout_of(active: ActiveRun, stage: Stage) -> int:

@@ -102,7 +102,7 @@ def _mark_aborted(row: dict[str, Any]) -> None:
     last = executed[-1]
     if last["state"] == "failed" and last["reason"] in (row["reason"], IN_FLIGHT_AT_END):
         last["aborted"] = True
-        last["ended_by"] = "aborted"
+        last["ended_by"] = walk.ENDED_BY_ABORTED
 
 
 def _silent_for_ms(active: LiveRun | None) -> int | None:

@@ -181,6 +181,55 @@ def test_a_panel_short_of_its_quorum_fails(machinery: Machinery) -> None:
         active, facts = await machinery.prepared("one", flow="panel")
         execution = await machinery.execute(active, facts, "panel")
         assert not execution.passed
-        assert execution.reason == "1 of 2 reviewers passed (quorum 2)"
+        # The rule, then the failing seat (numbered as show numbers it) with its reason.
+        assert execution.reason == (
+            "1 of 2 reviewers passed (quorum 2): seat 1 (codex): fail: looked at it"
+        )
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("lines", "said"),
+    [
+        # stderr's last non-empty line first, whatever stdout printed after it.
+        (
+            (
+                ("stdout", "noise"),
+                ("stderr", "FAILED: answer.txt WANT=Z1a2b GOT=guess"),
+                ("stderr", "   "),
+                ("stdout", "more noise"),
+            ),
+            "FAILED: answer.txt WANT=Z1a2b GOT=guess",
+        ),
+        # No stderr: stdout's last non-empty line, its escapes and controls removed.
+        (
+            (("stdout", "\x1b[31mFAILED\x1b[0m: 2 tests\x1b]0;title\x07"), ("stdout", "\x1b[0m")),
+            "FAILED: 2 tests",
+        ),
+        # A long line is cut to a line's quote.
+        ((("stderr", "x" * 100_000),), "x" * 199 + "\u2026"),
+    ],
+)
+def test_a_nonzero_exit_quotes_what_the_child_said_last(
+    machinery: Machinery, lines: tuple[tuple[str, str], ...], said: str
+) -> None:
+    machinery.launcher.script(Script(lines=lines, exit_code=1))
+
+    async def scenario() -> None:
+        active, facts = await machinery.prepared("one")
+        execution = await machinery.execute(active, facts, "implement")
+        assert execution.reason == f"exited with code 1: {said}"
+
+    asyncio.run(scenario())
+
+
+def test_a_passing_child_quotes_nothing(machinery: Machinery) -> None:
+    machinery.launcher.script(Script(lines=(("stderr", "a warning"),), exit_code=0))
+
+    async def scenario() -> None:
+        active, facts = await machinery.prepared("one")
+        execution = await machinery.execute(active, facts, "implement")
+        assert (execution.passed, execution.reason) == (True, None)
 
     asyncio.run(scenario())
