@@ -14,8 +14,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.support.agents import Bench, install_probe, probe_argv, sloop_toml, ticket_text
 from tests.support.web import (
     chromium,
