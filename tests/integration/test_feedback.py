@@ -94,6 +94,9 @@ def test_a_run_whose_agent_never_learns_says_so_and_the_prompt_is_bounded(bench:
     bench.post("answer")
     run = bench.wait_run("answer#1", timeout=90)
     assert run["state"] == "needs_review", run
+    # The run's reason quotes the test's own last line after the rule (issue 33).
+    assert "its return_to 'implement' budget of 2 is spent" in run["reason"], run
+    assert "FAILED: answer.txt WANT=Z1a2b" in run["reason"], run
     prompts = sorted((bench.state_dir / "runs" / run["id"]).glob("prompt-implement-*.md"))
     assert [p.name for p in prompts] == [f"prompt-implement-{n}.md" for n in (1, 2, 3)]
     first, second = prompts[0].read_text(), prompts[1].read_text()
