@@ -113,7 +113,7 @@ class WordsBench:
 
 
 def implement_row(run: dict[str, Any]) -> dict[str, Any]:
-    rows = [r for r in run["stages"] if r["stage"] == "implement"]
+    rows: list[dict[str, Any]] = [r for r in run["stages"] if r["stage"] == "implement"]
     assert len(rows) == 1, run["stages"]
     return rows[0]
 
