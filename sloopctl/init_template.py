@@ -270,7 +270,8 @@ returns = 3
 #
 # When an agent stage fails, the agent's last output lines are classified:
 # rate_limited | usage_limit | overloaded | auth_failed | network |
-# context_length (or unknown).  A rate or usage limit closes the gate (see
+# context_length | refused (a preset's own refusal to start its CLI) (or
+# unknown).  A rate or usage limit closes the gate (see
 # agent.cooldown).  Sloop knows how claude, codex, gemini and aider word these;
 # for wording it does not know, add patterns: they are tried first.  Keys:
 #

@@ -370,7 +370,7 @@ class Server:
     def _check_clis(self) -> None:
         """Each configured preset's CLI must resolve inside the sandbox: say which does not."""
         assert self.daemon is not None
-        self.daemon.unseen_clis = cli_sight.configured_unseen(self.daemon.config)
+        self.daemon.unseen_clis = cli_sight.checked(self.daemon.config, self.layout.repo)
         for row in self.daemon.unseen_clis:
             log.warning("agent preset %r: %s", row["preset"], row["problem"])
 

@@ -102,7 +102,8 @@ def check_sandbox(d: Doctor) -> Check:
 
 def check_clis(d: Doctor) -> Check:
     """Whether each configured preset's CLI resolves inside the sandbox, as the daemon
-    found at its start (or last reload): one it hides fails every run with exit 127."""
+    found at its start (or last reload): one it hides fails every run with exit 127;
+    and (0.9.0) whether main holds a file a preset refuses to start its CLI beside."""
     name = "clis"
     if not d.up:
         return Check(name, "warn", NOT_REACHABLE)
@@ -115,6 +116,14 @@ def check_clis(d: Doctor) -> Check:
     found = Findings()
     for row in rows:
         if not isinstance(row, dict):
+            continue
+        if row.get("file"):
+            # main holds a file the preset refuses to start beside (0.9.0): every run fails.
+            found.add(
+                "fail",
+                f"preset {row.get('preset')!r}: {row.get('problem')}",
+                f"remove {row.get('file')} from main, then reload",
+            )
             continue
         # A CLI found on the daemon's PATH but hidden is a configuration to fix; one
         # found nowhere may simply be a preset this host does not run yet.

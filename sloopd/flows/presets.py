@@ -59,6 +59,10 @@ class Preset:
     # (None: the CLI's own), for pricing tokens whose stream names no model.
     model_env: str | None = None
     default_model: str | None = None
+    # Checkout files the command refuses to start its CLI beside (its own check, which
+    # prints Sloop's "sloop: not starting …" and exits 2): the daemon warns at start
+    # when main holds one, since then every stage of the preset fails (sloopd.runs.cli_sight).
+    refuses: tuple[str, ...] = ()
 
 
 def _sh(script: str) -> tuple[str, ...]:
@@ -183,6 +187,7 @@ GEMINI = Preset(
     api="the Gemini API (GOOGLE_GEMINI_BASE_URL)",
     model_env="GEMINI_MODEL",
     default_model="gemini-2.5-pro",
+    refuses=GEMINI_OBEYS,
 )
 
 EXAMPLE = Preset(

@@ -12,12 +12,17 @@ Here that is told before and after:
   ``daemon.sandbox.clis`` on the dashboard, which ``sloopctl doctor`` reads);
 * ``explain_exit_127``: after a child exited 127, the sentence its stage's reason
   carries: which program the sandbox could not see, where the daemon's ``PATH``
-  finds it, and the ``agent.ro_mounts`` entry that shows it.
+  finds it, and the ``agent.ro_mounts`` entry that shows it;
+* ``refused_by_main``: with the same rows, each preset the configuration runs that
+  refuses to start its CLI beside a file ``main`` holds (the gemini preset and a
+  committed ``.env``): every run's checkout holds it too, so every stage of that
+  preset would fail ``refused`` (issue 34).
 
 What the sandbox shows is read from the same rules the launcher applies
 (``sandbox.hidden_by_default`` and the operator's mounts at their own paths); the
 CLI's interpreter (``#!/usr/bin/env node``) is checked with it, since an nvm install
-hides both.  Only reads: ``which``, ``realpath`` and the first line of the CLI.
+hides both.  Only reads: ``which``, ``realpath``, the first line of the CLI, and
+one ``git ls-tree`` of ``main``.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Any, Final
 from sloopd.core.config import Config
 from sloopd.flows.presets import preset_of
 from sloopd.flows.uses import preset_uses
+from sloopd.git import runner
 from sloopd.proc import sandbox
 from sloopd.proc.environment import child_path
 
@@ -133,6 +139,55 @@ def configured_unseen(config: Config) -> list[dict[str, Any]]:
         if found is not None:
             rows.append(found.row(use.preset.name))
     return rows
+
+
+def checked(config: Config, repo: Path) -> list[dict[str, Any]]:
+    """``daemon.sandbox.clis``: each configured preset that the sandbox hides, or that
+    refuses every checkout of ``main``."""
+    return [*configured_unseen(config), *refused_by_main(config, repo)]
+
+
+def refused_by_main(config: Config, repo: Path) -> list[dict[str, Any]]:
+    """Each preset the configuration runs whose own check refuses a file ``main`` holds.
+
+    A row of ``daemon.sandbox.clis`` with ``file``, the path main holds (``path`` is
+    null: the CLI may well be there).  Nothing when main cannot be read.
+    """
+    main = config.repo.main
+    rows: list[dict[str, Any]] = []
+    checked: set[str] = set()
+    for use in preset_uses(config.agent, config.flows.values()):
+        chosen = use.preset
+        if not chosen.refuses or chosen.name in checked:
+            continue
+        checked.add(chosen.name)
+        held = _held_by(repo, main, chosen.refuses)
+        if held:
+            problem = (
+                f"{main} holds {held}, and the {chosen.name} preset refuses to start its CLI "
+                f"in a checkout that holds it: every run's checkout does, so every "
+                f"{chosen.name} stage will fail 'refused' (\"sloop: not starting … the "
+                f'checkout holds {held}"); remove {held} from {main}, or give those stages a '
+                "command of your own (docs/agents.md)"
+            )
+            rows.append(
+                {"preset": chosen.name, "cli": chosen.cli, "path": None, "problem": problem}
+                | {"file": held}
+            )
+    return rows
+
+
+def _held_by(repo: Path, main: str, paths: Sequence[str]) -> str | None:
+    """The first of ``paths`` that ``main``'s tree holds (a file, a link or a folder)."""
+    argv = runner.git(repo, "ls-tree", "-z", "--name-only", f"refs/heads/{main}", "--", *paths)
+    try:
+        done = runner.run_blocking(argv, timeout=10.0)
+    except (OSError, runner.TimedOut):
+        return None
+    if done.returncode != 0:
+        return None
+    held = set(done.stdout.split("\0"))
+    return next((path for path in paths if path in held), None)
 
 
 def _not_found(line: str) -> list[str]:

@@ -28,11 +28,12 @@ from sloopd.landing.queue import MergeQueue
 from sloopd.proc.stage_io import StageEnd
 from sloopd.runs import cli_sight, outcomes
 from sloopd.runs.branch import RunBranches, produces
+from sloopd.runs.diagnosed import failed_session
 from sloopd.runs.merge_slot import MergeSlot
 from sloopd.runs.placing import Work
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
-from sloopd.runs.spawning import ChildStarter, said_streams
+from sloopd.runs.spawning import ChildStarter, said_streams, stream_of
 from sloopd.runs.stop import TIMED_OUT, cancelled, child_stopped, stops_children
 from sloopd.util import quoting
 from sloopd.util.clock import now_ms
@@ -201,6 +202,8 @@ class StageExecutor:
         if result.verdict_source == "exit_code" and not result.passed:
             # The cause after the rule: what the child said last (stderr first).
             result = result.saying(active.last_words.said(said_streams(active, stage)))
+        # Exit 0 is no pass when the CLI's own stream says the session failed (Gemini).
+        result = failed_session(result, stream_of(active, stage, None), active.recent_output)
         if code == 127 and not result.passed:
             result = _unseen_program(active, command, result)
         if usage is not None:

@@ -26,7 +26,7 @@ from sloopd.queue import gate
 from sloopd.runs import retries, watchdog
 from sloopd.runs import stop as stops
 from sloopd.runs.branch import RunBranches
-from sloopd.runs.diagnosed import is_transient
+from sloopd.runs.diagnosed import REFUSED, is_transient
 from sloopd.runs.execute import StageExecutor
 from sloopd.runs.landing_steps import LandingSteps
 from sloopd.runs.records import RunRecords
@@ -304,9 +304,10 @@ class RunManager:
         kind = diagnosis.get("classification")
         if kind in vendor.LIMIT_CLASSES:
             return self._vendor_limit(facts, diagnosis)
-        if stage.action == "agent" and kind not in retries.TRANSIENT_CLASSES:
+        if stage.action == "agent" and kind not in (*retries.TRANSIENT_CLASSES, REFUSED):
             # Its vendor answered (an unreachable or overloaded one says nothing of a
-            # limit): the next limit with no named reset is probed from the start.
+            # limit, and a preset that refused to start asked it nothing): the next
+            # limit with no named reset is probed from the start.
             gate.limit_lifted(self.daemon)
         # Not a network failure the stage's own network = false explains: that one is
         # final (sloopd.runs.diagnosed), so the ticket is not queued again for it.

@@ -10,7 +10,10 @@ Choices that follow from that:
 
 * **The last matching line wins.**  Agents print transient errors, retry, and
   recover; only the error nearest the end explains the exit.  Lines are
-  scanned backwards, so the common case stops early.
+  scanned backwards, so the common case stops early.  One exception: the CLI's
+  last structured error event (``sloopd.vendor.structured``), when a pattern knows
+  its message, wins over the lines printed after it (a stack dump of the same
+  error, whose ``status: 429`` says less than the vendor's sentence).
 * **One ordered table** (:data:`DEFAULT_PATTERNS`, kept with the rules for
   writing it in ``sloopd.vendor.patterns``).  On a single line the earliest
   pattern wins, so the table runs from the most specific diagnosis to the
@@ -175,6 +178,7 @@ def classify(
     """
     flat: list[str] = []
     statements: list[Statement] = []
+    stated_at: int | None = None  # where in ``flat`` the last error event's message is
     hint = RetryHint()
     for line in bounded(lines):
         event = json_event(line)
@@ -191,11 +195,16 @@ def classify(
         if statement is not None and statement.message:
             # The error event's own message, unescaped and on one line (so a reset
             # on its next line is read with it), instead of its escaped JSON.
+            stated_at = len(flat)
             flat.append(statement.message)
         else:
             flat.extend(line.splitlines())
     prefilter = Prefilter(patterns)
     found = _last_match(flat, len(flat) - 1, 0, prefilter, patterns)
+    if found is not None and stated_at is not None and found[0] > stated_at:
+        # What a CLI prints after its last error event (Gemini's Node stack dump of the
+        # same error, ending "status: 429") does not outrank the event's own words.
+        found = _last_match(flat, stated_at, stated_at, prefilter, patterns) or found
     if found is None:
         return _with_hint(_from_fields(statements, now_ms, tz), hint)
     index, line, pattern, match = found

@@ -37,6 +37,7 @@ CLASSES: Final = (
     "auth_failed",
     "network",
     "context_length",
+    "refused",
     "unknown",
 )
 VENDORS: Final = ("claude", "codex", "gemini", "aider")
@@ -75,6 +76,10 @@ _NODE_NET_CODES = (
 )
 
 DEFAULT_PATTERNS: Final[tuple[Pattern, ...]] = (
+    # --- refused: a preset's own check would not start its CLI in this checkout
+    # (sloopd.flows.presets, Sloop's wording, printed before the CLI runs).  No vendor
+    # was asked, so no vendor is named, and no other line can be the cause.
+    _p("refused", None, r"^sloop: not starting [^:\n]{1,80}: "),
     # --- context_length: the most specific wording; a 400 naming it is about it.
     _p("context_length", "aider", r"ContextWindowExceededError"),
     _p("context_length", "aider", r"exceeds the \S+ token limit for"),
@@ -91,6 +96,9 @@ DEFAULT_PATTERNS: Final[tuple[Pattern, ...]] = (
     # --- overloaded first where a capacity error arrives as RESOURCE_EXHAUSTED: the
     # model's capacity is the vendor's, not the account's quota.
     _p("overloaded", "gemini", r"model capacity exceeded|MODEL_CAPACITY_EXHAUSTED"),
+    # A spent prepaid balance arrives as a RetryableQuotaError 429: the account's, for
+    # good, not throttling.
+    _p("usage_limit", "gemini", r"prepayment credits are depleted"),
     # --- rate_limited, first the quotas that are per minute: throttling, not a plan limit.
     _p("rate_limited", "gemini", r"RetryableQuotaError|PerMinute"),
     _p("rate_limited", "gemini", r"quota exceeded for (?:quota )?metric.{0,160}\bper[ _]?minute\b"),
@@ -117,6 +125,10 @@ DEFAULT_PATTERNS: Final[tuple[Pattern, ...]] = (
     ),
     _p("usage_limit", "claude", r"usage credit cap is reached|usage credits are capped"),
     _p("usage_limit", "claude", r"usage credits (?:ran out|required for)"),
+    # Usage credits of a Team or Enterprise seat: the org's, the admin's, the group's.
+    _p("usage_limit", "claude", r"your org is out of usage\b"),
+    _p("usage_limit", "claude", r"your usage allocation has been disabled"),
+    _p("usage_limit", "claude", rf"your group{_APOS}?s usage limit is set to \$0"),
     # The API's wording of a console spend limit (Claude Code's usage_cap_reached).
     _p("usage_limit", "claude", r"reached your specified (?:[\w-]+ ){0,3}usage limits"),
     _p("usage_limit", "codex", rf"you{_APOS}?ve hit your usage limit|usage_limit_reached"),
@@ -135,6 +147,9 @@ DEFAULT_PATTERNS: Final[tuple[Pattern, ...]] = (
     _p("usage_limit", "gemini", r"reached your daily .{0,40}quota"),
     _p("usage_limit", "gemini", r"quota exceeded for (?:quota )?metric"),
     _p("usage_limit", "gemini", r"purchase more AI Credits"),
+    # The suffix Gemini CLI adds to every 429 it reports; a per-minute quota's own
+    # "Please retry in 20s" makes it rate_limited (sloopd.vendor.classify._throttled).
+    _p("usage_limit", "gemini", r"request a quota increase"),
     _p("usage_limit", None, r"insufficient_quota|exceeded your current quota"),
     _p("usage_limit", None, r"usage limit (?:reached|exceeded|hit)"),
     _p("usage_limit", None, r"(?:reached|hit|exceeded) (?:your |the )?(?:usage|spend) limit"),
@@ -171,6 +186,9 @@ DEFAULT_PATTERNS: Final[tuple[Pattern, ...]] = (
     _p("overloaded", "codex", r"(?:last|unexpected) status:? 5\d\d\b"),
     _p("overloaded", "gemini", r"model is overloaded|MODEL_CAPACITY_EXHAUSTED"),
     _p("overloaded", "gemini", r"no capacity available for model"),
+    # The API's stream broke off mid-answer (Gemini CLI's InvalidStreamError NO_FINISH_REASON,
+    # printed as an error event before a result of status "error", exit 0).
+    _p("overloaded", "gemini", r"model stream ended without a finish reason"),
     _p("overloaded", "gemini", r"\b503\W{1,3}UNAVAILABLE\b|\"status\"\s*:\s*\"UNAVAILABLE\""),
     _p(
         "overloaded",
@@ -223,6 +241,7 @@ DEFAULT_PATTERNS: Final[tuple[Pattern, ...]] = (
     _p("network", "claude", r"request socket timed out after"),
     _p("network", "claude", r"unable to connect to API"),
     _p("network", "claude", r"request timed out\. if the API is slow"),
+    _p("network", "claude", r"request timed out\. check your internet connection"),
     # Claude Code's headless result event says only "Request timed out" (or the SDK's
     # "…out."); so do other CLIs' fetch errors: no vendor is named by it.
     _p("network", None, r"^\W*request timed out\.?\W*$"),

@@ -19,13 +19,21 @@ API error's kind or status, the class that kind means.  Only error events
 count: Claude's ``system``/``api_retry`` events name an error too, but they are
 the CLI's own retry chatter, not the failure.  Never raises; an agent's output
 is untrusted.
+
+:func:`session_error` reads whether a stream's *end* says the session failed, for
+a CLI that may exit 0 all the same: Gemini CLI 0.61.0 ends a session whose model
+stream broke off (no finish reason, an empty or blocked answer) with an ``error``
+event and a ``result`` of status ``"error"``, and exits 0.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
+
+from sloopd.vendor.tail import bounded
 
 MAX_EVENT_CHARS: Final = 1024 * 1024
 MAX_MESSAGE_CHARS: Final = 8 * 1024
@@ -152,3 +160,40 @@ def _gemini(event: dict[str, Any]) -> Statement | None:
         classification = GEMINI_ERROR_TYPES.get(name) if isinstance(name, str) else None
         return Statement(_message(error.get("message")), classification, "gemini")
     return None
+
+
+def session_error(stream: str, lines: Iterable[str]) -> str | None:
+    """What ends ``stream``'s output when it says the session failed (``a result of
+    status "error"``), or None.
+
+    Only streams whose CLI can exit 0 after a failed session are read (Gemini CLI);
+    for the others the exit status says it.  ``lines`` are the output's lines in
+    order, stdout and stderr together; only their bounded tail is read.
+    """
+    reader = _SESSION_READERS.get(stream)
+    return None if reader is None else reader(list(bounded(lines)))
+
+
+def _gemini_session(lines: list[str]) -> str | None:
+    """The last event of Gemini CLI's stream-json decides: a ``result`` of status
+    ``"error"``, or an ``error`` event of severity ``"error"`` that no event follows.
+
+    A warning (a loop detected) and any other last event (the session cut short, its
+    exit status says why) are no verdict.
+    """
+    for line in reversed(lines):
+        event = json_event(line)
+        kind = None if event is None else event.get("type")
+        if not isinstance(kind, str) or event is None:
+            continue
+        if kind == "result":
+            return 'a result of status "error"' if event.get("status") == "error" else None
+        if kind == "error" and event.get("severity") == "error":
+            return "an error event"
+        return None
+    return None
+
+
+_SESSION_READERS: Final[dict[str, Callable[[list[str]], str | None]]] = {
+    "gemini": _gemini_session,
+}

@@ -15,6 +15,7 @@ import pytest
 from sloopd.core import config
 from sloopd.flows.presets import CODEX
 from sloopd.runs import cli_sight
+from tests.support.gitrepo import commit, git, make_repo
 
 
 def npm_prefix(root: Path, name: str, shebang: str = "#!/usr/bin/env sh\n") -> Path:
@@ -124,3 +125,48 @@ def test_the_configured_presets_are_checked_once_each(
     document["agent"] = {"preset": "codex", "ro_mounts": [str(tmp_path / "prefix")]}
     assert cli_sight.configured_unseen(config.parse(document)) == []
     assert cli_sight.configured_unseen(config.parse({"sandbox": "none", **document})) == []
+
+
+GEMINI_STAGES = {
+    "flows": {
+        "default": {
+            "stages": [
+                {"name": "implement", "action": "agent", "agent": "example"},
+                {"name": "review", "action": "agent", "agent": "gemini"},
+            ]
+        }
+    }
+}
+
+
+def test_a_file_on_main_the_gemini_preset_refuses_is_named_at_start(tmp_path: Path) -> None:
+    """Issue 34, item 9: a committed .env makes every gemini stage fail; the daemon says so."""
+    repo = make_repo(tmp_path)
+    main = "main"
+    settings = config.parse({"repo": {"main": main}, **GEMINI_STAGES})
+    commit(repo, {"README.md": "hi\n"})
+    assert cli_sight.refused_by_main(settings, repo) == []
+
+    commit(repo, {".gemini/settings.json": "{}\n"})
+    rows = cli_sight.refused_by_main(settings, repo)
+    assert [(r["preset"], r["cli"], r["path"], r["file"]) for r in rows] == [
+        ("gemini", "gemini", None, ".gemini/settings.json")
+    ]
+    commit(repo, {".env": "KEY=1\n"})
+    (row,) = cli_sight.refused_by_main(settings, repo)
+    assert row["file"] == ".gemini/settings.json"  # one row per preset, its first file
+    git(repo, "rm", "-q", "-r", ".gemini")
+    git(repo, "commit", "-q", "-m", "no settings")
+    (row,) = cli_sight.refused_by_main(settings, repo)
+    assert row["file"] == ".env"
+    assert row["problem"].startswith(f"{main} holds .env, and the gemini preset refuses")
+    assert "every gemini stage will fail 'refused'" in row["problem"]
+    assert row in cli_sight.checked(settings, repo)
+
+    # Only what main holds counts (an ignored .env of the main checkout is in no run's),
+    # only presets the configuration runs, and a main that cannot be read says nothing.
+    other = config.parse({"repo": {"main": main}, "agent": {"preset": "example"}})
+    assert cli_sight.refused_by_main(other, repo) == []
+    missing = config.parse({"repo": {"main": "no-such-branch"}, **GEMINI_STAGES})
+    assert cli_sight.refused_by_main(missing, repo) == []
+    assert cli_sight.refused_by_main(settings, tmp_path / "not-a-repo") == []

@@ -1,4 +1,6 @@
-"""What a classified agent failure says, and whether it is retried (issue 24, items 5 and 7).
+"""What a classified agent failure says, and whether it is retried (issue 24, items 5 and 7;
+issue 34, items 7 and 9: a Gemini session that failed though its CLI exited 0, and the
+preset's own refusal quoted as the reason).
 
 Pure functions over a stage, its result and its diagnosis (sloopd.runs.diagnosed),
 and the load-time warning for a preset stage with ``network = false``
@@ -18,7 +20,9 @@ from sloopd.flows.flow import Stage, parse
 from sloopd.flows.results import StageResult, daemon_diagnosis
 from sloopd.flows.uses import offline_warnings, preset_uses
 from sloopd.runs import stop as stops
-from sloopd.runs.diagnosed import OFFLINE_DETAIL, diagnosed, is_transient
+from sloopd.runs.diagnosed import OFFLINE_DETAIL, diagnosed, failed_session, is_transient
+from sloopd.vendor import classify
+from tests.support.vendor_outputs import GEMINI_NO_FINISH
 
 ONLINE = Stage("implement", "agent")
 OFFLINE = replace(ONLINE, network=False)
@@ -36,6 +40,12 @@ def vendor(classification: str, evidence: str | None, who: str | None) -> dict[s
 
 
 NO_KEY = "Missing environment variable: `OPENAI_API_KEY`."
+# The gemini preset's refusal (sloopd.flows.presets.GEMINI_REFUSAL), printed on stderr, exit 2.
+NOT_STARTING = (
+    "sloop: not starting Gemini CLI: the checkout holds .env, which Gemini CLI obeys in a "
+    "trusted folder (hooks, MCP servers, tool discovery commands, environment variables) and "
+    "cannot ignore while its tools are on; see docs/security.md"
+)
 REFUSED = "API Error: Unable to connect to API (ECONNREFUSED)"
 
 DIAGNOSED = [
@@ -79,6 +89,8 @@ DIAGNOSED = [
         False,
     ),
     (OFFLINE, vendor("network", None, None), f"exited with code 1; {OFFLINE_DETAIL}", True),
+    # Sloop's own refusal is the reason itself: no agent said it.
+    (ONLINE, vendor("refused", NOT_STARTING, None), NOT_STARTING, False),
 ]
 
 
@@ -109,6 +121,7 @@ TRANSIENT = [
     (ADVISORY, vendor("network", REFUSED, "claude"), False),  # the walk goes on past it
     (ONLINE, vendor("auth_failed", NO_KEY, "codex"), False),
     (ONLINE, daemon_diagnosis("stalled", "no output"), False),
+    (ONLINE, vendor("refused", NOT_STARTING, None), False),  # the same checkout, the same no
     (ONLINE, None, False),
 ]
 
@@ -118,6 +131,42 @@ def test_what_is_queued_again_as_transient(
     stage: Stage, diagnosis: dict[str, Any] | None, transient: bool
 ) -> None:
     assert is_transient(stage, diagnosis) is transient
+
+
+PASSED = StageResult.checked("exit_code", True, None, 0)
+REPORTED_PASS = StageResult(passed=True, exit_code=0, verdict_source="reported", reason="ok")
+FAILED_SESSION = PASSED.failed(
+    'exited with code 0, but the CLI\'s stream ends in a result of status "error"'
+)
+SESSIONS = [
+    # (result by the exit status, the stage's stream, its output, the result it becomes)
+    (PASSED, "gemini", GEMINI_NO_FINISH, FAILED_SESSION),
+    (PASSED, "gemini", GEMINI_NO_FINISH[:3], PASSED),  # no verdict in the stream: exit 0 holds
+    (PASSED, "claude", GEMINI_NO_FINISH, PASSED),  # its CLI exits non-zero when it fails
+    (PASSED, "none", GEMINI_NO_FINISH, PASSED),
+    (FAILED, "gemini", GEMINI_NO_FINISH, FAILED),  # failed already: the exit status says so
+    (REPORTED_PASS, "gemini", GEMINI_NO_FINISH, REPORTED_PASS),  # the verdict decides
+]
+
+
+@pytest.mark.parametrize(("result", "stream", "output", "expected"), SESSIONS)
+def test_a_session_its_stream_says_failed_does_not_pass(
+    result: StageResult, stream: str, output: list[str], expected: StageResult
+) -> None:
+    assert failed_session(result, stream, output) == expected
+
+
+def test_a_failed_session_is_classified_from_its_error_event_and_queued_again() -> None:
+    result = failed_session(PASSED, "gemini", GEMINI_NO_FINISH)
+    judged = stops.judged(result, None, ONLINE, lambda: classify(GEMINI_NO_FINISH, 0).as_json())
+    assert judged.passed is False
+    assert judged.reason == (
+        'exited with code 0, but the CLI\'s stream ends in a result of status "error"; '
+        "gemini said: Model stream ended without a finish reason."
+    )
+    assert judged.diagnosis is not None
+    assert judged.diagnosis["classification"] == "overloaded"
+    assert is_transient(ONLINE, judged.diagnosis) is True
 
 
 def flows(stages: list[dict[str, Any]], agent: dict[str, Any] | None = None) -> Any:

@@ -62,6 +62,32 @@ def at(hour: int, minute: int = 0, *, day: int = 15, month: int = 1, zone: tzinf
 
 # (line, classification, vendor): one or more per row of DEFAULT_PATTERNS.
 SAMPLES: list[tuple[str, str, str | None]] = [
+    # ------------------- issue 34: observed against the stand-ins, or in the bundles
+    (
+        "sloop: not starting Gemini CLI: the checkout holds .env, which Gemini CLI obeys in a "
+        "trusted folder (hooks, MCP servers, tool discovery commands, environment variables) "
+        "and cannot ignore while its tools are on; see docs/security.md",
+        "refused",
+        None,
+    ),
+    (
+        "Error when talking to Gemini API Full report available at: /tmp/gemini-client-error.json"
+        " RetryableQuotaError: Your prepayment credits are depleted. Please go to AI Studio at "
+        "https://ai.studio/projects to manage your project and billing.",
+        "usage_limit",
+        "gemini",
+    ),
+    (
+        "Please wait and try again later. To increase your limits, request a quota increase "
+        "through AI Studio, or switch to another /auth method",
+        "usage_limit",
+        "gemini",
+    ),
+    ("Model stream ended without a finish reason.", "overloaded", "gemini"),
+    ("Your org is out of usage \u00b7 add funds to continue", "usage_limit", "claude"),
+    ("Your usage allocation has been disabled by your admin", "usage_limit", "claude"),
+    ("Your group's usage limit is set to $0", "usage_limit", "claude"),
+    ("Request timed out. Check your internet connection and proxy settings", "network", "claude"),
     # ------------------- harvested in 0.8.0 from the pinned CLIs' bundles (vendor_strings)
     (
         "[API Error: Model capacity exceeded for gemini-2.5-pro. (Status: RESOURCE_EXHAUSTED)]",

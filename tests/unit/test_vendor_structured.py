@@ -11,8 +11,23 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from sloopd.vendor import classify
-from sloopd.vendor.structured import error_statement
+from sloopd.vendor.structured import error_statement, session_error
+from tests.support.vendor_outputs import (
+    CLAUDE_TIMED_OUT,
+    CLAUDE_USAGE_LIMITS,
+    GEMINI_INIT,
+    GEMINI_NO_FINISH,
+    GEMINI_NO_FINISH_ERROR,
+    GEMINI_SUCCESS,
+    LOOP_WARNING,
+    PREPAID,
+    PREPAID_RESULT,
+    PREPAID_STDERR,
+    claude_error_result,
+)
 
 NOW_MS = 1_796_131_200_000
 
@@ -144,3 +159,71 @@ def test_an_unknown_failure_keeps_the_words_of_its_error_event() -> None:
 
 def test_without_an_error_event_unknown_has_no_evidence() -> None:
     assert classify(["it broke", '{"type":"turn.started"}'], NOW_MS).evidence is None
+
+
+SESSIONS = [
+    # (stream, output lines, what session_error says)
+    ("gemini", GEMINI_NO_FINISH, 'a result of status "error"'),
+    ("gemini", [*GEMINI_NO_FINISH, "Ripgrep is not available.", ""], 'a result of status "error"'),
+    ("gemini", [GEMINI_INIT, GEMINI_NO_FINISH_ERROR], "an error event"),  # no result after it
+    ("gemini", [GEMINI_INIT, GEMINI_NO_FINISH_ERROR, GEMINI_SUCCESS], None),
+    ("gemini", [GEMINI_INIT, LOOP_WARNING], None),
+    ("gemini", [GEMINI_INIT, '{"type":"tool_use","tool_name":"run_shell_command"}'], None),
+    ("gemini", [GEMINI_INIT, GEMINI_SUCCESS], None),
+    ("gemini", ["no events at all"], None),
+    ("gemini", [], None),
+    # Claude Code and Codex exit non-zero when their session failed: their exit status says.
+    ("claude", GEMINI_NO_FINISH, None),
+    ("codex", GEMINI_NO_FINISH, None),
+    ("none", GEMINI_NO_FINISH, None),
+]
+
+
+@pytest.mark.parametrize(("stream", "lines", "said"), SESSIONS)
+def test_a_stream_says_when_its_session_failed(
+    stream: str, lines: list[str], said: str | None
+) -> None:
+    assert session_error(stream, lines) == said
+
+
+def test_a_stream_without_a_finish_reason_is_an_overload_in_gemini_words() -> None:
+    diagnosis = classify(GEMINI_NO_FINISH, NOW_MS)
+    assert diagnosis.classification == "overloaded"
+    assert diagnosis.vendor == "gemini"
+    assert diagnosis.evidence == "Model stream ended without a finish reason."
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [[PREPAID_RESULT, *PREPAID_STDERR], [*PREPAID_STDERR, PREPAID_RESULT]],
+    ids=["stack-after-the-event", "stack-before-the-event"],
+)
+def test_a_spent_prepaid_balance_is_a_usage_limit_in_the_vendors_words(lines: list[str]) -> None:
+    diagnosis = classify(lines, NOW_MS)
+    assert diagnosis.classification == "usage_limit", diagnosis
+    assert diagnosis.vendor == "gemini"
+    # The structured event's message, not a line of the stack dump ("status: 429").
+    assert diagnosis.evidence == " ".join(PREPAID.split())
+    assert diagnosis.reset_at_ms is None
+
+
+def test_lines_after_an_unrecognised_error_event_still_count() -> None:
+    """The event's words win only when a pattern knows them."""
+    event = json.dumps(
+        {"type": "result", "status": "error", "error": {"type": "x", "message": "Zut."}}
+    )
+    diagnosis = classify([event, "Error: connect ECONNREFUSED 127.0.0.1:443"], NOW_MS)
+    assert diagnosis.classification == "network"
+
+
+@pytest.mark.parametrize(
+    ("text", "classification"),
+    [*((text, "usage_limit") for text in CLAUDE_USAGE_LIMITS), (CLAUDE_TIMED_OUT, "network")],
+)
+def test_claudes_seat_limits_and_its_timeout_are_read_from_its_result_event(
+    text: str, classification: str
+) -> None:
+    """Issue 34, item 10: these were ``unknown`` (0.8.0)."""
+    diagnosis = classify(["working", claude_error_result(text)], NOW_MS)
+    assert (diagnosis.classification, diagnosis.vendor) == (classification, "claude")
+    assert diagnosis.evidence == text

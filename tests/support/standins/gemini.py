@@ -18,10 +18,12 @@ finished answer reporting ``usage`` in ``usageMetadata``.
 
 ``mode`` makes every model call fail instead (see ``MODES``): ``rate_minute`` (429
 RESOURCE_EXHAUSTED, a per-minute quota and ``RetryInfo`` ``retryDelay: 20s``),
-``quota_daily`` (429, the per-day quota), ``overloaded`` (503 UNAVAILABLE), ``auth`` (400
-API_KEY_INVALID), ``forbidden`` (403 PERMISSION_DENIED), ``context`` (400, input token count
-too long), ``slow`` (answers after ``delay`` seconds).  ``refused_url()`` is a base URL
-nobody listens on.
+``quota_daily`` (429, the per-day quota), ``prepaid`` (429, "Your prepayment credits are
+depleted"), ``overloaded`` (503 UNAVAILABLE), ``auth`` (400 API_KEY_INVALID), ``forbidden``
+(403 PERMISSION_DENIED), ``context`` (400, input token count too long), ``slow`` (answers
+after ``delay`` seconds).  ``broken_streams`` makes that many stream answers break off
+(text, then no ``finishReason``) before the script resumes.  ``refused_url()`` is a base
+URL nobody listens on.
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ COMMAND = "printf 'hello\\n' > hello.txt && git add hello.txt && git commit -m '
 FINAL_TEXT = "Created and committed hello.txt."
 MODEL_VERSION = "gemini-2.5-pro"
 
+PREPAID_DEPLETED = (
+    "Your prepayment credits are depleted. Please go to AI Studio at "
+    "https://ai.studio/projects to manage your project and billing."
+)
 PER_MINUTE_QUOTA = "GenerateRequestsPerMinutePerProjectPerModel-FreeTier"
 PER_DAY_QUOTA = "GenerateRequestsPerDayPerProjectPerModel-FreeTier"
 
@@ -103,6 +109,10 @@ def _error(code: int, status: str, message: str, **extra: Any) -> dict[str, Any]
 MODES: dict[str, tuple[int, dict[str, Any]]] = {
     "rate_minute": (429, _quota_error(PER_MINUTE_QUOTA, 2, "20s")),
     "quota_daily": (429, _quota_error(PER_DAY_QUOTA, 50, None)),
+    "prepaid": (
+        429,
+        _error(429, "RESOURCE_EXHAUSTED", PREPAID_DEPLETED),
+    ),
     "overloaded": (
         503,
         _error(503, "UNAVAILABLE", "The model is overloaded. Please try again later."),
@@ -163,6 +173,9 @@ class GeminiStandIn:
     turns: int = 1
     # The usageMetadata of every finished answer.
     usage: dict[str, int] = field(default_factory=lambda: dict(USAGE))
+    # How many stream answers break off (text, then no finishReason: Gemini CLI's "Model
+    # stream ended without a finish reason.") before the script resumes.
+    broken_streams: int = 0
     requests: list[Request] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
     _thread: threading.Thread | None = None
@@ -335,6 +348,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if path.endswith(":streamGenerateContent"):
             standin = self.standin
+            with standin._lock:
+                broken = standin.broken_streams > 0
+                standin.broken_streams -= broken
+            if broken:
+                self._sse([_candidate([{"text": "Working on it"}], None)])
+                return
             self._sse(turn(body, standin.command, standin.turns, standin.usage))
         elif path.endswith(":generateContent"):
             self._json(200, side_answer(body))
