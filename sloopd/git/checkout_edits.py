@@ -1,12 +1,11 @@
-"""What the daemon itself does inside a run's checkout: status, auto-commit, sync.
+"""What the daemon itself does inside a run's checkout: status and the auto-commit.
 
 Every one of these runs hardened git in the checkout's sandbox (see
 ``sloopd.git.checkout``: once an agent has run, the checkout is hostile), so
 a hook, filter or fsmonitor the agent planted runs nothing on the host; status and
 the auto-commit read the files through a git directory of the daemon's own (below),
-so nothing the agent set decides what they see.  A ``sync`` rebase runs in a checkout
-the daemon has just made from a commit (``sloopd.runs.branch.RunBranches.fresh``); a
-``sync`` merge needs no checkout at all (``sloopd.git.scratch``).
+so nothing the agent set decides what they see.  ``sync`` needs no checkout at all: its
+merge or rebase is computed in the daemon's scratch repository (``sloopd.git.scratch``).
 """
 
 from __future__ import annotations
@@ -18,12 +17,10 @@ from pathlib import Path
 from sloopd.git.checkout import (
     CheckoutError,
     Isolation,
-    _Deadline,
     _hardened_git,
     _in_checkout,
     _reason,
     _run,
-    run_in_checkout,
     upload_pack_command,
 )
 
@@ -155,42 +152,3 @@ async def commit_all(
     if done.returncode != 0:
         raise CheckoutError(f"cannot commit in {checkout}: {_reason(done.stderr)}.")
     return True
-
-
-async def rebase(
-    checkout: Path,
-    sha: str,
-    isolation: Isolation,
-    *,
-    identity: tuple[str, str],
-    timeout: float,
-) -> list[str]:
-    """Rebase the branch onto ``sha``; the conflicting paths (the rebase aborted), if any."""
-    args = ["rebase", "--no-verify", "-q", sha]
-    what = f"rebasing onto {sha[:12]} in {checkout}"
-    return await _bring_in(checkout, args, isolation, what, identity=identity, timeout=timeout)
-
-
-async def _bring_in(
-    checkout: Path,
-    args: list[str],
-    isolation: Isolation,
-    what: str,
-    *,
-    identity: tuple[str, str],
-    timeout: float,
-) -> list[str]:
-    """Run a rebase; on a conflict list the paths and abort it."""
-    deadline = _Deadline(timeout)
-    env = _identity_env(identity)
-    done = await run_in_checkout(checkout, args, isolation, timeout=deadline.left(what), env=env)
-    if done.returncode == 0:
-        return []
-    listing = ["diff", "--name-only", "-z", "--diff-filter=U"]
-    listed = await run_in_checkout(checkout, listing, isolation, timeout=deadline.left(what))
-    conflicts = [p for p in listed.stdout.split("\0") if p]
-    abort = [args[0], "--abort"]
-    await run_in_checkout(checkout, abort, isolation, timeout=deadline.left(what))
-    if not conflicts:
-        raise CheckoutError(f"{what} failed: {_reason(done.stderr or done.stdout)}.")
-    return conflicts
