@@ -138,7 +138,9 @@ class ScratchRepository:
             return Merged(ours)
         if base == ours:
             return Merged(theirs)
-        merged = await self._merge_tree(ours, theirs, timeout, f"merge {theirs[:12]} into")
+        merged = await self._merge_tree(
+            ours, theirs, timeout, f"merge {theirs[:12]} into {ours[:12]}"
+        )
         if isinstance(merged, tuple):
             return Merged(None, merged)
         made = ["commit-tree", merged, "-p", ours, "-p", theirs, "-m", message]
@@ -210,7 +212,7 @@ class ScratchRepository:
             base = await self._write("commit", _scaffold(empty, None, committer), left())
             theirs = await self._write("commit", _scaffold(picked.tree, base, committer), left())
         ours = await self._write("commit", _scaffold(onto_tree, base, committer), left())
-        return await self._merge_tree(ours, theirs, left(), f"replay {picked.sha[:12]} onto")
+        return await self._merge_tree(ours, theirs, left(), f"replay {picked.sha[:12]}")
 
     async def _merge_tree(
         self, ours: str, theirs: str, timeout: float, doing: str
@@ -229,7 +231,7 @@ class ScratchRepository:
                     paths.append(item)
             return tuple(paths)
         if done.returncode != 0 or not items[0]:
-            raise ScratchError(f"cannot {doing} {ours[:12]}: {_said(done)}")
+            raise ScratchError(f"cannot {doing}: {_said(done)}")
         return items[0]
 
     async def _read_commit(self, sha: str, timeout: float) -> _Commit:
