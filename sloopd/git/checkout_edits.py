@@ -1,31 +1,26 @@
-"""What the daemon itself does inside a run's checkout: status, auto-commit, sync.
+"""What the daemon itself does inside a run's checkout: status and the auto-commit.
 
 Every one of these runs hardened git in the checkout's sandbox (see
 ``sloopd.git.checkout``: once an agent has run, the checkout is hostile), so
 a hook, filter or fsmonitor the agent planted runs nothing on the host; status and
 the auto-commit read the files through a git directory of the daemon's own (below),
-so nothing the agent set decides what they see.  A ``sync`` rebase runs in a checkout
-the daemon has just made from a commit (``sloopd.runs.branch.RunBranches.fresh``); a
-``sync`` merge needs no checkout at all (``sloopd.git.scratch``).
+so nothing the agent set decides what they see.  ``sync`` needs no checkout at all: its
+merge or rebase is computed in the daemon's scratch repository (``sloopd.git.scratch``).
 """
 
 from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
 
-from sloopd.git import conflicts
 from sloopd.git.checkout import (
     CheckoutError,
     Isolation,
-    _Deadline,
     _hardened_git,
     _in_checkout,
     _reason,
     _run,
-    run_in_checkout,
     upload_pack_command,
 )
 
@@ -157,59 +152,3 @@ async def commit_all(
     if done.returncode != 0:
         raise CheckoutError(f"cannot commit in {checkout}: {_reason(done.stderr)}.")
     return True
-
-
-@dataclass(frozen=True, slots=True)
-class Conflicted:
-    """A rebase that conflicted (and was aborted): the paths and their hunks."""
-
-    paths: tuple[str, ...]
-    hunks: conflicts.Hunks
-
-
-async def rebase(
-    checkout: Path,
-    sha: str,
-    isolation: Isolation,
-    *,
-    identity: tuple[str, str],
-    timeout: float,
-    labels: tuple[str, str] = ("upstream", "the run's work"),
-) -> Conflicted | None:
-    """Rebase the branch onto ``sha``; what conflicted (the rebase aborted), if anything.
-
-    ``labels`` name the two sides in the hunks: ``sha``'s and the replayed commit's."""
-    args = ["rebase", "--no-verify", "-q", sha]
-    what = f"rebasing onto {sha[:12]} in {checkout}"
-    deadline = _Deadline(timeout)
-    env = _identity_env(identity)
-    done = await run_in_checkout(checkout, args, isolation, timeout=deadline.left(what), env=env)
-    if done.returncode == 0:
-        return None
-    listing = ["diff", "--name-only", "-z", "--diff-filter=U"]
-    listed = await run_in_checkout(checkout, listing, isolation, timeout=deadline.left(what))
-    paths = tuple(p for p in listed.stdout.split("\0") if p)
-    hunks = await _rebase_hunks(checkout, isolation, labels, deadline, what) if paths else None
-    abort = [args[0], "--abort"]
-    await run_in_checkout(checkout, abort, isolation, timeout=deadline.left(what))
-    if hunks is None:
-        raise CheckoutError(f"{what} failed: {_reason(done.stderr or done.stdout)}.")
-    return Conflicted(paths, hunks)
-
-
-async def _rebase_hunks(
-    checkout: Path,
-    isolation: Isolation,
-    labels: tuple[str, str],
-    deadline: _Deadline,
-    what: str,
-) -> conflicts.Hunks:
-    """The conflicted files' marked regions, read while the rebase stands conflicted.
-
-    No external diff, no textconv: nothing a checkout's attributes name runs."""
-    diff = ["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--diff-filter=U", "-U3"]
-    shown = await run_in_checkout(
-        checkout, diff, isolation, timeout=deadline.left(what), stdout_limit=conflicts.FILE_BYTES
-    )
-    found = conflicts.of_combined_diff(shown.stdout, *labels)
-    return conflicts.bounded(found, clipped=shown.truncated)

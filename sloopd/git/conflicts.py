@@ -2,15 +2,15 @@
 
 The stage a conflicting ``sync`` sends back is told what conflicted (sloopd.runs.feedback),
 and the paths alone say little: the agent needs both sides of the lines it must
-reconcile.  A ``merge`` conflict is read from the tree ``merge-tree`` wrote (each
-conflicted file with its markers); a ``rebase`` conflict from ``git diff`` of the
-conflicted checkout, before the rebase is aborted (its combined diff, reduced to the
-lines of the file as git left it).  Either way the result is the same shape: per file a
+reconcile.  Both modes are computed in the scratch repository (sloopd.git.scratch), so
+a conflict is read from the tree ``merge-tree`` wrote (each conflicted file with its
+markers): the merge's, or the replay's of the first commit a rebase could not replay.
+The result's shape: per file a
 ``--- <path>`` line, then each ``<<<<<<<`` … ``>>>>>>>`` region with ``CONTEXT`` lines
 around it, ``…`` between regions that are not adjacent.
 
 The marker lines are relabelled with which side is which (``the run's work``, ``main``)
-instead of git's labels: shas and, for a rebase, the agent's own commit message.
+instead of git's labels (shas).
 Both sides are text an agent or a person wrote: it is bounded (``HUNK_LINES``,
 ``HUNK_BYTES``, ``LINE_CHARS`` a line), stripped of terminal escapes, and only ever
 shown as data.
@@ -92,41 +92,6 @@ def of_file(path: str, text: str, ours: str, theirs: str) -> list[str]:
     file, a modify/delete conflict: its path is listed all the same)."""
     found = regions(text.splitlines(), ours, theirs)
     return [f"--- {path}", *found] if found else []
-
-
-def of_combined_diff(text: str, ours: str, theirs: str) -> list[str]:
-    """The marked regions of every file in ``git diff``'s combined diff of a conflicted
-    checkout (``diff --cc``): each hunk reduced to the lines of the file as git left it
-    (those with no ``-`` in their two-column prefix)."""
-    found: list[str] = []
-    path: str | None = None
-    hunk: list[str] | None = None
-    shown: list[str] = []
-
-    def close() -> None:
-        if hunk:
-            marked = regions(hunk, ours, theirs)
-            if marked:
-                if shown:
-                    shown.append(GAP)
-                shown.extend(marked)
-
-    def close_file() -> None:
-        close()
-        if path is not None and shown:
-            found.extend([f"--- {path}", *shown])
-
-    for line in text.splitlines():
-        if line.startswith("diff --cc ") or line.startswith("diff --combined "):
-            close_file()
-            path, hunk, shown = line.split(" ", 2)[2], None, []
-        elif line.startswith("@@@"):
-            close()
-            hunk = []
-        elif hunk is not None and not line.startswith("\\") and "-" not in line[:2]:
-            hunk.append(line[2:])
-    close_file()
-    return found
 
 
 def bounded(lines: Iterable[str], clipped: bool = False) -> Hunks:

@@ -104,8 +104,8 @@ class RunBranches:
         # Runs whose checkout ``create`` made and no child has entered yet: the first
         # execution may start in it as it is (it is exactly what ``fresh`` would make).
         self._untouched: dict[str, str] = {}
-        # Per run, its last sync merge's commit and the main commit merged into it (one
-        # of its parents): what ``ff_only`` need not ask git about again.
+        # Per run, its last sync's commit and the main commit it was built on (which it
+        # descends from, merged or rebased): what ``ff_only`` need not ask git about again.
         self._merged_onto: dict[str, tuple[str, str]] = {}
         # Checkouts set aside by ``fresh``, deleted off the stage's critical path.
         self.trash = layout.state_dir / "trash"
@@ -172,12 +172,12 @@ class RunBranches:
 
     def untouched(self, facts: RunFacts, commit: str) -> None:
         """Only the daemon's own git has worked in the checkout since ``fresh`` made it, and
-        it stands at ``commit`` (a passing ``sync``): the next execution may start in it
-        as it is, as the retries of a sync whose merge lost a race to main do."""
+        it stands at ``commit`` (a stage shipped back from a node): the next execution may
+        start in it as it is."""
         self._untouched[facts.run_id] = commit
 
     def merged_onto_main(self, facts: RunFacts, tip: str) -> str | None:
-        """The main commit ``tip`` descends from as this run's sync merged it, if it did."""
+        """The main commit ``tip`` descends from as this run's sync built it, if it did."""
         merged, onto = self._merged_onto.get(facts.run_id, ("", ""))
         return onto if merged == tip else None
 
@@ -324,11 +324,10 @@ class RunBranches:
         ``onto``: at a landing, the merge queue's commit to build on (main's tip, or the
         candidate of the run ahead) and the branches of the runs whose work it holds.
 
-        A merge is computed in the daemon's scratch repository (``sloopd.git.scratch``):
-        no checkout, so nothing an agent left in one applies.  A rebase (git has no
-        rebase without a working tree before ``git replay``) runs in a checkout the
-        daemon has just made from ``work``, so no driver or attribute an agent named in
-        a ``.git`` of its own applies there either.
+        Both modes are computed in the daemon's scratch repository
+        (``sloopd.git.scratch``): no checkout, so nothing an agent left in one applies,
+        and no driver, filter or attribute anyone named either, a ``.gitattributes`` the
+        agent committed included.
         """
         sha = onto[0] if onto is not None else await gitops.rev_parse(self.layout.repo, main)
         if sha is None:
@@ -337,8 +336,9 @@ class RunBranches:
         # The queue's runs ahead are named: main's history says what each merge held.
         queued = f" with {', '.join(ahead)} queued ahead" if ahead else ""
         source = main + queued
-        if mode == "merge":
-            try:
+        try:
+            if mode == "merge":
+                doing = f"merging {source} into the branch"
                 merged = await self.scratch.merge(
                     work,
                     sha,
@@ -346,39 +346,29 @@ class RunBranches:
                     identity=self.identity,
                     timeout=GIT_TIMEOUT_S,
                 )
-            except scratch.ScratchError as exc:
-                raise gitops.GitError(str(exc)) from exc
-            if merged.commit is None:
-                hunks = await self._merge_hunks(merged, source)
-                return _conflicted(f"merging {source} into the branch", merged.conflicts, hunks)
-            # The execution's record and the run's branch move together.
-            moves = {
-                self.ref(facts, name): merged.commit,
-                f"refs/heads/{facts.branch}": merged.commit,
-            }
-            await gitops.update_refs(self.layout.repo, moves, "sloop: sync")
-            self._merged_onto[facts.run_id] = (merged.commit, sha)
-            return gitops.GitResult(ok=True, head=merged.commit)
-        await self.fresh(facts, work)
-        conflicted = await checkout_edits.rebase(
-            facts.worktree,
-            sha,
-            self.isolation(facts),
-            identity=self.identity,
-            timeout=GIT_TIMEOUT_S,
-            labels=(source, WORK_LABEL),
-        )
-        if conflicted is not None:
-            doing = f"rebasing the branch onto {source}"
-            return _conflicted(doing, conflicted.paths, conflicted.hunks)
-        commit = await self.bring_back(facts, name)
-        await self.advance(facts, commit)
-        # Only the daemon's git worked here: a retry (main moved again) may rebase in
-        # this checkout as it stands.
-        self.untouched(facts, commit)
-        return gitops.GitResult(ok=True, head=commit)
+            else:
+                doing = f"rebasing the branch onto {source}"
+                merged = await self.scratch.rebase(
+                    work, sha, identity=self.identity, timeout=GIT_TIMEOUT_S
+                )
+        except scratch.ScratchError as exc:
+            raise gitops.GitError(str(exc)) from exc
+        if merged.commit is None:
+            # The marked regions from the tree git wrote; in a rebase main is "ours".
+            sides = (WORK_LABEL, source) if mode == "merge" else (source, WORK_LABEL)
+            hunks = await self._merge_hunks(merged, *sides)
+            return _conflicted(doing, merged.conflicts, hunks)
+        # The execution's record and the run's branch move together.
+        moves = {
+            self.ref(facts, name): merged.commit,
+            f"refs/heads/{facts.branch}": merged.commit,
+        }
+        await gitops.update_refs(self.layout.repo, moves, "sloop: sync")
+        # Either way the result descends from ``sha``: ff_only need not ask again.
+        self._merged_onto[facts.run_id] = (merged.commit, sha)
+        return gitops.GitResult(ok=True, head=merged.commit)
 
-    async def _merge_hunks(self, merged: scratch.Merged, source: str) -> Hunks | None:
+    async def _merge_hunks(self, merged: scratch.Merged, ours: str, theirs: str) -> Hunks | None:
         """The marked regions of a merge's conflicted files, from the tree git wrote."""
         if merged.tree is None:
             return None
@@ -391,7 +381,7 @@ class RunBranches:
             except scratch.ScratchError:
                 break  # the paths still say what conflicted
             if text is not None:
-                found += conflicts.of_file(path, text, WORK_LABEL, source)
+                found += conflicts.of_file(path, text, ours, theirs)
             if len(found) > conflicts.HUNK_LINES:
                 break
         clipped = len(merged.conflicts) > conflicts.FILES_READ

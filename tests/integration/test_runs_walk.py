@@ -475,9 +475,10 @@ def test_sync_conflict_fails_the_run(bench: Bench) -> None:
 def test_sync_in_rebase_mode_replays_the_work_on_main_or_names_the_conflict(
     bench: Bench,
 ) -> None:
-    """``mode = "rebase"`` (the one sync still made in a fresh checkout): work beside a
-    main that moved merges as a line of commits on main, with no merge commit; work
-    that clashes with main fails the stage naming the path, main untouched."""
+    """``mode = "rebase"`` (replayed, as a merge is computed, in the daemon's scratch
+    repository): work beside a main that moved merges as a line of commits on main, with
+    no merge commit; work that clashes with main fails the stage naming the path, main
+    untouched."""
     rebase = {"name": "sync", "action": "sync", "mode": "rebase"}
     flows = {
         "default": [

@@ -44,33 +44,8 @@ z
 end
 """
 
+
 # What ``git diff`` prints for the same file conflicted in a rebase (``diff --cc``).
-COMBINED = """\
-diff --cc README.md
-index 80f17e1,f9971c4..0000000
---- a/README.md
-+++ b/README.md
-@@@ -1,4 -1,4 +1,8 @@@
-  l1
-  l2
-++<<<<<<< HEAD
- +main side
-++=======
-+ work side
-++>>>>>>> 3b03b35 (agent: \x1b]0;owned\x07 commit)
-  l4
-diff --cc with space.txt
-index 1,2..0
-@@@ -1,1 -1,1 +1,5 @@@
-++<<<<<<< HEAD
- +a
-++=======
-+ b
-++>>>>>>> 3b03b35 (w)
-\\ No newline at end of file
-"""
-
-
 def test_a_merged_file_shows_its_regions_with_context_relabelled() -> None:
     found = conflicts.of_file("README.md", MERGED, "the run's work", "main")
     assert found == [
@@ -105,29 +80,6 @@ def test_a_merged_file_shows_its_regions_with_context_relabelled() -> None:
 
 def test_a_file_without_markers_gives_nothing() -> None:
     assert conflicts.of_file("a.bin", "no markers\n=======\n", "ours", "theirs") == []
-
-
-def test_a_rebase_conflict_is_read_from_the_combined_diff() -> None:
-    found = conflicts.of_combined_diff(COMBINED, "main", "the run's work")
-    assert found == [
-        "--- README.md",
-        "l1",
-        "l2",
-        "<<<<<<< main",
-        "main side",
-        "=======",
-        "work side",
-        ">>>>>>> the run's work",
-        "l4",
-        "--- with space.txt",
-        "<<<<<<< main",
-        "a",
-        "=======",
-        "b",
-        ">>>>>>> the run's work",
-    ]
-    # The replayed commit's message (the agent's words, an escape in them) is gone.
-    assert not any("owned" in line for line in found)
 
 
 def test_hunks_are_bounded_stripped_and_one_line_each() -> None:
