@@ -23,8 +23,9 @@ from typing import Any, Final
 from sloopd.flows.flow import Stage
 from sloopd.flows.results import StageResult
 
-# node_lost: the Ray node running the child died (sloopd.remote), nothing of the stage's.
-TRANSIENT_CLASSES: Final = frozenset({"overloaded", "network", "node_lost"})
+# node_lost: the Ray node running the child died (sloopd.remote), nothing of the stage's;
+# disk_full: its checkout or bring-back found no room (sloopd.runs.disk_full).
+TRANSIENT_CLASSES: Final = frozenset({"overloaded", "network", "node_lost", "disk_full"})
 OFFLINE_DETAIL: Final = (
     "the stage sets network = false, so its agent cannot reach its vendor's API "
     "(the sandbox has only a loopback of its own); not retried: remove network = false "
