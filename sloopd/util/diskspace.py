@@ -26,6 +26,9 @@ class Space:
 
     free: int  # f_bavail: root's reserved blocks are not ours to spend
     size: int
+    # No new file can be made (f_favail 0 of a limited f_files; a filesystem that
+    # reports no inode count has no such limit), however many bytes are free.
+    no_inodes: bool = False
 
 
 def space_of(path: Path) -> Space | None:
@@ -45,7 +48,8 @@ def space_of(path: Path) -> Space | None:
             continue
         except OSError:
             return None
-        return Space(stats.f_bavail * stats.f_frsize, stats.f_blocks * stats.f_frsize)
+        no_inodes = stats.f_files > 0 and stats.f_favail == 0
+        return Space(stats.f_bavail * stats.f_frsize, stats.f_blocks * stats.f_frsize, no_inodes)
 
 
 def is_no_room(exc: BaseException) -> bool:
