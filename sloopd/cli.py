@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import apsw
 import click
 
 from sloopd.core import config, diskfull, paths
@@ -118,7 +117,7 @@ def _one_line(role: str, state: Path) -> Iterator[None]:
     exit 75 (EX_TEMPFAIL, as ``serve``) when the disk has no room, else 1."""
     try:
         yield
-    except (OSError, apsw.Error, StoreUnavailable) as exc:
+    except (OSError, db.DatabaseError, StoreUnavailable) as exc:
         if diskfull.no_room(exc, state):
             click.echo(f"Error: {diskfull.maintenance_message(role, state)}", err=True)
             sys.exit(diskfull.DISK_FULL_EXIT)

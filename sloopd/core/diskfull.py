@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import apsw
-
-from sloopd.store import StoreUnavailable
+from sloopd.store.db import disk_full_error
 from sloopd.util.diskspace import is_no_room, space_of
 from sloopd.util.sizes import format_bytes
 
@@ -59,11 +57,10 @@ def no_room(exc: BaseException, state_dir: Path) -> bool:
     create; such an error while less than ``STARTUP_FREE_BYTES`` (or no inode) is free
     counts as the disk's too.
     """
-    if is_no_room(exc) or isinstance(exc, apsw.FullError):
+    said = disk_full_error(exc)
+    if is_no_room(exc) or said == "full":
         return True
-    if isinstance(exc, StoreUnavailable) and exc.reason == "full":
-        return True
-    if isinstance(exc, apsw.IOError | apsw.CantOpenError | OSError | StoreUnavailable):
+    if said == "maybe" or isinstance(exc, OSError):
         space = space_of(state_dir)
         return space is not None and (space.free < STARTUP_FREE_BYTES or space.no_inodes)
     return False

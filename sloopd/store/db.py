@@ -71,6 +71,19 @@ class StoreUnavailable(Exception):
         )
 
 
+# What SQLite raises: sloopd.cli's maintenance catches it without importing the driver.
+DatabaseError = apsw.Error
+
+
+def disk_full_error(exc: BaseException) -> str | None:
+    """ "full" when SQLite said the disk is full; "maybe" for an I/O failure or a file it
+    could not make, which a full disk causes too; None for anything else."""
+    if isinstance(exc, apsw.FullError) or getattr(exc, "reason", None) == "full":
+        return "full"
+    maybe = apsw.IOError | apsw.CantOpenError | StoreUnavailable
+    return "maybe" if isinstance(exc, maybe) else None
+
+
 def _unavailable(path: Path, exc: BaseException) -> StoreUnavailable:
     if isinstance(exc, apsw.FullError):
         reason, detail = "full", "the disk (or the store's filesystem) is full"
