@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
-from sloopd.core import config, paths
-from sloopd.store import LockHeld, StoreLock, StoreTooNew, db, migrations
+from sloopd.core import config, diskfull, paths
+from sloopd.store import LockHeld, StoreLock, StoreTooNew, StoreUnavailable, db, migrations
 from sloopd.wire import api
 
 _repo = click.option(
@@ -102,10 +104,24 @@ def _locked_state_dir(
         raise click.ClickException(str(exc)) from exc
     lock = StoreLock(state, role)
     try:
-        lock.acquire()
+        with _one_line(role, state):
+            lock.acquire()
     except LockHeld as exc:
         raise click.ClickException(str(exc)) from exc
     return state, lock
+
+
+@contextmanager
+def _one_line(role: str, state: Path) -> Iterator[None]:
+    """A store command's failure to read or write ends in one line, never a traceback:
+    exit 75 (EX_TEMPFAIL, as ``serve``) when the disk has no room, else 1."""
+    try:
+        yield
+    except (OSError, db.DatabaseError, StoreUnavailable) as exc:
+        if diskfull.no_room(exc, state):
+            click.echo(f"Error: {diskfull.maintenance_message(role, state)}", err=True)
+            sys.exit(diskfull.DISK_FULL_EXIT)
+        raise click.ClickException(f"{role}: {exc}") from exc
 
 
 @store.command()
@@ -113,12 +129,14 @@ def _locked_state_dir(
 @_state
 def migrate(repo: Path | None, state_dir: Path | None) -> None:
     """Migrate the store to this binary's schema version (after a backup)."""
-    state, lock = _locked_state_dir(repo, state_dir, "sloopd store migrate")
+    role = "sloopd store migrate"
+    state, lock = _locked_state_dir(repo, state_dir, role)
     try:
-        before = db.peek_version(state)
-        opened = db.Store.open(state, migrate=True)
-        after = opened.version()
-        opened.close()
+        with _one_line(role, state):
+            before = db.peek_version(state)
+            opened = db.Store.open(state, migrate=True)
+            after = opened.version()
+            opened.close()
     except StoreTooNew as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
@@ -134,13 +152,16 @@ def migrate(repo: Path | None, state_dir: Path | None) -> None:
 @_state
 def backup(repo: Path | None, state_dir: Path | None) -> None:
     """Write a consistent copy of the store into <state dir>/backups."""
-    state, lock = _locked_state_dir(repo, state_dir, "sloopd store backup")
+    role = "sloopd store backup"
+    state, lock = _locked_state_dir(repo, state_dir, role)
     try:
-        if db.peek_version(state) is None:
-            raise click.ClickException(f"no store in {state}")
-        click.echo(db.backup_store(state))
+        with _one_line(role, state):
+            if db.peek_version(state) is None:
+                raise click.ClickException(f"no store in {state}")
+            saved = db.backup_store(state)
     finally:
         lock.release()
+    click.echo(saved)
 
 
 @store.command()
@@ -149,12 +170,14 @@ def backup(repo: Path | None, state_dir: Path | None) -> None:
 @click.argument("backup_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 def restore(repo: Path | None, state_dir: Path | None, backup_file: Path) -> None:
     """Replace the store with BACKUP_FILE (the current one is backed up first)."""
-    state, lock = _locked_state_dir(repo, state_dir, "sloopd store restore")
+    role = "sloopd store restore"
+    state, lock = _locked_state_dir(repo, state_dir, role)
     try:
-        if db.peek_version(state) is not None:
-            saved = db.backup_store(state)
-            click.echo(f"current store saved as {saved}")
-        db.restore(state, backup_file)
+        with _one_line(role, state):
+            if db.peek_version(state) is not None:
+                saved = db.backup_store(state)
+                click.echo(f"current store saved as {saved}")
+            db.restore(state, backup_file)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
@@ -170,10 +193,12 @@ def check(repo: Path | None, state_dir: Path | None) -> None:
     target = state_dir or _state_dir_of(repo)
     if not (target / db.STORE_FILE).exists():
         raise click.ClickException(f"no store in {target}")
-    state, lock = _locked_state_dir(repo, state_dir, "sloopd store check")
+    role = "sloopd store check"
+    state, lock = _locked_state_dir(repo, state_dir, role)
     try:
-        problems = db.check(state)
-        version = db.peek_version(state)
+        with _one_line(role, state):
+            problems = db.check(state)
+            version = db.peek_version(state)
     finally:
         lock.release()
     for problem in problems:

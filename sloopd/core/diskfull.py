@@ -1,17 +1,21 @@
-"""Start-up on a full disk: one line that names the state directory and the fix.
+"""Start-up and store maintenance on a full disk: one line that names the state
+directory and the fix.
 
 A daemon started where its state directory's filesystem has no room left could not
 take its lock, open its store, record its recovery or write ``daemon.json``; 0.7.0
 died in the last of these with a traceback.  It is refused up front (and wherever a
 write of start-up finds no room after all) with exit status ``DISK_FULL_EXIT``, so a
 supervisor can tell "try again once there is space" from a configuration error (1).
+The ``sloopd store`` commands that write (a backup, a restore, a migration) end the
+same way (0.8.0 printed a traceback), and leave the store as it was.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from sloopd.util.diskspace import space_of
+from sloopd.store.db import disk_full_error
+from sloopd.util.diskspace import is_no_room, space_of
 from sloopd.util.sizes import format_bytes
 
 # sysexits.h EX_TEMPFAIL: a temporary failure; the same start succeeds once space is freed.
@@ -42,4 +46,36 @@ def message(state_dir: Path, free: int | None = None) -> str:
     return (
         f"refusing to start: the filesystem of the state directory {state_dir} is full "
         f"({room}): free space there (or give the daemon another --state-dir) and start again"
+    )
+
+
+def no_room(exc: BaseException, state_dir: Path) -> bool:
+    """Whether ``exc`` is the state directory's filesystem having no room.
+
+    SQLite says SQLITE_FULL for most writes the kernel refused, but an I/O error for
+    some (its shared-memory file, a sync) and "unable to open" for a file it could not
+    create; such an error while less than ``STARTUP_FREE_BYTES`` (or no inode) is free
+    counts as the disk's too.
+    """
+    said = disk_full_error(exc)
+    if is_no_room(exc) or said == "full":
+        return True
+    if said == "maybe" or isinstance(exc, OSError):
+        space = space_of(state_dir)
+        return space is not None and (space.free < STARTUP_FREE_BYTES or space.no_inodes)
+    return False
+
+
+def maintenance_message(command: str, state_dir: Path) -> str:
+    """The one line a ``sloopd store`` command that found no room ends with."""
+    space = space_of(state_dir)
+    if space is None:
+        room = "no room"
+    elif space.no_inodes and space.free >= STARTUP_FREE_BYTES:
+        room = f"{format_bytes(space.free)} free but no file can be made: no inode is free"
+    else:
+        room = f"{format_bytes(space.free)} free"
+    return (
+        f"{command}: the filesystem of the state directory {state_dir} is full ({room}): "
+        f"free space there and run it again"
     )

@@ -83,12 +83,19 @@ class Reading:
     def full(self) -> bool:
         return self.free is not None and counts_as_full(self.free, self.reserve)
 
-    def why_held(self) -> str:
-        """The reason a ``dropped`` record gives for output held back by the reserve."""
+    def why_held(self, cost: int) -> str:
+        """The reason a ``dropped`` record gives for output of ``cost`` bytes held back.
+
+        It names the two sides of the comparison ``fits`` made, free space against
+        the output's cost plus the reserve, so the numbers agree with each other: 0.8.0
+        named the free space and the reserve alone ("5.1 MiB free, less than the
+        819.2 KiB kept free"), which read as a contradiction.
+        """
         free = "an unknown amount" if self.free is None else format_bytes(self.free)
         return (
             f"the store's filesystem had {free} free, less than the "
-            f"{format_bytes(self.reserve)} kept free for runs (repo.disk_reserve)"
+            f"{format_bytes(cost + self.reserve)} needed to store {format_bytes(cost)} more "
+            f"output and keep {format_bytes(self.reserve)} free for runs (repo.disk_reserve)"
         )
 
 

@@ -145,10 +145,12 @@ class LogWriter:
         if fits(reading.free, reading.reserve, cost):
             return Move.WRITE, ""
         decision = move(reading.free, reading.reserve, cost, self._own_records_wait())
+        # The numbers this decision compared, read once: the reason must agree with them.
+        why = reading.why_held(cost)
         if decision is Move.HOLD and reading.full:
             # Nothing was tried, yet the store has no room: the dashboard and doctor say so.
-            self._store.writer.refused("full", reading.why_held())
-        return decision, reading.why_held()
+            self._store.writer.refused("full", why)
+        return decision, why
 
     def _own_lead(self) -> int:
         """How many of the daemon's own records come before the first held output."""

@@ -27,6 +27,11 @@ NODE_LOST: Final = "node_lost"
 transient failure, so the ticket is queued again and no return_to is spent."""
 NODE_LOST_REASON: Final = "the Ray node running the stage was lost"
 
+DISK_FULL: Final = "disk_full"
+"""The classification of a stage whose checkout or bring-back failed for want of space
+(``sloopd.runs.disk_full``): a transient failure, so the ticket is queued again and no
+return_to is spent."""
+
 
 def daemon_diagnosis(classification: str, detail: str) -> dict[str, Any]:
     """A diagnosis the daemon made itself (it stopped the child, saw it silent, or

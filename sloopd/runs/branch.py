@@ -127,6 +127,11 @@ class RunBranches:
             bwrap="bwrap" if self._sandboxed(facts.run_id) else None,
         )
 
+    def places(self, facts: RunFacts) -> tuple[Path, ...]:
+        """Where a run's git writes: its checkout, the main repository, the state directory
+        (the run's git HOME, the store): the filesystems a full disk is looked for on."""
+        return (facts.worktree, self.common_dir, self.layout.state_dir)
+
     @staticmethod
     def ref(facts: RunFacts, name: str) -> str:
         return f"refs/sloop/runs/{facts.run_id}/{name}"

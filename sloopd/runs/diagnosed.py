@@ -34,8 +34,9 @@ from sloopd.flows.flow import Stage
 from sloopd.flows.results import StageResult
 from sloopd.vendor.structured import session_error
 
-# node_lost: the Ray node running the child died (sloopd.remote), nothing of the stage's.
-TRANSIENT_CLASSES: Final = frozenset({"overloaded", "network", "node_lost"})
+# node_lost: the Ray node running the child died (sloopd.remote), nothing of the stage's;
+# disk_full: its checkout or bring-back found no room (sloopd.runs.disk_full).
+TRANSIENT_CLASSES: Final = frozenset({"overloaded", "network", "node_lost", "disk_full"})
 REFUSED: Final = "refused"  # a preset's own check would not start its CLI (sloopd.flows.presets)
 OFFLINE_DETAIL: Final = (
     "the stage sets network = false, so its agent cannot reach its vendor's API "

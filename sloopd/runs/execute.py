@@ -26,7 +26,7 @@ from sloopd.git import ops as gitops
 from sloopd.git.checkout import CheckoutError
 from sloopd.landing.queue import MergeQueue
 from sloopd.proc.stage_io import StageEnd
-from sloopd.runs import cli_sight, outcomes
+from sloopd.runs import cli_sight, disk_full, outcomes
 from sloopd.runs.branch import RunBranches, produces
 from sloopd.runs.diagnosed import failed_session
 from sloopd.runs.merge_slot import MergeSlot
@@ -71,7 +71,13 @@ class StageExecutor:
             if stage.action in ("agent", "command"):
                 return await self._run_child(active, facts, stage, attempt)
             return await self._run_git(active, facts, stage, attempt)
-        except (gitops.GitError, CheckoutError) as exc:
+        except (gitops.GitError, CheckoutError, OSError) as exc:
+            # No room for a checkout or a bring-back: transient, queued again.
+            full = disk_full.cause(exc, self.branches.places(facts))
+            if full is not None:
+                return disk_full.failed(full)
+            if isinstance(exc, OSError):
+                raise
             # git refused for a reason that is not a verdict; the stage fails with it.
             return StageResult.checked("git", False, str(exc))
 

@@ -195,8 +195,12 @@ class RunRecords:
         requeue: bool = False,
         state: walk.Walk | None = None,
         requeue_at_ms: int | None = None,
+        diagnosis: dict[str, Any] | None = None,
     ) -> None:
-        """End the run: its halted row, its row, its ticket and its event, atomically."""
+        """End the run: its halted row, its row, its ticket and its event, atomically.
+
+        ``diagnosis``: the run's classification when no stage's explains its end (a
+        checkout the disk had no room for: sloopd.runs.disk_full)."""
         facts = self.facts(run_id)
         if state is None:
             state = self.replay(facts)
@@ -206,7 +210,8 @@ class RunRecords:
             # Every run row, event and notification carries it: bounded whatever a
             # stage's reason quoted of what an agent printed or named.
             reason = quoting.clip(reason, quoting.REASON_CHARS)
-        diagnosis = run_diagnosis(state) if outcome != "merged" else None
+        if diagnosis is None and outcome != "merged":
+            diagnosis = run_diagnosis(state)
         now = now_ms()
         with self.store.writer.transaction() as tx:
             append_step(

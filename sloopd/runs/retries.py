@@ -24,7 +24,7 @@ from sloopd.store import Store
 from sloopd.util.clock import now_ms
 from sloopd.util.durations import format_ms
 
-__all__ = ["TRANSIENT_CLASSES", "after_transient", "backoff_ms", "retries_used"]
+__all__ = ["TRANSIENT_CLASSES", "after_transient", "backoff_ms", "requeued", "retries_used"]
 
 
 def retries_used(store: Store, ticket: str, run_id: str) -> int:
@@ -56,11 +56,17 @@ def after_transient(
     diagnosis: dict[str, Any],
 ) -> Stop:
     """The run's end after a transient failure: queued again, or retries spent."""
-    used = retries_used(store, facts.ticket, facts.run_id)
     evidence = diagnosis.get("evidence") or diagnosis.get("detail")
     cause = f"stage '{stage}' failed on execution {attempt}: {diagnosis['classification']}" + (
         f" ({evidence})" if evidence else ""
     )
+    return requeued(store, settings, facts, cause)
+
+
+def requeued(store: Store, settings: AgentSettings, facts: RunFacts, cause: str) -> Stop:
+    """The run's end after the transient failure ``cause`` names: queued again after the
+    backoff, or, its retries spent, not."""
+    used = retries_used(store, facts.ticket, facts.run_id)
     allowed = settings.transient_retries
     if used >= allowed:
         return halt(

@@ -23,7 +23,7 @@ from sloopd.flows.results import StageResult
 from sloopd.git import ops as gitops
 from sloopd.proc.stage_io import Launcher
 from sloopd.queue import gate
-from sloopd.runs import retries, watchdog
+from sloopd.runs import disk_full, retries, watchdog
 from sloopd.runs import stop as stops
 from sloopd.runs.branch import RunBranches
 from sloopd.runs.diagnosed import REFUSED, is_transient
@@ -121,9 +121,10 @@ class RunManager:
             except SandboxUnavailable as exc:
                 await records.settle_durably(run_id, "failed", None, str(exc))
                 return
-            except gitops.GitError as exc:
-                reason = f"the run's checkout could not be created: {exc}"
-                await records.settle_durably(run_id, "failed", None, reason)
+            except (gitops.GitError, OSError) as exc:
+                # Failed; for want of space, queued again (sloopd.runs.disk_full).
+                places = self.branches.places(facts)
+                await disk_full.not_created(records, active.config.agent, facts, exc, places)
                 return
             except StoreUnavailable as exc:
                 # Not started: queued again once the store takes the settle.

@@ -19,6 +19,7 @@ from sloopd.queue import refs
 from sloopd.runs import feedback
 from sloopd.runs.records import RunRecords
 from sloopd.store import TicketExtra
+from sloopd.util import quoting
 from sloopd.util.clock import now_ms
 from sloopd.views import show
 from sloopd.wire import api
@@ -194,6 +195,9 @@ class WorkerVerbs:
         _, current = self._executing(credential)
         confidence = args.get("confidence", api.DEFAULT_CONFIDENCE)
         reason = args.get("reason")
+        if reason is not None:
+            # Stored as given up to the bound, the rest cut with "…" (the answer says so).
+            reason = quoting.clip(reason, quoting.VERDICT_REASON_CHARS)
         report = {"verdict": args["verdict"], "confidence": confidence, "reason": reason}
         if credential.seat is None:
             if current.stage.result_check != "reported":

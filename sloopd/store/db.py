@@ -71,6 +71,19 @@ class StoreUnavailable(Exception):
         )
 
 
+# What SQLite raises: sloopd.cli's maintenance catches it without importing the driver.
+DatabaseError = apsw.Error
+
+
+def disk_full_error(exc: BaseException) -> str | None:
+    """ "full" when SQLite said the disk is full; "maybe" for an I/O failure or a file it
+    could not make, which a full disk causes too; None for anything else."""
+    if isinstance(exc, apsw.FullError) or getattr(exc, "reason", None) == "full":
+        return "full"
+    maybe = apsw.IOError | apsw.CantOpenError | StoreUnavailable
+    return "maybe" if isinstance(exc, maybe) else None
+
+
 def _unavailable(path: Path, exc: BaseException) -> StoreUnavailable:
     if isinstance(exc, apsw.FullError):
         reason, detail = "full", "the disk (or the store's filesystem) is full"
@@ -333,13 +346,18 @@ def backup(conn: apsw.Connection, state_dir: Path, version: int) -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     target = directory / f"store-v{version}-{stamp}-{time.time_ns() % 1_000_000:06d}.sqlite3"
     destination = apsw.Connection(str(target))
+    whole = False
     try:
         with destination.backup("main", conn, "main") as job:
             job.step(-1)
         # One self-contained file: no -wal/-shm sidecars when it is read later.
         destination.execute("PRAGMA journal_mode = DELETE")
+        whole = True
     finally:
         destination.close()
+        if not whole:  # a full disk: a half-written copy is no backup, and holds room
+            for leftover in (target, Path(f"{target}-journal")):
+                leftover.unlink(missing_ok=True)
     return target
 
 
@@ -397,8 +415,14 @@ def restore(state_dir: Path, source: Path) -> None:
     if problems:
         raise ValueError(f"{source} is not a healthy store: {problems[0]}")
     path = state_dir / STORE_FILE
+    tmp = path.with_suffix(".restore-tmp")
+    # Copied whole before the store's WAL goes: a copy the disk has no room for leaves
+    # the store as it was, and no half copy behind.
+    try:
+        shutil.copyfile(source, tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     for suffix in ("-wal", "-shm"):
         Path(str(path) + suffix).unlink(missing_ok=True)
-    tmp = path.with_suffix(".restore-tmp")
-    shutil.copyfile(source, tmp)
     tmp.replace(path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from pathlib import Path
@@ -41,7 +42,15 @@ class StoreLock:
             os.close(fd)
             raise LockHeld(self.path, holder) from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{self.role} (pid {os.getpid()})\n".encode(), 0)
+        try:
+            os.pwrite(fd, f"{self.role} (pid {os.getpid()})\n".encode(), 0)
+        except OSError as exc:
+            # The holder's name only words another process's refusal; the flock is the
+            # lock.  On a full disk it cannot be written, and a read-only ``store
+            # check`` still runs ("another process" is named instead).
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                os.close(fd)
+                raise
         self._fd = fd
 
     def release(self) -> None:

@@ -27,6 +27,9 @@ LISTED_PATHS: Final = 100
 LISTED_PATH_CHARS: Final = 64 * 1024
 # A run's reason, as stored and as every run row carries it.
 REASON_CHARS: Final = 1000
+# A reported verdict's reason (a stage worker's, a panel seat's), as stored and as every
+# stage row shows it: an agent writes it, up to a whole request line (1 MiB) otherwise.
+VERDICT_REASON_CHARS: Final = 4096
 
 ELLIPSIS: Final = "…"
 REPLACEMENT: Final = "\ufffd"

@@ -9,6 +9,7 @@ from sloopd.core.state import Daemon, LiveRun
 from sloopd.flows import walk
 from sloopd.flows.explain import agent_exit_code
 from sloopd.flows.stagelog import flow_of, replay_run
+from sloopd.util import quoting
 from sloopd.wire.api import ErrorCode, ProtocolError
 
 
@@ -165,13 +166,19 @@ def _execution_row(
         "duration_ms": None if finished is None else finished - execution.started_at_ms,
         "exit_code": execution.exit_code,
         "verdict_source": execution.verdict_source,
-        "reason": execution.reason,
+        "reason": _verdict_reason(execution.reason)
+        if execution.verdict_source == "reported"
+        else execution.reason,
         "confidence": execution.confidence if execution.stage.result_check == "reported" else None,
         "silent_for_ms": silent_for_ms if running else None,
         "reviewers": [
             {
-                key: seat[key]
-                for key in ("reviewer", "target", "verdict", "confidence", "reason", "usage")
+                "reviewer": seat["reviewer"],
+                "target": seat["target"],
+                "verdict": seat["verdict"],
+                "confidence": seat["confidence"],
+                "reason": _verdict_reason(seat["reason"]),
+                "usage": seat["usage"],
             }
             # Additive in 0.8.0: the Ray node the seat ran on (null: the daemon's host).
             | {"node": seat.get("node")}
@@ -191,3 +198,9 @@ def _execution_row(
         # "rebuilt" (the merge queue rebuilt its candidate), "interrupted", "aborted".
         "ended_by": execution.ended_by,
     }
+
+
+def _verdict_reason(reason: str | None) -> str | None:
+    """A reported verdict's reason as shown: bounded as the verdict verb stores it since
+    0.9.0, also when an older daemon stored it whole (up to a request line, 1 MiB)."""
+    return None if reason is None else quoting.clip(reason, quoting.VERDICT_REASON_CHARS)

@@ -77,3 +77,11 @@ def all_records(bench: Bench, run: str) -> list[dict[str, Any]]:
         if page["complete"]:
             return records
         after = page["next_cursor"]
+
+
+def leave_free(ballast: Path, free_bytes: int) -> None:
+    """Shrink a ballast that filled its filesystem so about ``free_bytes`` are free again:
+    a disk still short of room, on which the store's small writes succeed."""
+    size = ballast.stat().st_size
+    with open(ballast, "r+b") as handle:
+        handle.truncate(max(0, size - free_bytes))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from sloopd.core.logroom import Move, Reading, batch_cost, move
+from sloopd.util.sizes import format_bytes
 
 MiB = 1 << 20
 
@@ -46,9 +47,30 @@ def test_a_batch_costs_more_than_its_bytes() -> None:
 
 
 def test_the_reason_names_the_free_space_and_the_key() -> None:
-    why = Reading(512 * 1024, 8 * MiB).why_held()
+    why = Reading(512 * 1024, 8 * MiB).why_held(1 * MiB)
     assert "512.0 KiB free" in why
-    assert "8.0 MiB kept free" in why
+    assert "keep 8.0 MiB free" in why
     assert "repo.disk_reserve" in why
     assert Reading(0, 8 * MiB).full
     assert not Reading(2 * MiB, 8 * MiB).full
+
+
+@pytest.mark.parametrize(
+    ("free", "reserve", "cost"),
+    [
+        # More free than the reserve, yet short of the reserve plus the batch: issue 34
+        # item 11's "5.1 MiB free, less than the 819.2 KiB kept free".
+        (int(5.1 * MiB), 8 * MiB // 10, 5 * MiB),
+        (512 * 1024, 8 * MiB, 1 * MiB),
+        (0, 10 * MiB, 1),
+    ],
+)
+def test_the_reason_names_the_numbers_it_compared(free: int, reserve: int, cost: int) -> None:
+    """The free space is less than the threshold the reason names, and that threshold is
+    the cost plus the reserve it names: the numbers agree with each other."""
+    assert move(free, reserve, cost, True) is not Move.WRITE
+    why = Reading(free, reserve).why_held(cost)
+    assert f"had {format_bytes(free)} free" in why
+    assert f"less than the {format_bytes(cost + reserve)} needed" in why
+    assert f"store {format_bytes(cost)} more output" in why
+    assert f"keep {format_bytes(reserve)} free" in why
