@@ -15,7 +15,9 @@ and the call that moves ``main`` honoured an inherited ``GIT_OBJECT_DIRECTORY``)
 - **A deadline and cancellation** (``sloopd.util.subproc``): a timeout, a cancelled
   caller or the caller's ``interrupt`` (an abort, a stopping daemon) kills git *and*
   the hooks it started; ``TimedOut`` and ``Interrupted`` say so.
-- **An output bound** for callers whose output is unbounded (a diff).
+- **An output bound** on what every git prints, whoever calls it: each stream's
+  first and last part, the rest counted (``sloopd.util.subproc``); a tighter one on
+  standard output for callers whose output is unbounded (a diff).
 
 A caller that runs git inside the sandbox hands ``run`` the whole command line (bwrap
 wrapping git) and its own environment; ``environment`` is the host one.  The blocking
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
@@ -106,20 +107,6 @@ def run_blocking(
     """The same rules, blocking: for start-up, before the event loop serves anything.
 
     ``FileNotFoundError``/``NotADirectoryError`` (no git, no ``cwd``) reach the caller;
-    a git past ``timeout`` is killed and reported as ``TimedOut``.
+    a git past ``timeout`` is killed with what it started and reported as ``TimedOut``.
     """
-    try:
-        done = subprocess.run(
-            list(argv),
-            cwd=cwd,
-            env=environment(),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise TimedOut(f"did not finish within {timeout:.3g} s") from None
-    return Finished(done.returncode, done.stdout, done.stderr)
+    return subproc.run_blocking(argv, timeout=timeout, env=environment(), cwd=cwd)
