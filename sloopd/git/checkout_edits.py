@@ -73,8 +73,12 @@ async def uncommitted(
 # sandbox that serves the bring-back (one sandbox for both, not two): the daemon's git
 # directory borrows the checkout's objects through an alternates line instead of taking
 # them over, so what ``add`` hashes lands in the daemon's git HOME, never in the checkout.
-# The list goes to a file in that HOME (standard output is the fetch's protocol); a
-# second, empty file says every step passed (written by the shell itself: no process).
+# The list goes to a file in that HOME (standard output is the fetch's protocol), at
+# most ``LISTED_BYTES`` of it; a second, empty file says every step passed (written by
+# the shell itself: no process).  What the listing's gits print on standard error is
+# the fetch's standard error, which the daemon reads bounded like any git's: written
+# to a file of the state directory, an agent's repository made it hundreds of MiB
+# (a git error per line of a 96 MiB alternates file, for each git of the listing).
 _LISTING = """list() {{
 work="$PWD"; shadow="$HOME/.sloop-shadow"
 parent=$({git} --git-dir="$work/.git" rev-parse --verify --quiet \
@@ -85,47 +89,55 @@ printf '%s\\n' "$work/.git/objects" > "$shadow/objects/info/alternates" || retur
 view() {{ {git} --git-dir="$shadow" --work-tree="$work" "$@"; }}
 view read-tree "$parent" || return 1
 view add -A || return 1
-view diff --cached --name-only -z "$parent"
+{{ view diff --cached --name-only -z "$parent"; echo $? > "$shadow/diffed"; }} | head -c {cap}
+read diffed < "$shadow/diffed" || return 1
+[ "$diffed" = 0 ] || [ "$diffed" = 141 ]  # 141: SIGPIPE, the list past its cap
 }}
-list < /dev/null > "$HOME/{listed}" 2> "$HOME/{errors}" || exit 3
+list < /dev/null > "$HOME/{listed}" || exit 3
 : > "$HOME/{whole}" || exit 3
 """
-_LISTED, _WHOLE, _ERRORS = ".sloop-left", ".sloop-left.ok", ".sloop-left.err"
+# The names of what an agent left are listed up to this many bytes, the rest dropped.
+LISTED_BYTES = 16 * 1024 * 1024
+_LISTED, _WHOLE = ".sloop-left", ".sloop-left.ok"
 
 
 def listing_upload_pack(checkout: Path, branch: str, isolation: Isolation) -> list[str]:
     """``checkout.upload_pack_command`` that lists what differs from ``branch``'s tip first
     (``uncommitted``'s answer, read back by ``listed``); call ``unlisted`` before it runs."""
     before = _LISTING.format(
-        git=shlex.join(_hardened_git()), listed=_LISTED, whole=_WHOLE, errors=_ERRORS
+        git=shlex.join(_hardened_git()), listed=_LISTED, whole=_WHOLE, cap=LISTED_BYTES
     )
     return upload_pack_command(checkout, isolation, before=before, env={"SLOOP_BRANCH": branch})
 
 
 def unlisted(isolation: Isolation) -> None:
     """No list of an earlier bring-back is left to be read as this one's."""
-    for name in (_LISTED, _WHOLE, _ERRORS):
+    for name in (_LISTED, _WHOLE):
         (isolation.home / name).unlink(missing_ok=True)
 
 
-def listed(checkout: Path, isolation: Isolation) -> list[str]:
-    """What ``listing_upload_pack`` found, or ``uncommitted``'s error when it could not."""
+def listed(checkout: Path, isolation: Isolation, said: str = "") -> list[str]:
+    """What ``listing_upload_pack`` found, or ``uncommitted``'s error when it could not
+    (``said``: what the fetch that ran the listing printed, the listing's errors in it)."""
     whole = _read_own(isolation.home / _WHOLE) is not None
     found = _read_own(isolation.home / _LISTED) if whole else None
     if found is None:
-        said = (_read_own(isolation.home / _ERRORS) or b"").decode(errors="replace")
         raise CheckoutError(f"cannot read the files of {checkout}: {_reason(said)}.")
-    return [item for item in found.decode(errors="replace").split("\0") if item]
+    items = found.decode(errors="replace").split("\0")
+    if len(found) >= LISTED_BYTES:
+        items.pop()  # cut at the cap: the last name is a part of one
+    return [item for item in items if item]
 
 
 def _read_own(path: Path) -> bytes | None:
-    """A file the daemon's script wrote in its git HOME; never followed through a link."""
+    """A file the daemon's script wrote in its git HOME, at most ``LISTED_BYTES`` of it;
+    never followed through a link."""
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return None
     with os.fdopen(descriptor, "rb") as handle:
-        return handle.read()
+        return handle.read(LISTED_BYTES)
 
 
 def _identity_env(identity: tuple[str, str]) -> dict[str, str]:

@@ -255,9 +255,9 @@ class RunBranches:
         checkout_edits.unlisted(isolation)
         try:
             sha = await self._fetch(facts, name, upload, advance)
-        except CheckoutError:
+        except CheckoutError as exc:
             # The listing's own failure first, as when it ran before the bring-back.
-            checkout_edits.listed(facts.worktree, isolation)
+            checkout_edits.listed(facts.worktree, isolation, exc.said)
             raise
         return sha, checkout_edits.listed(facts.worktree, isolation)
 
