@@ -9,9 +9,9 @@ working tree and no index) and ``commit-tree`` in a bare repository the daemon m
 under its state directory, whose ``objects`` is the main repository's own object store
 (the merged trees and the commit land where every ref can name them).  Nothing of a
 checkout is read; the scratch has no config beyond ``init``'s, no ``info/attributes``,
-no hooks, and its git reads no global or system config or attributes either
-(``GIT_CONFIG_GLOBAL=/dev/null``, ``GIT_CONFIG_NOSYSTEM``, ``GIT_ATTR_NOSYSTEM``,
-``core.attributesFile=/dev/null``): no driver, filter, textconv or renormalisation that
+no hooks, and its git reads no global or system config or attributes either (as
+every daemon git: ``runner.NO_OPERATOR_CONFIG``; and ``core.attributesFile=/dev/null``
+here): no driver, filter, textconv or renormalisation that
 anyone named applies, and a bare repository reads no ``.gitattributes`` from a tree.
 
 It is also the fast path: one ``merge-tree`` and one ``commit-tree`` on the host, no
@@ -31,12 +31,8 @@ from pathlib import Path
 
 from sloopd.git import runner
 
-# The scratch's git reads config and attributes from nowhere but the daemon's -c.
-_NOWHERE = {
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_ATTR_NOSYSTEM": "1",
-}
+# The scratch's git reads config and attributes from nowhere but the daemon's -c (no
+# global or system config: runner.environment, as every daemon git).
 _SETTINGS = ("-c", "core.attributesFile=/dev/null", "-c", "merge.renormalize=false")
 
 
@@ -74,7 +70,7 @@ class ScratchRepository:
     async def _git(
         self, args: Sequence[str], timeout: float, identity: tuple[str, str] | None
     ) -> runner.Finished:
-        extra = dict(_NOWHERE)
+        extra: dict[str, str] = {}
         if identity is not None:
             for role in ("AUTHOR", "COMMITTER"):
                 extra[f"GIT_{role}_NAME"], extra[f"GIT_{role}_EMAIL"] = identity

@@ -39,12 +39,12 @@ GIT_TIMEOUT_S = 300.0
 
 
 def repository_identity(repo: Path) -> tuple[str, str]:
-    """user.name and user.email as git resolves them for ``repo``, or Sloop's fallback."""
+    """user.name and user.email as git resolves them for ``repo`` (the operator's global
+    and system config included), or Sloop's fallback."""
     values = []
     keys = (("user.name", gitops.FALLBACK_NAME), ("user.email", gitops.FALLBACK_EMAIL))
     for key, fallback in keys:
-        done = runner.run_blocking(runner.git(repo, "config", "--get", key))
-        values.append(done.stdout.strip() or fallback)
+        values.append(runner.config_value(repo, key) or fallback)
     return values[0], values[1]
 
 
