@@ -1,4 +1,5 @@
-"""What the daemon itself does inside a run's checkout: status, auto-commit, sync.
+"""What the daemon itself does inside a run's checkout: status, auto-commit, sync, and
+whether the stage left a checkout to read at all.
 
 Every one of these runs hardened git in the checkout's sandbox (see
 ``sloopd.git.checkout``: once an agent has run, the checkout is hostile), so
@@ -60,6 +61,7 @@ async def uncommitted(
 ) -> list[str]:
     """Paths that differ from the branch tip (untracked included, ignored not), as the
     daemon's own index sees them; the checkout's config, excludes and index play no part."""
+    require_present(checkout)
     argv, run_env, cwd = _in_checkout(
         checkout, ["sh", "-c", _shadow_script(), "sh", "list", branch], isolation, None
     )
@@ -67,6 +69,36 @@ async def uncommitted(
     if done.returncode != 0:
         raise CheckoutError(f"cannot read the files of {checkout}: {_reason(done.stderr)}.")
     return [item for item in done.stdout.split("\0") if item]
+
+
+def removed(checkout: Path) -> str | None:
+    """What a stage removed of its checkout, as the reason its work cannot be read; None
+    while its ``.git`` is there (a ``.git`` turned into something else is refused later,
+    by the git that reads it).  An agent may delete anything in its checkout, and git's
+    "not a git repository" would name a path inside the sandbox, not the cause."""
+    git_dir = checkout / ".git"
+    if os.path.lexists(git_dir):
+        return None
+    try:
+        with os.scandir(checkout) as entries:
+            empty = next(entries, None) is None
+    except FileNotFoundError:
+        return f"the stage removed its checkout {checkout}, so there is no work to bring back"
+    except NotADirectoryError:
+        return f"the stage replaced its checkout {checkout}, so there is no work to bring back"
+    if empty:
+        return (
+            f"the stage removed its checkout {checkout} (every file and its .git), "
+            "so there is no work to bring back"
+        )
+    return f"the stage removed its checkout's .git ({git_dir}), so its work cannot be read"
+
+
+def require_present(checkout: Path) -> None:
+    """``CheckoutError`` with ``removed``'s reason when the stage removed its checkout."""
+    gone = removed(checkout)
+    if gone is not None:
+        raise CheckoutError(gone)
 
 
 # The same view for a checkout served read-only, run before ``upload-pack`` in the
@@ -122,6 +154,7 @@ def listed(checkout: Path, isolation: Isolation, said: str = "") -> list[str]:
     whole = _read_own(isolation.home / _WHOLE) is not None
     found = _read_own(isolation.home / _LISTED) if whole else None
     if found is None:
+        require_present(checkout)
         raise CheckoutError(f"cannot read the files of {checkout}: {_reason(said)}.")
     items = found.decode(errors="replace").split("\0")
     if len(found) >= LISTED_BYTES:
@@ -159,6 +192,7 @@ async def commit_all(
 ) -> bool:
     """Commit every file on the branch (``commit = "auto"``), built in the daemon's own
     index and config; False when there was nothing to commit."""
+    require_present(checkout)
     script = ["sh", "-c", _shadow_script(), "sh", "commit", branch, message]
     argv, run_env, cwd = _in_checkout(checkout, script, isolation, _identity_env(identity))
     done = await _run(argv, timeout=timeout, what=f"committing in {checkout}", env=run_env, cwd=cwd)

@@ -236,6 +236,7 @@ class RunBranches:
     async def bring_back(self, facts: RunFacts, name: str, *, advance: bool = False) -> str:
         """The checkout's branch as execution ``name``'s ref (``checkout.bring_back``);
         ``advance``: the run's branch moves to it in the same transaction."""
+        checkout_edits.require_present(facts.worktree)
         isolation = self.isolation(facts)
         upload = (
             checkout.upload_pack_command(facts.worktree, isolation) if isolation.bwrap else None
@@ -251,6 +252,7 @@ class RunBranches:
         if not isolation.bwrap:
             sha = await self.bring_back(facts, name, advance=advance)
             return sha, await self.uncommitted(facts)
+        checkout_edits.require_present(facts.worktree)
         upload = checkout_edits.listing_upload_pack(facts.worktree, facts.branch, isolation)
         checkout_edits.unlisted(isolation)
         try:
