@@ -131,8 +131,19 @@ class RunBranches:
         index = facts.flow.index(stage.name)
         return f"{index}-{attempt}" + (f"-seat{seat}" if seat is not None else "")
 
-    async def create(self, facts: RunFacts, main: str) -> str:
-        """The run's checkout and branch at main's tip now; returns that base commit."""
+    async def create(
+        self,
+        facts: RunFacts,
+        main: str,
+        *,
+        timeout: float = GIT_TIMEOUT_S,
+        interrupt: asyncio.Event | None = None,
+    ) -> str:
+        """The run's checkout and branch at main's tip now; returns that base commit.
+
+        Making the branch runs the repository's ``reference-transaction`` hook: it has
+        ``timeout`` (the repository's ``git_timeout``), and ``interrupt`` (an abort, a
+        stopping daemon) kills it with its git at once (``GitInterrupted``)."""
         repo = self.layout.repo
         base = await gitops.rev_parse(repo, main)
         if base is None:
@@ -145,7 +156,13 @@ class RunBranches:
         except CheckoutError as exc:
             raise gitops.GitError(str(exc)) from exc
         # One transaction: the base pinned, and the branch made only where there is none.
-        await gitops.update_refs(repo, {self.ref(facts, "base"): base}, created={branch: base})
+        await gitops.update_refs(
+            repo,
+            {self.ref(facts, "base"): base},
+            created={branch: base},
+            timeout=timeout,
+            interrupt=interrupt,
+        )
         self._untouched[facts.run_id] = base
         return base
 
