@@ -36,7 +36,7 @@ from sloopd.runs.runner import RunManager
 from sloopd.runs.runstate import ActiveRun
 from sloopd.startup import DiskFull, StartupError, refusal, refuse_if_served, write_info
 from sloopd.store import Store, StoreLock, StoreTooNew, StoreUnavailable
-from sloopd.util import subproc
+from sloopd.util import tooltree
 from sloopd.verbs import operator_dispatcher, operator_handlers, refused_handlers
 from sloopd.wire import api
 from sloopd.wire.connection import LISTEN_BACKLOG, Connection, bound_private
@@ -214,8 +214,8 @@ class Server:
         # Every git call of ours is marked, and a killed daemon's calls may still run:
         # wait for them before recovery reads a ref to decide whether a merge happened.
         marker = str(self.layout.state_dir)
-        subproc.mark_tools(marker)
-        killed_tools = subproc.await_survivors(marker, SURVIVOR_WAIT_SECONDS)
+        tooltree.mark_tools(marker)
+        killed_tools = tooltree.await_survivors(marker, SURVIVOR_WAIT_SECONDS)
         if killed_tools:
             log.warning("killed %d git calls a previous daemon left running", len(killed_tools))
         self._groups = ProcessGroups(self.layout.state_dir / "groups")

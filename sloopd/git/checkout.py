@@ -45,7 +45,7 @@ from pathlib import Path
 
 from sloopd.git import runner
 from sloopd.proc.sandbox import CHECKOUT_PATH, HOME_PATH, SandboxSpec, command
-from sloopd.util import names, trees
+from sloopd.util import names, quoting, trees
 
 # Settings that make git in a checkout run nothing the checkout's own config asks for.
 HARDENING = (
@@ -58,7 +58,14 @@ HARDENING = (
 
 
 class CheckoutError(Exception):
-    """A checkout operation failed or was refused; the message is a sentence for a person."""
+    """A checkout operation failed or was refused; the message is a sentence for a person.
+
+    ``said`` is what the failing git printed on standard error (bounded as every daemon
+    git's is), for a caller that knows better what part of it matters."""
+
+    def __init__(self, message: str, said: str = "") -> None:
+        super().__init__(message)
+        self.said = said
 
 
 @dataclass(frozen=True)
@@ -101,13 +108,19 @@ class _Deadline:
         return remaining
 
 
+# A line of git's quoted in a reason is cut to this many characters: an agent's
+# repository chooses what git says (a path in its alternates file, 4 KiB long).
+REASON_LINE_CHARS = 300
+
+
 def _reason(text: str) -> str:
-    """git's own reason: its first ``fatal:``/``error:`` line, else its last line."""
+    """git's own reason: its first ``fatal:`` line (what made it give up), else its first
+    ``error:`` line, else its last line; cut in its middle if long."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    flagged = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]
-    if flagged:
-        return flagged[0].rstrip(".")
-    return lines[-1].rstrip(".") if lines else "no message"
+    fatal = [ln for ln in lines if ln.startswith("fatal:")]
+    errors = [ln for ln in lines if ln.startswith("error:")]
+    said = (fatal or errors or lines[-1:] or ["no message"])[0].rstrip(".")
+    return quoting.clip_middle(said, REASON_LINE_CHARS)
 
 
 async def _run(
@@ -139,7 +152,8 @@ async def _git(repo: Path | None, *args: str, deadline: _Deadline, what: str) ->
     where = ["-C", str(repo)] if repo is not None else []
     done = await _run(["git", *where, *args], timeout=deadline.left(what), what=what)
     if done.returncode != 0:
-        raise CheckoutError(f"{what} failed: {_reason(done.stderr or done.stdout)}.")
+        said = done.stderr or done.stdout
+        raise CheckoutError(f"{what} failed: {_reason(said)}.", said)
     return done.stdout.strip()
 
 

@@ -1,4 +1,5 @@
-"""What the daemon itself does inside a run's checkout: status and the auto-commit.
+"""What the daemon itself does inside a run's checkout: status, the auto-commit, and
+whether the stage left a checkout to read at all.
 
 Every one of these runs hardened git in the checkout's sandbox (see
 ``sloopd.git.checkout``: once an agent has run, the checkout is hostile), so
@@ -57,6 +58,7 @@ async def uncommitted(
 ) -> list[str]:
     """Paths that differ from the branch tip (untracked included, ignored not), as the
     daemon's own index sees them; the checkout's config, excludes and index play no part."""
+    require_present(checkout)
     argv, run_env, cwd = _in_checkout(
         checkout, ["sh", "-c", _shadow_script(), "sh", "list", branch], isolation, None
     )
@@ -66,12 +68,46 @@ async def uncommitted(
     return [item for item in done.stdout.split("\0") if item]
 
 
+def removed(checkout: Path) -> str | None:
+    """What a stage removed of its checkout, as the reason its work cannot be read; None
+    while its ``.git`` is there (a ``.git`` turned into something else is refused later,
+    by the git that reads it).  An agent may delete anything in its checkout, and git's
+    "not a git repository" would name a path inside the sandbox, not the cause."""
+    git_dir = checkout / ".git"
+    if os.path.lexists(git_dir):
+        return None
+    try:
+        with os.scandir(checkout) as entries:
+            empty = next(entries, None) is None
+    except FileNotFoundError:
+        return f"the stage removed its checkout {checkout}, so there is no work to bring back"
+    except NotADirectoryError:
+        return f"the stage replaced its checkout {checkout}, so there is no work to bring back"
+    if empty:
+        return (
+            f"the stage removed its checkout {checkout} (every file and its .git), "
+            "so there is no work to bring back"
+        )
+    return f"the stage removed its checkout's .git ({git_dir}), so its work cannot be read"
+
+
+def require_present(checkout: Path) -> None:
+    """``CheckoutError`` with ``removed``'s reason when the stage removed its checkout."""
+    gone = removed(checkout)
+    if gone is not None:
+        raise CheckoutError(gone)
+
+
 # The same view for a checkout served read-only, run before ``upload-pack`` in the
 # sandbox that serves the bring-back (one sandbox for both, not two): the daemon's git
 # directory borrows the checkout's objects through an alternates line instead of taking
 # them over, so what ``add`` hashes lands in the daemon's git HOME, never in the checkout.
-# The list goes to a file in that HOME (standard output is the fetch's protocol); a
-# second, empty file says every step passed (written by the shell itself: no process).
+# The list goes to a file in that HOME (standard output is the fetch's protocol), at
+# most ``LISTED_BYTES`` of it; a second, empty file says every step passed (written by
+# the shell itself: no process).  What the listing's gits print on standard error is
+# the fetch's standard error, which the daemon reads bounded like any git's: written
+# to a file of the state directory, an agent's repository made it hundreds of MiB
+# (a git error per line of a 96 MiB alternates file, for each git of the listing).
 _LISTING = """list() {{
 work="$PWD"; shadow="$HOME/.sloop-shadow"
 parent=$({git} --git-dir="$work/.git" rev-parse --verify --quiet \
@@ -82,47 +118,56 @@ printf '%s\\n' "$work/.git/objects" > "$shadow/objects/info/alternates" || retur
 view() {{ {git} --git-dir="$shadow" --work-tree="$work" "$@"; }}
 view read-tree "$parent" || return 1
 view add -A || return 1
-view diff --cached --name-only -z "$parent"
+{{ view diff --cached --name-only -z "$parent"; echo $? > "$shadow/diffed"; }} | head -c {cap}
+read diffed < "$shadow/diffed" || return 1
+[ "$diffed" = 0 ] || [ "$diffed" = 141 ]  # 141: SIGPIPE, the list past its cap
 }}
-list < /dev/null > "$HOME/{listed}" 2> "$HOME/{errors}" || exit 3
+list < /dev/null > "$HOME/{listed}" || exit 3
 : > "$HOME/{whole}" || exit 3
 """
-_LISTED, _WHOLE, _ERRORS = ".sloop-left", ".sloop-left.ok", ".sloop-left.err"
+# The names of what an agent left are listed up to this many bytes, the rest dropped.
+LISTED_BYTES = 16 * 1024 * 1024
+_LISTED, _WHOLE = ".sloop-left", ".sloop-left.ok"
 
 
 def listing_upload_pack(checkout: Path, branch: str, isolation: Isolation) -> list[str]:
     """``checkout.upload_pack_command`` that lists what differs from ``branch``'s tip first
     (``uncommitted``'s answer, read back by ``listed``); call ``unlisted`` before it runs."""
     before = _LISTING.format(
-        git=shlex.join(_hardened_git()), listed=_LISTED, whole=_WHOLE, errors=_ERRORS
+        git=shlex.join(_hardened_git()), listed=_LISTED, whole=_WHOLE, cap=LISTED_BYTES
     )
     return upload_pack_command(checkout, isolation, before=before, env={"SLOOP_BRANCH": branch})
 
 
 def unlisted(isolation: Isolation) -> None:
     """No list of an earlier bring-back is left to be read as this one's."""
-    for name in (_LISTED, _WHOLE, _ERRORS):
+    for name in (_LISTED, _WHOLE):
         (isolation.home / name).unlink(missing_ok=True)
 
 
-def listed(checkout: Path, isolation: Isolation) -> list[str]:
-    """What ``listing_upload_pack`` found, or ``uncommitted``'s error when it could not."""
+def listed(checkout: Path, isolation: Isolation, said: str = "") -> list[str]:
+    """What ``listing_upload_pack`` found, or ``uncommitted``'s error when it could not
+    (``said``: what the fetch that ran the listing printed, the listing's errors in it)."""
     whole = _read_own(isolation.home / _WHOLE) is not None
     found = _read_own(isolation.home / _LISTED) if whole else None
     if found is None:
-        said = (_read_own(isolation.home / _ERRORS) or b"").decode(errors="replace")
+        require_present(checkout)
         raise CheckoutError(f"cannot read the files of {checkout}: {_reason(said)}.")
-    return [item for item in found.decode(errors="replace").split("\0") if item]
+    items = found.decode(errors="replace").split("\0")
+    if len(found) >= LISTED_BYTES:
+        items.pop()  # cut at the cap: the last name is a part of one
+    return [item for item in items if item]
 
 
 def _read_own(path: Path) -> bytes | None:
-    """A file the daemon's script wrote in its git HOME; never followed through a link."""
+    """A file the daemon's script wrote in its git HOME, at most ``LISTED_BYTES`` of it;
+    never followed through a link."""
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return None
     with os.fdopen(descriptor, "rb") as handle:
-        return handle.read()
+        return handle.read(LISTED_BYTES)
 
 
 def _identity_env(identity: tuple[str, str]) -> dict[str, str]:
@@ -144,6 +189,7 @@ async def commit_all(
 ) -> bool:
     """Commit every file on the branch (``commit = "auto"``), built in the daemon's own
     index and config; False when there was nothing to commit."""
+    require_present(checkout)
     script = ["sh", "-c", _shadow_script(), "sh", "commit", branch, message]
     argv, run_env, cwd = _in_checkout(checkout, script, isolation, _identity_env(identity))
     done = await _run(argv, timeout=timeout, what=f"committing in {checkout}", env=run_env, cwd=cwd)

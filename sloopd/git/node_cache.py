@@ -28,14 +28,9 @@ class CacheError(Exception):
     """git failed in the node's cache; the message says what and why."""
 
 
-# The cache is Sloop's own: its git reads no global or system config or attributes,
-# and runs no hook (the scratch repository's rules, sloopd.git.scratch).
-_NOWHERE = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1", "GIT_ATTR_NOSYSTEM": "1"}
+# The cache is Sloop's own: its git reads no global or system config or attributes
+# (runner.environment, as every daemon git), and runs no hook (HARDENING).
 _SETTINGS = [part for key, value in checkout.HARDENING for part in ("-c", f"{key}={value}")]
-
-
-def _environment() -> dict[str, str]:
-    return git_runner.environment(_NOWHERE)
 
 
 async def _run(repo: Path | None, *args: str, stdin: bytes | None = None) -> git_runner.Finished:
@@ -44,7 +39,7 @@ async def _run(repo: Path | None, *args: str, stdin: bytes | None = None) -> git
         return await git_runner.run(
             ["git", *where, *_SETTINGS, *args],
             timeout=GIT_TIMEOUT_S,
-            env=_environment(),
+            env=git_runner.environment(),
             stdin=stdin,
         )
     except git_runner.TimedOut:

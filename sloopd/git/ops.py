@@ -174,17 +174,31 @@ async def update_refs(
     message: str = "sloop",
     *,
     created: dict[str, str] | None = None,
+    timeout: float = QUICK_TIMEOUT,
+    interrupt: asyncio.Event | None = None,
 ) -> None:
     """Point every ref at its sha in one transaction: all move, or none does.
 
-    ``created`` are refs made in the same transaction that must not exist yet."""
+    ``created`` are refs made in the same transaction that must not exist yet.
+    ``interrupt`` (an abort, a stopping daemon) kills git and its hooks at once (a
+    ``reference-transaction`` hook that hangs), as past ``timeout``; the lock files
+    the killed git held are removed, and ``GitInterrupted`` or ``GitTimeout`` says so.
+    What moved is for the caller to read from the refs: a hook killed after the
+    ``committed`` state has let every ref move."""
     lines = "".join(f"update {ref} {sha}\n" for ref, sha in moves.items())
     lines += "".join(f"create {ref} {sha}\n" for ref, sha in (created or {}).items())
     argv = runner.git(repo, "update-ref", "-m", message, "--stdin")
+    started_ms = int(time.time() * 1000)
     try:
-        done = await runner.run(argv, timeout=QUICK_TIMEOUT, stdin=lines.encode())
-    except runner.TimedOut:
-        raise GitTimeout(f"{shlex.join(argv)} did not finish within {QUICK_TIMEOUT:g} s") from None
+        done = await runner.run(argv, timeout=timeout, stdin=lines.encode(), interrupt=interrupt)
+    except (runner.TimedOut, runner.Interrupted) as exc:
+        for ref in (*moves, *(created or {})):
+            await release_stale_locks(repo, ref, since_ms=started_ms, wait=0.0)
+        if isinstance(exc, runner.TimedOut):
+            raise GitTimeout(f"{shlex.join(argv)} did not finish within {timeout:g} s") from None
+        raise GitInterrupted(
+            f"{shlex.join(argv)} was killed, with the hooks it ran, when the run was stopped"
+        ) from None
     if done.returncode != 0:
         raise GitError(f"{shlex.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
 

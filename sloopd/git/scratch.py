@@ -18,11 +18,11 @@ land where every ref can name them):
   makes: base, the new tip, the commit), then recorded on the new tip.
 
 Nothing of a checkout is read.  The scratch has no config beyond ``init``'s, no hooks,
-and its git reads no global or system config or attributes
-(``GIT_CONFIG_GLOBAL=/dev/null``, ``GIT_CONFIG_NOSYSTEM``, ``GIT_ATTR_NOSYSTEM``,
-``core.attributesFile=/dev/null``); a bare repository reads no ``.gitattributes`` from
-a tree, and its ``info/attributes`` (which outranks any ``.gitattributes``) pins the
-built-in merge and no filter or conversion for every path anyway (``PINNED_ATTRIBUTES``).  No
+and its git reads no global or system config or attributes (as every daemon git:
+``runner.NO_OPERATOR_CONFIG``; and ``core.attributesFile=/dev/null`` here); a bare
+repository reads no ``.gitattributes`` from a tree, and its ``info/attributes`` (which
+outranks any ``.gitattributes``) pins the built-in merge and no filter or conversion
+for every path anyway (``PINNED_ATTRIBUTES``).  No
 driver, filter, textconv, ``merge=union`` or renormalisation that anyone named applies.
 
 It is also the fast path: a few gits on the host per merge or replayed commit, no
@@ -43,12 +43,8 @@ from pathlib import Path
 
 from sloopd.git import runner
 
-# The scratch's git reads config and attributes from nowhere but the daemon's -c.
-_NOWHERE = {
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_ATTR_NOSYSTEM": "1",
-}
+# The scratch's git reads config and attributes from nowhere but the daemon's -c (no
+# global or system config: runner.environment, as every daemon git).
 _SETTINGS = ("-c", "core.attributesFile=/dev/null", "-c", "merge.renormalize=false")
 # The scratch's ``info/attributes``, the highest-ranked attributes file (above every
 # ``.gitattributes`` of a tree, whatever a later git reads them from): for every path
@@ -105,7 +101,7 @@ class ScratchRepository:
         stdout_limit: int | None = None,
         stdin: bytes | None = None,
     ) -> runner.Finished:
-        extra = dict(_NOWHERE)
+        extra: dict[str, str] = {}
         if identity is not None:
             for role in ("AUTHOR", "COMMITTER"):
                 extra[f"GIT_{role}_NAME"], extra[f"GIT_{role}_EMAIL"] = identity

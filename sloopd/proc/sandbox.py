@@ -72,11 +72,12 @@ import contextlib
 import os
 import pwd
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from sloopd.util import subproc
 
 CHECKOUT_PATH = "/sloop/work"
 HOME_PATH = "/sloop/home"
@@ -391,19 +392,14 @@ def probe(bwrap: str = "bwrap") -> str | None:
             os.chmod(folder, 0o700)
         spec = SandboxSpec(checkout=work, home=home, network=False, env={"PATH": "/usr/bin:/bin"})
         try:
-            done = subprocess.run(
-                command(spec, ["true"], bwrap=exe),
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=_PROBE_TIMEOUT,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
+            # Bounded like every tool's output (sloopd.util.subproc).
+            done = subproc.run_blocking(command(spec, ["true"], bwrap=exe), timeout=_PROBE_TIMEOUT)
+        except subproc.TimedOut:
             return f"bubblewrap did not start a test sandbox within {_PROBE_TIMEOUT:.0f} s."
         except OSError as exc:
             return f"bubblewrap ({exe}) cannot be executed: {exc}."
     if done.returncode == 0:
         return None
-    lines = [ln.strip() for ln in done.stderr.decode(errors="replace").splitlines()]
+    lines = [ln.strip() for ln in done.stderr.splitlines()]
     error = next((ln for ln in reversed(lines) if ln), f"exit status {done.returncode}")
     return _advice(error.rstrip("."))

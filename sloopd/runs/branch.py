@@ -42,12 +42,12 @@ WORK_LABEL = "the run's work"
 
 
 def repository_identity(repo: Path) -> tuple[str, str]:
-    """user.name and user.email as git resolves them for ``repo``, or Sloop's fallback."""
+    """user.name and user.email as git resolves them for ``repo`` (the operator's global
+    and system config included), or Sloop's fallback."""
     values = []
     keys = (("user.name", gitops.FALLBACK_NAME), ("user.email", gitops.FALLBACK_EMAIL))
     for key, fallback in keys:
-        done = runner.run_blocking(runner.git(repo, "config", "--get", key))
-        values.append(done.stdout.strip() or fallback)
+        values.append(runner.config_value(repo, key) or fallback)
     return values[0], values[1]
 
 
@@ -142,8 +142,19 @@ class RunBranches:
         index = facts.flow.index(stage.name)
         return f"{index}-{attempt}" + (f"-seat{seat}" if seat is not None else "")
 
-    async def create(self, facts: RunFacts, main: str) -> str:
-        """The run's checkout and branch at main's tip now; returns that base commit."""
+    async def create(
+        self,
+        facts: RunFacts,
+        main: str,
+        *,
+        timeout: float = GIT_TIMEOUT_S,
+        interrupt: asyncio.Event | None = None,
+    ) -> str:
+        """The run's checkout and branch at main's tip now; returns that base commit.
+
+        Making the branch runs the repository's ``reference-transaction`` hook: it has
+        ``timeout`` (the repository's ``git_timeout``), and ``interrupt`` (an abort, a
+        stopping daemon) kills it with its git at once (``GitInterrupted``)."""
         repo = self.layout.repo
         base = await gitops.rev_parse(repo, main)
         if base is None:
@@ -156,7 +167,13 @@ class RunBranches:
         except CheckoutError as exc:
             raise gitops.GitError(str(exc)) from exc
         # One transaction: the base pinned, and the branch made only where there is none.
-        await gitops.update_refs(repo, {self.ref(facts, "base"): base}, created={branch: base})
+        await gitops.update_refs(
+            repo,
+            {self.ref(facts, "base"): base},
+            created={branch: base},
+            timeout=timeout,
+            interrupt=interrupt,
+        )
         self._untouched[facts.run_id] = base
         return base
 
@@ -247,6 +264,7 @@ class RunBranches:
     async def bring_back(self, facts: RunFacts, name: str, *, advance: bool = False) -> str:
         """The checkout's branch as execution ``name``'s ref (``checkout.bring_back``);
         ``advance``: the run's branch moves to it in the same transaction."""
+        checkout_edits.require_present(facts.worktree)
         isolation = self.isolation(facts)
         upload = (
             checkout.upload_pack_command(facts.worktree, isolation) if isolation.bwrap else None
@@ -262,13 +280,14 @@ class RunBranches:
         if not isolation.bwrap:
             sha = await self.bring_back(facts, name, advance=advance)
             return sha, await self.uncommitted(facts)
+        checkout_edits.require_present(facts.worktree)
         upload = checkout_edits.listing_upload_pack(facts.worktree, facts.branch, isolation)
         checkout_edits.unlisted(isolation)
         try:
             sha = await self._fetch(facts, name, upload, advance)
-        except CheckoutError:
+        except CheckoutError as exc:
             # The listing's own failure first, as when it ran before the bring-back.
-            checkout_edits.listed(facts.worktree, isolation)
+            checkout_edits.listed(facts.worktree, isolation, exc.said)
             raise
         return sha, checkout_edits.listed(facts.worktree, isolation)
 

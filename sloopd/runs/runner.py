@@ -121,6 +121,13 @@ class RunManager:
             except SandboxUnavailable as exc:
                 await records.settle_durably(run_id, "failed", None, str(exc))
                 return
+            except gitops.GitInterrupted as exc:
+                # Stopped while its branch was made (a hook that hangs): as the stop says.
+                stop = stops.cancelled(active.stop) or stops.cancel(str(exc))
+                await records.settle_durably(
+                    run_id, "aborted", None, stop.reason, requeue=stop.requeue
+                )
+                return
             except (gitops.GitError, OSError) as exc:
                 # Failed; for want of space, queued again (sloopd.runs.disk_full).
                 places = self.branches.places(facts)
@@ -186,7 +193,12 @@ class RunManager:
         await self.worker_sockets.open(facts.run_id)
         # Not under worktree_lock: a checkout is a repository of its own, and its branch
         # is created by compare-and-swap in the main one (two runs cannot both make it).
-        base = await self.branches.create(facts, active.config.repo.main)
+        base = await self.branches.create(
+            facts,
+            active.config.repo.main,
+            timeout=active.config.repo.git_timeout_ms / 1000,
+            interrupt=active.interrupt,
+        )
         with self.store.writer.transaction() as tx:
             tx.run("run_set_worktree", (str(facts.worktree), facts.run_id))
             tx.run("run_started", {"id": facts.run_id, "now": now_ms()})
@@ -394,9 +406,9 @@ class RunManager:
         """Stop a run in flight and wait until it is settled.
 
         The wait is short whatever the run was doing: the stop ends its child (SIGTERM,
-        SIGKILL after the grace) and kills the git that moves main with its hooks
-        (``ActiveRun.interrupt``), so a hook that hangs holds neither the answer nor a
-        stopping daemon."""
+        SIGKILL after the grace) and kills the git that makes its branch or moves main
+        with its hooks (``ActiveRun.interrupt``), so a hook that hangs holds neither the
+        answer nor a stopping daemon."""
         active = self.active.get(run_id)
         if active is None:
             return

@@ -52,8 +52,9 @@ class ActiveRun:
     # permission_denials): named in the stage's reason.
     refused_tools: tuple[str, ...] = ()
     # Set once the run is cancelled (an abort, a stopping daemon): the git call that
-    # moves main is killed then, with its hooks, instead of being waited for
-    # (sloopd.git.ops.ff_only), so a hook that hangs cannot hold the answer.
+    # makes the run's branch or moves main is killed then, with its hooks, instead of
+    # being waited for (sloopd.git.ops.update_refs, ff_only), so a hook that hangs
+    # cannot hold the answer.
     interrupt: asyncio.Event = field(default_factory=asyncio.Event)
 
     def stop_with(self, new: Stop) -> None:

@@ -1,48 +1,46 @@
-"""Short-lived tools (git) run with a deadline, cancellable, and never outliving the daemon.
+"""Short-lived tools (git) run with a deadline, cancellable, never outliving the daemon,
+and what they print kept in bounded space.
 
 A git call that hangs (a hook waiting on a terminal, a network remote, a lock) must
 not hold a run, an ``abort`` or a shutdown for ever: every call has a timeout, and a
 timeout or a cancellation kills the tool *and* what it started (hooks), so nothing
 keeps writing to the repository after the daemon has stopped waiting for it.
 
+Whatever a tool prints, the daemon keeps a bounded part of it, whoever the caller:
+each stream's first and last part, the middle counted (``sloopd.util.headtail``),
+as it is read, never read whole and cut afterwards.  Standard error keeps
+``STDERR_HEAD`` + ``STDERR_TAIL`` bytes; standard output, which callers parse,
+keeps ``STDOUT_HEAD`` + ``STDOUT_TAIL``, or, with a caller's ``stdout_limit``, its
+first part only, the tool killed there.  An agent's repository decides what its
+git prints (one line per entry of a 96 MiB ``objects/info/alternates``: issue 34).
+
 The tool stays in the daemon's process group: the daemon is a child subreaper whose
 orphan reaper leaves that group alone, so the event loop, not the reaper, collects its
-exit status.
-
-A tool outlives a SIGKILLed daemon: killing it with the daemon (``PR_SET_PDEATHSIG``)
-was tried and left ``packed-refs.lock`` and ``<ref>.lock`` files behind that failed
-every later run.  Instead every tool carries ``TOOL_MARKER`` in its environment (set
-by ``mark_tools`` at startup, added by ``run``; never the daemon's own environment,
-so nothing else it starts carries it), and the next daemon waits for the marked survivors to
-finish (``await_survivors``) before it reads a ref to decide whether a merge happened,
-so a ``git update-ref`` still running cannot move ``main`` after that decision.
+exit status.  It carries the daemon's marker, so a killed daemon's successor finds it
+(``sloopd.util.tooltree``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import os
-import signal
+import selectors
 import subprocess
 import time
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Final, TypeVar
 
-from sloopd.util import procfs
+from sloopd.util import procfs, tooltree
+from sloopd.util.headtail import STDERR_HEAD, STDERR_TAIL, HeadTail
 
-# NAME=<state dir> in the environment of every tool a daemon runs (set by the server).
-TOOL_MARKER = "SLOOP_DAEMON_TOOLS"
-_marker: dict[str, str] = {}
+# Standard output is what callers parse (a list of paths, a tree, a sha): its head is
+# large enough for any list the daemon reads whole, bounded all the same.
+STDOUT_HEAD: Final = 16 * 1024 * 1024
+STDOUT_TAIL: Final = 64 * 1024
 T = TypeVar("T")
-
-
-def mark_tools(state_dir: str) -> None:
-    """Every later ``run`` marks its tool as this daemon's (see ``await_survivors``)."""
-    _marker[TOOL_MARKER] = state_dir
 
 
 class TimedOut(Exception):
@@ -92,22 +90,71 @@ async def run(
         await asyncio.wait_for(_unless(tool.finished(), interrupt), timeout)
     except BaseException as exc:
         if tool.returncode is None:
-            doomed = kill_tree(tool.pid)
+            doomed = tooltree.kill_tree(tool.pid)
             # Shielded: a cancelled caller still must not leave a zombie or a live tool.
             await asyncio.shield(tool.exited())
-            await asyncio.shield(_reap_adopted(doomed[1:]))
+            await asyncio.shield(tooltree.reap_adopted(doomed[1:]))
         if isinstance(exc, TimeoutError):
             raise TimedOut(f"did not finish within {timeout:.3g} s") from None
         raise
     finally:
         tool.close()
     code = tool.returncode if tool.returncode is not None else -1
-    return Finished(
-        code,
-        tool.out.decode(errors="replace"),
-        tool.err.decode(errors="replace"),
-        truncated=tool.truncated,
+    return Finished(code, tool.out.text(), tool.err.text(), truncated=tool.truncated)
+
+
+def _stdout(limit: int | None) -> HeadTail:
+    """Standard output as kept: its first ``limit`` bytes (the tool is killed past
+    them), or without a limit its head and tail."""
+    return HeadTail(limit, 0) if limit is not None else HeadTail(STDOUT_HEAD, STDOUT_TAIL)
+
+
+def run_blocking(
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Finished:
+    """``run`` for callers that need an answer before the event loop serves anything
+    (start-up): the same bounds on what is kept; past ``timeout`` the tool and what it
+    started are killed and ``TimedOut`` is raised.  ``FileNotFoundError`` and
+    ``NotADirectoryError`` (no such program, no ``cwd``) reach the caller."""
+    popen = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**(env if env is not None else os.environ), **tooltree.marker()},
     )
+    assert popen.stdout is not None and popen.stderr is not None
+    out, err = _stdout(None), HeadTail(STDERR_HEAD, STDERR_TAIL)
+    deadline = time.monotonic() + timeout
+    try:
+        with selectors.DefaultSelector() as selector:
+            selector.register(popen.stdout, selectors.EVENT_READ, out)
+            selector.register(popen.stderr, selectors.EVENT_READ, err)
+            while selector.get_map():
+                left = deadline - time.monotonic()
+                ready = selector.select(left) if left > 0 else []
+                if not ready and time.monotonic() >= deadline:
+                    raise TimedOut(f"did not finish within {timeout:.3g} s")
+                for key, _ in ready:
+                    chunk = os.read(key.fd, _READ_BYTES)
+                    if chunk:
+                        key.data.add(chunk)
+                    else:
+                        selector.unregister(key.fileobj)
+        code = popen.wait(max(0.0, deadline - time.monotonic()))
+    except (TimedOut, subprocess.TimeoutExpired):
+        tooltree.kill_tree(popen.pid)
+        popen.wait()
+        raise TimedOut(f"did not finish within {timeout:.3g} s") from None
+    finally:
+        popen.stdout.close()
+        popen.stderr.close()
+    return Finished(code, out.text(), err.text())
 
 
 async def _unless(work: Awaitable[T], interrupt: asyncio.Event | None) -> T:
@@ -134,8 +181,6 @@ async def _unless(work: Awaitable[T], interrupt: asyncio.Event | None) -> T:
     return doing.result()
 
 
-# Standard error is for a person: what is kept of it when a tool's output is bounded.
-_STDERR_LIMIT = 64 * 1024
 _READ_BYTES = 65536
 # Without pidfds (an old kernel, a seccomp filter) a tool's exit is polled this often.
 _EXIT_POLL_SECONDS = 0.005
@@ -158,7 +203,7 @@ def _umask() -> int | None:
 async def _start(
     argv: Sequence[str], env: Mapping[str, str] | None, stdin: bytes | None, cwd: Path | None
 ) -> subprocess.Popen[bytes]:
-    environ = {**(env if env is not None else os.environ), **_marker}
+    environ = {**(env if env is not None else os.environ), **tooltree.marker()}
     # The umask as the loop's thread sees it now, handed to the tool: the loop narrows
     # the process umask for a moment while it binds a socket (``bound_private``), and
     # a tool started from the other thread just then made folders no one could enter.
@@ -190,7 +235,7 @@ def _abandoned(starting: asyncio.Future[subprocess.Popen[bytes]]) -> None:
     if starting.cancelled() or starting.exception() is not None:
         return
     popen = starting.result()
-    kill_tree(popen.pid)
+    tooltree.kill_tree(popen.pid)
     for pipe in (popen.stdin, popen.stdout, popen.stderr):
         if pipe is not None:
             pipe.close()
@@ -214,13 +259,14 @@ class _Tool:
         self._loop = asyncio.get_running_loop()
         self._popen = popen
         self.pid = self._popen.pid
-        self.out, self.err = bytearray(), bytearray()
+        self.out = _stdout(stdout_limit)
+        self.err = HeadTail(STDERR_HEAD, STDERR_TAIL)
         self.truncated = False
         self._limit = stdout_limit
         self._doomed: list[int] = []  # what a truncation killed besides the tool
         self._done = self._loop.create_future()  # exited, and every pipe at its end
         self._exit = self._loop.create_future()
-        self._reading: dict[int, bytearray] = {}
+        self._reading: dict[int, HeadTail] = {}
         assert self._popen.stdout is not None and self._popen.stderr is not None
         for pipe, kept in ((self._popen.stdout, self.out), (self._popen.stderr, self.err)):
             os.set_blocking(pipe.fileno(), False)
@@ -245,7 +291,7 @@ class _Tool:
         """Once the tool exited and both its pipes reached their end (``communicate``)."""
         await asyncio.shield(self._done)
         if self._doomed:
-            await _reap_adopted(self._doomed)
+            await tooltree.reap_adopted(self._doomed)
 
     async def exited(self) -> None:
         await asyncio.shield(self._exit)
@@ -288,19 +334,17 @@ class _Tool:
             self._settle()
             return
         kept = self._reading[fd]
-        if self._limit is None:
-            kept += chunk
-        elif kept is self.err:
-            kept += chunk[: max(0, _STDERR_LIMIT - len(kept))]
+        if self._limit is None or kept is self.err:
+            kept.add(chunk)
         elif not self.truncated:
             if len(kept) + len(chunk) > self._limit:
-                kept += chunk[: self._limit - len(kept)]
+                kept.add(chunk[: self._limit - len(kept)])
                 self.truncated = True
                 # The tool is blocked writing the rest; nothing more of it is wanted.
                 # Its pipes are read on to their end: a paused pipe never sees its EOF.
-                self._doomed = kill_tree(self.pid)[1:]
+                self._doomed = tooltree.kill_tree(self.pid)[1:]
             else:
-                kept += chunk
+                kept.add(chunk)
 
     def _poll_exit(self) -> None:
         if self._popen.poll() is None:
@@ -332,74 +376,3 @@ class _Tool:
             self._loop.remove_reader(self._pidfd)
             os.close(self._pidfd)
             self._pidfd = None
-
-
-def kill_tree(pid: int) -> list[int]:
-    """SIGKILL ``pid`` and every process descending from it (a hook, its children).
-
-    Descendants are found before anything is killed, since a killed parent's children
-    are re-parented (to us, the subreaper) and would no longer be found by their parent.
-    """
-    children: dict[int, list[int]] = {}
-    for candidate in procfs.pids():
-        stat = procfs.stat(candidate)
-        if stat is not None:
-            children.setdefault(stat.ppid, []).append(candidate)
-    doomed, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        doomed.append(current)
-        todo.extend(children.get(current, ()))
-    for victim in doomed:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(victim, signal.SIGKILL)
-    return doomed
-
-
-async def _reap_adopted(pids: Sequence[int], within: float = 2.0) -> None:
-    """Collect killed hooks the subreaper inherits: they share our process group,
-    which the orphan reaper leaves alone, so no one else would.  A killed hook may
-    still be dying when its git is already collected, hence the short wait."""
-    me = os.getpid()
-    waiting = set(pids)
-    deadline = time.monotonic() + within
-    while waiting and time.monotonic() < deadline:
-        for pid in list(waiting):
-            stat = procfs.stat(pid)
-            if stat is None:
-                waiting.discard(pid)
-            elif stat.state == "Z" and stat.ppid == me:
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(pid, os.WNOHANG)
-                waiting.discard(pid)
-            elif stat.state == "Z" and not procfs.exists(stat.ppid):
-                waiting.discard(pid)  # someone else's to collect
-        if waiting:
-            await asyncio.sleep(0.02)
-
-
-def survivors(state_dir: str) -> list[int]:
-    """Live tools a previous daemon of ``state_dir`` started (by their marker)."""
-    entry = f"{TOOL_MARKER}={state_dir}".encode()
-    found = []
-    for pid in procfs.pids():
-        stat = procfs.stat(pid)
-        if stat is not None and stat.state != "Z" and procfs.environ_has(pid, entry):
-            found.append(pid)
-    return found
-
-
-def await_survivors(state_dir: str, timeout: float) -> list[int]:
-    """Wait for a killed daemon's tools to finish; SIGKILL what is left at ``timeout``.
-
-    Blocking on purpose: it runs at startup, before anything is served or decided.
-    Returns the pids that had to be killed.
-    """
-    deadline = time.monotonic() + timeout
-    left = survivors(state_dir)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.02)
-        left = survivors(state_dir)
-    for pid in left:
-        kill_tree(pid)
-    return left

@@ -3,7 +3,8 @@
 The operator's checkout has a hook that hangs (far past any test) while a run's
 ``ff_only`` is in it: ``post-merge`` (main has already moved) or
 ``reference-transaction`` at ``prepared`` (the intent is recorded, main has not
-moved).  ``repo.git_timeout`` is ten minutes, so nothing but the stop itself can
+moved); or while the run's branch is being made (``reference-transaction`` again:
+the run has not started).  ``repo.git_timeout`` is ten minutes, so nothing but the stop itself can
 end the git call in time.  An ``abort`` is answered, and a SIGTERMed daemon exits,
 while the hook would still be sleeping: the hook was killed with its git, and the
 run settled as main's ref says (merged exactly when main holds its work).  What the
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -186,3 +188,60 @@ def test_sigkill_in_a_hung_hook_before_the_move_leaves_the_next_merge_possible(
     assert_hook_killed(bench)
     assert main_holds(bench, "killed")
     assert runs_of(bench) == [("R1", "aborted"), ("R2", "merged")]
+
+
+# Holds the transaction that makes a run's branch (its base ref is made with it) at
+# "prepared": nothing has moved yet.
+HANGS_AS_THE_BRANCH_IS_MADE = """#!/bin/sh
+[ "$1" = prepared ] || exit 0
+while read old new ref; do
+  case "$ref" in
+    refs/sloop/runs/*/base)
+      echo $$ > {flags}/hook.pid
+      exec sleep {seconds};;
+  esac
+done
+exit 0
+"""
+# An abort of a run whose branch is being made is answered well within this (on
+# 0.8.0 only git's own deadline ended the hook).
+PROMPT_S = 20.0
+
+
+def test_abort_while_the_branch_is_made_kills_the_hook_and_answers_aborted(hung: Bench) -> None:
+    bench = hung
+    walk_into_hung_hook(bench, "born", "reference-transaction", HANGS_AS_THE_BRANCH_IS_MADE)
+    asked = time.monotonic()
+    run = abort_patiently(bench, "R1")
+    assert time.monotonic() - asked < PROMPT_S
+    assert run["state"] == "aborted", run
+    assert_hook_killed(bench)
+    assert git(bench.repo, "for-each-ref", "--format=%(refname)", "refs/sloop/runs/R1") == ""
+    assert_no_lock_files(bench)
+    remove_hook(bench, "reference-transaction")
+    bench.ok("ready", {"ref": "born"})
+    assert bench.wait_run("R2")["state"] == "merged"
+    assert main_holds(bench, "born")
+
+
+def test_sigterm_while_the_branch_is_made_exits_and_queues_again(hung: Bench) -> None:
+    bench = hung
+    walk_into_hung_hook(bench, "reborn", "reference-transaction", HANGS_AS_THE_BRANCH_IS_MADE)
+    asked = time.monotonic()
+    assert bench.stop() == 0, bench.log()
+    assert time.monotonic() - asked < PROMPT_S
+    assert_hook_killed(bench)
+    assert runs_of(bench) == [("R1", "aborted")]
+    assert_no_lock_files(bench)
+    remove_hook(bench, "reference-transaction")
+    bench.start()  # queued again: its next run merges
+    assert bench.wait_run("R2")["state"] == "merged"
+    assert main_holds(bench, "reborn")
+
+
+def assert_no_lock_files(bench: Bench) -> None:
+    """The killed transaction's ``<ref>.lock`` files are gone (they would litter the
+    repository, and a lock on a ref a later run needs fails that run)."""
+    common = Path(git(bench.repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    locks = [str(p.relative_to(common)) for p in (common / "refs").rglob("*.lock")]
+    assert locks == []

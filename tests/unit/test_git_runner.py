@@ -246,3 +246,72 @@ def test_a_tool_gets_the_loops_umask_though_started_while_it_is_narrowed() -> No
         return (await task).stdout.strip()
 
     assert int(asyncio.run(started_in_the_narrow_moment()), 8) == before
+
+
+# --- no global or system config: one environment for every daemon git ----------------
+
+
+def test_one_module_names_the_variables_that_keep_operator_config_out() -> None:
+    named = {
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in daemon_sources()
+        if path != RUNNER
+        for line, value in string_constants(path)
+        if value in runner.NO_OPERATOR_CONFIG
+    }
+    assert named == set()
+
+
+@pytest.fixture
+def operator_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A global config of the daemon user's, as the environment names it."""
+    config = tmp_path / "gitconfig"
+    config.write_text(
+        "[user]\n\tname = Operator\n\temail = op@example.invalid\n"
+        "[safe]\n\tdirectory = /srv/trusted\n\tdirectory = /srv/also\n"
+        '[filter "evil"]\n\tsmudge = touch /nonexistent/marker; cat\n'
+    )
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    runner._trusted_directories.cache_clear()
+    try:
+        yield config
+    finally:
+        runner._trusted_directories.cache_clear()
+
+
+def test_every_host_git_reads_no_global_or_system_config(
+    operator_config: Path, tmp_path: Path
+) -> None:
+    env = runner.environment()
+    assert env["GIT_CONFIG_GLOBAL"] == "/dev/null"
+    assert env["GIT_CONFIG_NOSYSTEM"] == "1"
+    assert env["GIT_ATTR_NOSYSTEM"] == "1"
+    repo = make_repo(tmp_path)
+    done = runner.run_blocking(runner.git(repo, "config", "--get", "filter.evil.smudge"))
+    assert (done.returncode, done.stdout) == (1, "")
+
+
+def test_the_operators_safe_directories_are_carried_after_inherited_settings(
+    operator_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "safe.directory")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "*")
+    env = runner.environment()
+    assert env["GIT_CONFIG_COUNT"] == "3"
+    carried = [(env[f"GIT_CONFIG_KEY_{n}"], env[f"GIT_CONFIG_VALUE_{n}"]) for n in range(3)]
+    assert carried == [
+        ("safe.directory", "*"),
+        ("safe.directory", "/srv/trusted"),
+        ("safe.directory", "/srv/also"),
+    ]
+
+
+def test_the_identity_is_the_one_thing_read_from_the_operators_config(
+    operator_config: Path, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path, identity=False)
+    assert runner.config_value(repo, "user.name") == "Operator"
+    assert runner.config_value(repo, "user.email") == "op@example.invalid"
+    assert runner.config_value(repo, "user.nothing") == ""
