@@ -8,6 +8,9 @@ ticket gets a trigger after ``agent.transient_backoff``, doubling per retry up t
 runs, so a restart forgets none: the unbroken series of its latest runs that
 ended on a transient failure (runs a restart aborted are passed over).  Once
 ``agent.transient_retries`` are spent the run settles ``failed`` saying so.
+
+A rate or usage limit (``after_vendor_limit``) is queued again too, when the gate's
+cooldown ends.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from typing import Any
 
 import orjson
 
+from sloopd.core.state import Daemon
 from sloopd.flows.agent_settings import AgentSettings
+from sloopd.queue import gate
 from sloopd.runs.diagnosed import TRANSIENT_CLASSES
 from sloopd.runs.runstate import RunFacts
 from sloopd.runs.stop import Stop, halt
@@ -78,3 +83,19 @@ def requeued(store: Store, settings: AgentSettings, facts: RunFacts, cause: str)
         f"{cause}; queued again in {format_ms(delay)} (transient retry {used + 1} of {allowed})",
         requeue_at_ms=now_ms() + delay,
     )
+
+
+def after_vendor_limit(daemon: Daemon, facts: RunFacts, diagnosis: dict[str, Any]) -> Stop:
+    """A rate or usage limit: close the gate, settle failed, queue the ticket again.
+
+    No return_to budget is spent and no agent is respawned before the
+    deadline: the ticket's next trigger is due when the cooldown ends.
+    """
+    kind = diagnosis["classification"].replace("_", " ")
+    reason = f"{kind} reported by the agent of {facts.run_id}"
+    # Capped at agent.max_cooldown (the reason then says so); with no reset named,
+    # a probe (sloopd.queue.gate).
+    until = gate.cool_down_for_limit(
+        daemon, diagnosis.get("reset_at_ms"), reason, diagnosis.get("retry_after_ms")
+    )
+    return halt(None, requeue_at_ms=until)

@@ -13,7 +13,6 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
 
 from sloopd import vendor
 from sloopd.core.state import Daemon
@@ -316,7 +315,7 @@ class RunManager:
         diagnosis = result.diagnosis or {}
         kind = diagnosis.get("classification")
         if kind in vendor.LIMIT_CLASSES:
-            return self._vendor_limit(facts, diagnosis)
+            return retries.after_vendor_limit(self.daemon, facts, diagnosis)
         if stage.action == "agent" and kind not in (*retries.TRANSIENT_CLASSES, REFUSED):
             # Its vendor answered (an unreachable or overloaded one says nothing of a
             # limit, and a preset that refused to start asked it nothing): the next
@@ -334,24 +333,6 @@ class RunManager:
                 f"stage '{stage.name}' failed on execution {attempt}: {kind} ({result.reason})"
             )
         return None
-
-    def _vendor_limit(self, facts: RunFacts, diagnosis: dict[str, Any]) -> stops.Stop:
-        """A rate or usage limit: close the gate, settle failed, queue the ticket again.
-
-        No return_to budget is spent and no agent is respawned before the
-        deadline: the ticket's next trigger is due when the cooldown ends.
-        """
-        kind = diagnosis["classification"].replace("_", " ")
-        reason = f"{kind} reported by the agent of {facts.run_id}"
-        # Capped at agent.max_cooldown (the reason then says so); with no reset named,
-        # a probe (sloopd.queue.gate).
-        until = gate.cool_down_for_limit(
-            self.daemon,
-            diagnosis.get("reset_at_ms"),
-            reason,
-            diagnosis.get("retry_after_ms"),
-        )
-        return stops.halt(None, requeue_at_ms=until)
 
     async def remove_worktree(self, run_id: str) -> None:
         facts = self.records.facts(run_id)
