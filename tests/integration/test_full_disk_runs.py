@@ -126,10 +126,10 @@ def test_a_bring_back_on_a_full_disk_queues_the_ticket_again_and_loses_nothing(
     fill(ballast)
     bench.release("flood")
     wait_until(lambda: bench.path("flooded").exists(), timeout=60)
-    # The bring-back runs on the full disk: the listing it starts with makes its error
+    # The bring-back runs on the full disk: the listing it starts with makes its list
     # file (an empty file takes no block) in the run's git HOME (sloopd.git.checkout_edits).
     # Whatever the daemon frees meanwhile (a store file shrinking) is filled again.
-    attempted = small_state_dir / "runs" / "R1" / "git-home" / ".sloop-left.err"
+    attempted = small_state_dir / "runs" / "R1" / "git-home" / ".sloop-left"
 
     def tried_on_a_full_disk() -> bool:
         fill(ballast)
