@@ -37,6 +37,7 @@ class HandMerges:
         self._seen_main: str | None = None
 
     async def watch(self) -> None:
+        me = asyncio.current_task()
         while True:
             try:
                 await self.look()
@@ -48,6 +49,11 @@ class HandMerges:
                 # Never the end of the watch: a look that failed is made again.
                 log.exception("looking for runs merged by hand failed")
                 self._seen_main = None
+            # A stop's cancel that lands just as a git ends is swallowed by 3.11's
+            # asyncio.wait_for (the git's result wins): the watch must end all the same,
+            # or the daemon's shutdown waits for it for good.
+            if me is not None and me.cancelling():
+                raise asyncio.CancelledError
             await asyncio.sleep(WATCH_SECONDS)
 
     async def look(self) -> list[str]:
