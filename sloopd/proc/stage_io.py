@@ -84,13 +84,15 @@ class Placement:
     ``ref`` is the run-private ref the work is recorded under once it is checked
     (fsck, descends from ``base``); ``auto_commit`` the message of ``commit =
     "auto"`` (None: leftovers are only reported); ``resources`` the stage's
-    resolved request (cpus, memory in bytes, custom).
+    resolved request (cpus, memory in bytes, custom); ``max_bundle`` the most
+    bytes a bundle may hold either way (``[executor] max_bundle``).
     """
 
     base: str
     branch: str
     ref: str
     identity: tuple[str, str]
+    max_bundle: int
     auto_commit: str | None = None
     resources: Mapping[str, Any] = field(default_factory=dict)
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import sloopd
+from sloopd.git.bundles import oversized
 from sloopd.remote import messages
 
 HEALTH_SECONDS = 2.0
@@ -173,7 +174,17 @@ class Driver:
         future = self._ships[ident] = asyncio.get_running_loop().create_future()
         self.emit("placed", id=ident, node=info["node"], haves=info["haves"])
         bundle_path = await future
-        bundle = Path(bundle_path).read_bytes() if bundle_path else b""
+        bundle = b""
+        if bundle_path:
+            # Held whole from here to the node: never more than the bound.
+            refused = oversized(
+                "the bundle of the stage's start commit",
+                Path(bundle_path).stat().st_size,
+                launch["max_bundle"],
+            )
+            if refused is not None:
+                return refused
+            bundle = Path(bundle_path).read_bytes()
         try:
             started = await actor.start.remote(launch, bundle)
         except Exception as exc:
@@ -198,8 +209,12 @@ class Driver:
                 break
         collected = await actor.collect.remote(
             launch["commit"], launch["base"], launch.get("auto_commit"),
-            tuple(launch["identity"]),
+            tuple(launch["identity"]), launch["max_bundle"],
         )  # fmt: skip
+        size = len(collected["bundle"])
+        refused = oversized("the bundle of the work", size, launch["max_bundle"])
+        if refused is not None:
+            collected = {**collected, "bundle": b"", "error": refused}
         path = ""
         if collected["bundle"]:
             path = str(self._ship_dir / f"{ident.replace('/', '_')}.bundle")

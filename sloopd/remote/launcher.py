@@ -242,8 +242,9 @@ class RemoteChild:
     async def _ship(self, haves: list[str]) -> None:
         try:
             path = await shipping.bundle_for(
-                self.repo, self.executor.ship_dir, self.remote.commit, haves
-            )
+                self.repo, self.executor.ship_dir, self.remote.commit, haves,
+                self.remote.max_bundle,
+            )  # fmt: skip
         except shipping.ShippingError as exc:
             self.executor.send({"op": "stop", "id": self.ident})
             self.ended({"refused": str(exc)})
@@ -332,6 +333,7 @@ class RemoteChild:
                 tip = await shipping.adopt(
                     self.repo, self.executor.ship_dir, bundle,
                     branch=placement.branch, ref=placement.ref, base=placement.base,
+                    limit=placement.max_bundle,
                 )  # fmt: skip
             else:
                 tip = await shipping.record(self.repo, placement.ref, tip, placement.base)
@@ -419,6 +421,7 @@ class RayLauncher:
             identity=placement.identity,
             repository=self.repository,
             environ=os.environ,
+            max_bundle=placement.max_bundle,
         )
         child = RemoteChild(self.executor, launch, remote, on_lines, self.repo)
         self.executor.send(

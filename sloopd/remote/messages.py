@@ -46,6 +46,9 @@ class RemoteLaunch:
     prompt: bytes | None
     home_files: Mapping[str, str]  # name -> text, as the daemon made HOME for this child
     network: bool
+    # The most bytes a bundle may hold either way ([executor] max_bundle): the node
+    # refuses to send back more.
+    max_bundle: int
     # commit = "auto": the message the node's daemon-side git commits leftovers with.
     auto_commit: str | None = None
     identity: tuple[str, str] = ("Sloop", "sloop@localhost")
@@ -62,6 +65,7 @@ def remote_launch(
     identity: tuple[str, str],
     repository: str,
     environ: Mapping[str, str],
+    max_bundle: int,
 ) -> RemoteLaunch:
     """The node's value of ``launch``: its host files read now, its variables' values taken."""
     prompt = launch.prompt_file.read_bytes() if launch.prompt_file is not None else None
@@ -93,6 +97,7 @@ def remote_launch(
         auto_commit=auto_commit,
         identity=identity,
         repository=repository,
+        max_bundle=max_bundle,
     )
 
 

@@ -173,9 +173,15 @@ class StageRoom:
             await self._child.stop()
 
     async def collect(
-        self, start: str, base: str, auto_commit: str | None, identity: tuple[str, str]
+        self,
+        start: str,
+        base: str,
+        auto_commit: str | None,
+        identity: tuple[str, str],
+        max_bundle: int,
     ) -> dict[str, Any]:
-        """The commit the child left (fetched into the cache, checked), as a bundle."""
+        """The commit the child left (fetched into the cache, checked), as a bundle of at
+        most ``max_bundle`` bytes."""
         room = self._room
         assert room is not None, "collect before start"
         if self._relay is not None:
@@ -187,6 +193,7 @@ class StageRoom:
                 base=base,
                 auto_commit=auto_commit,
                 identity=identity,
+                max_bundle=max_bundle,
             )
             await room.cache.keep(tip)
             return {"tip": tip, "uncommitted": dirty, "bundle": bundle, "error": None}
