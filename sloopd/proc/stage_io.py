@@ -113,6 +113,9 @@ class StageEnd:
     uncommitted: tuple[str, ...] = ()
     node: Mapping[str, str] | None = None
     lost: str | None = None
+    # Lost while the executor knew its cluster could not be reached: the loss is the
+    # cluster's, not the node's, and spends no transient retry.
+    cluster_down: bool = False
 
 
 class LaunchRefused(Exception):
