@@ -71,7 +71,8 @@ class ClusterLink:
 
     async def keep(self) -> None:
         # Importing Ray takes seconds on a loaded host: not the cluster's time.
-        await asyncio.to_thread(importlib.import_module, "ray")
+        with contextlib.suppress(Exception):  # an import that fails fails each question
+            await asyncio.to_thread(importlib.import_module, "ray")
         while True:
             waiters, self._waiters = self._waiters, []
             verdict = await self._ask()
@@ -88,7 +89,12 @@ class ClusterLink:
         waiter: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         self._wake.set()
-        return await waiter
+        try:
+            # Bounded though the keeper answers within CONNECT_SECONDS: a loss is
+            # reported, whatever became of the question.
+            return await asyncio.wait_for(waiter, 2 * CONNECT_SECONDS)
+        except TimeoutError:
+            return "no answer to the driver's question"
 
     async def _ask(self) -> str | None:
         if self._pending is None or self._pending.done():

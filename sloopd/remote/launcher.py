@@ -73,7 +73,6 @@ class RayExecutor:
         self._keeper: asyncio.Task[None] | None = None
         self._children: dict[str, RemoteChild] = {}
         self._next = 0
-        self._stderr: list[str] = []
         self._lock = asyncio.Lock()
         self.metrics: RemoteMetrics = metrics or _Uncounted()
         self._closing = False
@@ -94,16 +93,22 @@ class RayExecutor:
                 log.warning("cannot start the Ray driver: %s", exc)
                 self._set_down(f"the Ray driver cannot start: {exc}")
             if self.down_reason is not None:
-                self.on_reachable(self.down_reason)  # closed while the cluster is down
+                try:
+                    self.on_reachable(self.down_reason)  # closed while the cluster is down
+                except Exception:  # the store refusing writes: the next round tries again
+                    log.exception("cannot keep the gate closed for the Ray cluster")
 
     async def ensure(self) -> None:
         async with self._lock:
             if self._process is not None and self._process.returncode is None:
                 return
+            if self._reader is not None:
+                # The last driver's end is told first (its stages lost, the cluster
+                # said down): none of it may fall on the next driver's stages.
+                await asyncio.wait({self._reader})
             if self._process is None:
                 # No driver of this daemon ran yet: what is in ship/ is a dead one's.
                 await asyncio.to_thread(_clear, self.ship_dir)
-            self._stderr = []  # this driver's words only
             self._process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "sloopd.remote.driver",
                 "--address", self.address, "--namespace", self.namespace,
@@ -124,7 +129,8 @@ class RayExecutor:
 
     async def _read(self, process: asyncio.subprocess.Process) -> None:
         assert process.stdout is not None and process.stderr is not None
-        errors = asyncio.get_running_loop().create_task(self._read_stderr(process.stderr))
+        said: list[str] = []  # this driver's last words on its standard error
+        errors = asyncio.get_running_loop().create_task(_read_stderr(process.stderr, said))
         try:
             while True:
                 try:
@@ -142,22 +148,12 @@ class RayExecutor:
             await process.wait()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(errors, 1.0)
-            reason = driver_exited(process.returncode, self._stderr)
+            reason = driver_exited(process.returncode, said)
             if not self._closing:  # a stopping daemon closes no gate on its way out
                 self._set_down(reason)
             for child in list(self._children.values()):
                 child.ended({"lost": reason})
             self._children.clear()
-
-    async def _read_stderr(self, stream: asyncio.StreamReader) -> None:
-        while True:
-            line = await stream.readline()
-            if not line:
-                return
-            text = line.decode("utf-8", "replace").rstrip()
-            if text:
-                self._stderr = [*self._stderr[-STDERR_TAIL_LINES:], text]
-                log.debug("ray driver: %s", text)
 
     def _set_down(self, reason: str) -> None:
         reason = bounded(reason, MAX_DOWN_REASON)
@@ -212,6 +208,19 @@ class RayExecutor:
         except TimeoutError:
             process.kill()
             await process.wait()
+
+
+async def _read_stderr(stream: asyncio.StreamReader, said: list[str]) -> None:
+    """Keep the last lines a driver writes on its standard error in ``said``."""
+    while True:
+        line = await stream.readline()
+        if not line:
+            return
+        text = line.decode("utf-8", "replace").rstrip()
+        if text:
+            said.append(text)
+            del said[:-STDERR_TAIL_LINES]
+            log.debug("ray driver: %s", text)
 
 
 def _clear(folder: Path) -> None:
