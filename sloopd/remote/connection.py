@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import importlib
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -100,7 +101,7 @@ class ClusterLink:
         if self._pending is None or self._pending.done():
             # One question at a time: one the cluster left unanswered is waited on
             # again, never joined by another thread blocked the same way.
-            self._pending = asyncio.get_running_loop().run_in_executor(None, self._connect)
+            self._pending = _in_thread(self._connect)
         limit = PROBE_SECONDS if self._ever else CONNECT_SECONDS
         done, _ = await asyncio.wait({self._pending}, timeout=limit)
         if not done:
@@ -121,6 +122,35 @@ class ClusterLink:
         self.connected = self._ever = True
         self.up.set()
         return None
+
+
+def _in_thread(question: Callable[[], int]) -> asyncio.Future[int]:
+    """``question()`` in a daemon thread of its own: one the cluster leaves unanswered
+    never holds up the driver's exit (a pool's threads are joined at exit)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[int] = loop.create_future()
+
+    def settle(result: int | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            assert result is not None
+            future.set_result(result)
+
+    def ask() -> None:
+        try:
+            answer = question()
+        except BaseException as exc:  # handed to the loop, which says it down
+            outcome: tuple[int | None, BaseException | None] = (None, exc)
+        else:
+            outcome = (answer, None)
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=ask, name="ray-question", daemon=True).start()
+    return future
 
 
 def short(exc: BaseException) -> str:

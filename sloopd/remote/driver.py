@@ -281,7 +281,8 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(_serve(driver))
     finally:
         with contextlib.suppress(Exception):
-            if driver.link.ray is not None:
+            # Not with a cluster that does not answer: the process's end is enough.
+            if driver.link.ray is not None and driver.link.connected:
                 driver.link.ray.shutdown()
 
 
