@@ -4,7 +4,9 @@ in flight, the whole cluster stopped and started again.
 Each test states what must hold whatever the timing: a lost node is a transient
 failure (``node_lost``: the ticket queued again, no ``return_to`` spent, the gate
 open), a dead daemon leaves nothing running on any node, a cluster that cannot be
-reached closes the gate and its return reopens it.  The cluster fixture is the
+reached closes the gate, keeps it closed as long as it is down (no ticket claimed, no
+transient retry spent, the reason leading with the cause) and its return reopens it
+(issue 34).  The cluster fixture is the
 session's: ``whole_cluster`` puts it back as it was after each test, pass or fail.
 """
 
