@@ -308,6 +308,7 @@ returns = 3
 # address = "10.0.0.5:6379"        # or "auto"
 # namespace = "sloop"
 # resources = { cpus = 1, memory = "2GiB", custom = { agents = 1 } }
+# max_bundle = "512MiB"            # the most a git bundle to or from a node holds
 
 # --- notifications -----------------------------------------------------------
 #

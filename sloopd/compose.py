@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import logging
 import resource
-import socket
 from collections.abc import Mapping
 
 from sloopd.core import executor_config
+from sloopd.core.instance import instance_id
 from sloopd.core.logsink import LogSink
 from sloopd.core.paths import Layout
 from sloopd.core.state import Daemon
@@ -92,8 +92,9 @@ def ray_executor(daemon: Daemon) -> RayExecutor | None:
 
 
 def ray_launcher(daemon: Daemon, executor: RayExecutor) -> RayLauncher:
-    # The node's cache key: this daemon's repository on this host, never another's.
-    repository = f"{socket.gethostname()}:{daemon.layout.repo}"
+    # The node's cache key: this daemon's own id, kept in its state directory (two
+    # daemons with the same host name and repository path must never share a cache).
+    repository = instance_id(daemon.layout.state_dir)
     return RayLauncher(executor, daemon.layout.repo, repository)
 
 

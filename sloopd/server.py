@@ -236,7 +236,7 @@ class Server:
         self._ray = compose.ray_executor(self.daemon)
         if self._ray is not None:
             launchers["ray"] = compose.ray_launcher(self.daemon, self._ray)
-            await self._ray.ensure()  # connecting takes a second: begin before any claim
+            await self._ray.start()  # connecting takes seconds: begin before any claim
         self.runs = compose.run_manager(
             self.daemon,
             self._sink,

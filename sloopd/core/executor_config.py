@@ -7,6 +7,7 @@ each for ``resources`` unless the stage or seat asks for its own.  A daemon
 without Ray installed refuses ``ray`` at load, naming the install command; so
 does ``sandbox = "none"``, since a node runs every child in its sandbox.
 ``sloopd serve --executor``/``--ray-address`` override the file (``with_overrides``).
+``max_bundle`` bounds every git bundle shipped to a node or brought back from one.
 """
 
 from __future__ import annotations
@@ -18,8 +19,13 @@ from typing import Any
 from sloopd.flows import placement
 from sloopd.flows.flow import Flow
 from sloopd.flows.placement import PlacementError, Resources
+from sloopd.util.sizes import parse_bytes
 
-KEYS = ("backend", "address", "namespace", "resources")
+KEYS = ("backend", "address", "namespace", "resources", "max_bundle")
+# A bundle is held whole on its way (in the node's actor, Ray's object store, the
+# driver): the bound keeps one stage from filling any of them.
+DEFAULT_MAX_BUNDLE = 512 << 20
+MIN_MAX_BUNDLE = 1 << 10
 
 
 class ExecutorConfigError(Exception):
@@ -32,6 +38,7 @@ class ExecutorConfig:
     address: str = "auto"
     namespace: str = "sloop"
     resources: Resources = field(default_factory=Resources)
+    max_bundle: int = DEFAULT_MAX_BUNDLE
 
 
 def parse(section: Any) -> ExecutorConfig:
@@ -59,7 +66,22 @@ def parse(section: Any) -> ExecutorConfig:
             "'executor.address' must be HOST:PORT of the cluster's head (its GCS) or auto; "
             "ray:// (Ray Client) is not supported"
         )
-    return ExecutorConfig(backend, texts["address"], texts["namespace"], asked)
+    return ExecutorConfig(
+        backend, texts["address"], texts["namespace"], asked, _max_bundle(section)
+    )
+
+
+def _max_bundle(section: dict[str, Any]) -> int:
+    value = section.get("max_bundle", DEFAULT_MAX_BUNDLE)
+    try:
+        size = parse_bytes(value) if isinstance(value, int | str) else -1
+    except ValueError:
+        size = -1
+    if size < MIN_MAX_BUNDLE:
+        raise ExecutorConfigError(
+            "'executor.max_bundle' must be a size of at least 1KiB, like \"512MiB\""
+        )
+    return size
 
 
 def with_overrides(

@@ -8,6 +8,10 @@ are there), and from there into the main repository by ``checkout.bring_back``,
 the same path a local stage's work takes: fsck on every object, the tip must
 descend from the run's base, and the run-private ref moves only then.  git 2.39
 does not fsck what it fetches from a bundle file; the second hop does.
+
+Every bundle is bounded either way (``[executor] max_bundle``): it is held whole on
+its way (in the node's actor, Ray's object store and the driver), so one that is
+larger fails its stage with a reason naming the bound (``oversized``).
 """
 
 from __future__ import annotations
@@ -21,12 +25,21 @@ from sloopd.git import checkout
 from sloopd.git import runner as git_runner
 from sloopd.git.checkout import CheckoutError
 from sloopd.util import trees
+from sloopd.util.sizes import format_bytes
 
 GIT_TIMEOUT_S = 120.0
+BOUND_NAME = "[executor] max_bundle"
 
 
 class ShippingError(Exception):
     """A bundle could not be made or taken; the message says why."""
+
+
+def oversized(what: str, size: int, limit: int) -> str | None:
+    """Why a bundle of ``size`` bytes may not travel (``what`` names it), None if it may."""
+    if size <= limit:
+        return None
+    return f"{what} is {format_bytes(size)}, more than {BOUND_NAME} ({format_bytes(limit)})"
 
 
 async def _git(repo: Path, *args: str, stdin: bytes | None = None) -> git_runner.Finished:
@@ -54,8 +67,11 @@ async def _known(repo: Path, shas: list[str]) -> list[str]:
     return known
 
 
-async def bundle_for(repo: Path, folder: Path, commit: str, haves: list[str]) -> Path | None:
-    """A bundle of ``commit`` less what ``haves`` reach; None when they reach it all."""
+async def bundle_for(
+    repo: Path, folder: Path, commit: str, haves: list[str], limit: int
+) -> Path | None:
+    """A bundle of ``commit`` less what ``haves`` reach, of at most ``limit`` bytes;
+    None when they reach it all."""
     known = await _known(repo, haves)
     if commit in known:
         return None
@@ -72,13 +88,24 @@ async def bundle_for(repo: Path, folder: Path, commit: str, haves: list[str]) ->
             if "empty bundle" in done.stderr:
                 return None  # every object is on the node already
             raise ShippingError(f"cannot bundle {commit[:12]}: {done.stderr.strip()[-400:]}")
+        refused = oversized("the bundle of the stage's start commit", path.stat().st_size, limit)
+        if refused is not None:
+            path.unlink(missing_ok=True)
+            raise ShippingError(refused)
         return path
     finally:
         await _git(repo, "update-ref", "-d", ref)
 
 
-async def adopt(repo: Path, folder: Path, bundle: Path, *, branch: str, ref: str, base: str) -> str:
-    """Take a node's bundle of ``branch`` into ``repo`` as ``ref``, checked; its tip."""
+async def adopt(
+    repo: Path, folder: Path, bundle: Path, *, branch: str, ref: str, base: str, limit: int
+) -> str:
+    """Take a node's bundle of ``branch`` (at most ``limit`` bytes) into ``repo`` as
+    ``ref``, checked; its tip."""
+    refused = oversized("the bundle of the work", bundle.stat().st_size, limit)
+    if refused is not None:
+        bundle.unlink(missing_ok=True)
+        raise ShippingError(refused)
     objects = await _git(repo, "rev-parse", "--path-format=absolute", "--git-path", "objects")
     if objects.returncode != 0:
         raise ShippingError(f"cannot read {repo}: {objects.stderr.strip()}")

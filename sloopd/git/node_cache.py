@@ -16,6 +16,7 @@ from pathlib import Path
 
 from sloopd.git import checkout
 from sloopd.git import runner as git_runner
+from sloopd.git.bundles import oversized
 from sloopd.util import trees
 
 GIT_TIMEOUT_S = 120.0
@@ -137,8 +138,9 @@ class Cache:
             script = "".join(f"delete {ref}\n" for ref in stale).encode()
             await _git(self.path, "update-ref", "--stdin", stdin=script, what="pruning haves")
 
-    async def bundle(self, tip: str, start: str) -> bytes:
-        """The commits from ``start`` to ``tip``: what the daemon lacks of the work."""
+    async def bundle(self, tip: str, start: str, limit: int) -> bytes:
+        """The commits from ``start`` to ``tip``: what the daemon lacks of the work, in
+        at most ``limit`` bytes (it is held whole on its way back)."""
         ref = f"refs/sloop/out/{uuid.uuid4().hex}"
         await _git(self.path, "update-ref", ref, tip, what="naming the work")
         try:
@@ -151,6 +153,9 @@ class Cache:
                     return b""
                 if done.returncode != 0:
                     raise CacheError(f"bundling the work failed: {done.stderr.strip()[-500:]}")
+                refused = oversized("the bundle of the work", out.stat().st_size, limit)
+                if refused is not None:
+                    raise CacheError(refused)
                 return out.read_bytes()
         finally:
             await _git(self.path, "update-ref", "-d", ref, what="forgetting the work's name")

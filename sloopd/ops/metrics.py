@@ -171,7 +171,7 @@ class Metrics:
         build = Gauge("sloop_build_info", "Build information.", ["version"], registry=r)
         build.labels(api.SOFTWARE_VERSION).set(1)
 
-    # sloopd.remote.launcher.RemoteMetrics
+    # sloopd.remote.child.RemoteMetrics
     def shipped(self, direction: str, size: int) -> None:
         self.shipped_bytes.labels(direction).inc(size)
 

@@ -84,13 +84,15 @@ class Placement:
     ``ref`` is the run-private ref the work is recorded under once it is checked
     (fsck, descends from ``base``); ``auto_commit`` the message of ``commit =
     "auto"`` (None: leftovers are only reported); ``resources`` the stage's
-    resolved request (cpus, memory in bytes, custom).
+    resolved request (cpus, memory in bytes, custom); ``max_bundle`` the most
+    bytes a bundle may hold either way (``[executor] max_bundle``).
     """
 
     base: str
     branch: str
     ref: str
     identity: tuple[str, str]
+    max_bundle: int
     auto_commit: str | None = None
     resources: Mapping[str, Any] = field(default_factory=dict)
 
@@ -111,6 +113,9 @@ class StageEnd:
     uncommitted: tuple[str, ...] = ()
     node: Mapping[str, str] | None = None
     lost: str | None = None
+    # Lost while the executor knew its cluster could not be reached: the loss is the
+    # cluster's, not the node's, and spends no transient retry.
+    cluster_down: bool = False
 
 
 class LaunchRefused(Exception):

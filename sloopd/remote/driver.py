@@ -15,8 +15,10 @@ sandbox dies with the actor (bubblewrap's ``--die-with-parent``).
 
 Ops: ``start {id, launch, resources}``, ``ship {id, bundle}`` (a file path),
 ``stop {id}``, ``deliver {id, conn, data}``.  Events: ``up {nodes}``,
-``down {reason}``, ``placed {id, node, haves}``, ``started {id}``,
-``items {id, items}``, ``ended {id, ...}``.
+``down {reason}`` (``sloopd.remote.connection``: at every sign that the cluster
+is gone, and always before a stage lost with it), ``placed {id, node, haves}``,
+``started {id}``, ``items {id, items, silent}``, ``ended {id, ...}`` (read by
+``sloopd.remote.messages.ended_of``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import asyncio
 import contextlib
 import ctypes
 import json
-import logging
 import os
 import signal
 import sys
@@ -34,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 import sloopd
+from sloopd.git.bundles import oversized
 from sloopd.remote import messages
+from sloopd.remote.connection import ClusterLink, short
 
-HEALTH_SECONDS = 2.0
-RECONNECT_SECONDS = 3.0
 POLL_WAIT_SECONDS = 1.0
 # A stage that arrives while the driver connects waits this long for the cluster.
 CONNECT_WAIT_SECONDS = 20.0
@@ -54,12 +55,8 @@ def _die_with_parent() -> None:
 class Driver:
     def __init__(self, address: str, namespace: str, out: Any, ship_dir: Path) -> None:
         self.address = address
-        self.namespace = namespace
         self._out = out
-        self._connected = False
-        self._up = asyncio.Event()
-        self._ray: Any = None
-        self._actor_class: Any = None
+        self.link = ClusterLink(address, namespace, self.emit)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._ships: dict[str, asyncio.Future[str]] = {}
         self._actors: dict[str, Any] = {}
@@ -73,42 +70,6 @@ class Driver:
         line = json.dumps({"ev": event, **fields}, separators=(",", ":")) + "\n"
         self._out.write(line.encode())
         self._out.flush()
-
-    def _connect(self) -> int:
-        import ray
-
-        from sloopd.remote.node import StageRoom
-
-        if not ray.is_initialized():
-            ray.init(
-                address=self.address,
-                namespace=self.namespace,
-                log_to_driver=False,
-                logging_level=logging.WARNING,
-            )
-        self._ray = ray
-        self._actor_class = ray.remote(StageRoom)
-        nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
-        return sum(1 for node in nodes if node.get("Alive"))
-
-    async def keep_connected(self) -> None:
-        while True:
-            try:
-                nodes = await asyncio.to_thread(self._connect)
-            except Exception as exc:
-                self.emit("down", reason=_short(exc))  # each attempt: the gate stays closed
-                self._connected = False
-                self._up.clear()
-                with contextlib.suppress(Exception):
-                    if self._ray is not None:
-                        self._ray.shutdown()
-                await asyncio.sleep(RECONNECT_SECONDS)
-                continue
-            if not self._connected:
-                self.emit("up", nodes=nodes)
-            self._connected = True
-            self._up.set()
-            await asyncio.sleep(HEALTH_SECONDS)
 
     def handle(self, op: dict[str, Any]) -> None:
         kind, ident = op.get("op"), str(op.get("id"))
@@ -135,16 +96,19 @@ class Driver:
 
     async def _execute(self, ident: str, op: dict[str, Any]) -> None:
         actor = None
+        link = self.link
         try:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._up.wait(), CONNECT_WAIT_SECONDS)
-            if not self._connected:
-                # Transient, as a lost node is: the ticket is queued again later.
+                await asyncio.wait_for(link.up.wait(), CONNECT_WAIT_SECONDS)
+            if not link.connected:
+                # Transient, as a lost node is, and the cluster's: said down first, so
+                # the daemon closes its gate and spends no retry of the ticket's.
+                link.report_down(f"not connected within {CONNECT_WAIT_SECONDS:.0f} s")
                 self.emit("ended", id=ident, lost=f"the Ray cluster at {self.address} "
                           "cannot be reached")  # fmt: skip
                 return
             launch = op["launch"]
-            actor = self._actor_class.options(**_options(op.get("resources") or {})).remote()
+            actor = link.actor_class.options(**_options(op.get("resources") or {})).remote()
             info = await actor.prepare.remote(launch["repository"])
             refused = _version_refusal(info)
             if refused is None:
@@ -156,14 +120,17 @@ class Driver:
         except asyncio.CancelledError:
             self.emit("ended", id=ident, refused="stopped before the stage started on a node")
         except Exception as exc:
-            self.emit("ended", id=ident, lost=_short(exc), node=None)
+            # Lost with its node, or with the whole cluster: a fresh question tells,
+            # and a cluster that does not answer is said down before the loss.
+            await link.verdict()
+            self.emit("ended", id=ident, lost=short(exc), node=None)
         finally:
             self._actors.pop(ident, None)
             self._ships.pop(ident, None)
             self._stopping.discard(ident)
             if actor is not None:
                 with contextlib.suppress(Exception):
-                    self._ray.kill(actor, no_restart=True)
+                    link.ray.kill(actor, no_restart=True)
 
     async def _start(
         self, ident: str, actor: Any, info: dict[str, Any], launch: dict[str, Any]
@@ -173,13 +140,23 @@ class Driver:
         future = self._ships[ident] = asyncio.get_running_loop().create_future()
         self.emit("placed", id=ident, node=info["node"], haves=info["haves"])
         bundle_path = await future
-        bundle = Path(bundle_path).read_bytes() if bundle_path else b""
+        bundle = b""
+        if bundle_path:
+            # Held whole from here to the node: never more than the bound.
+            refused = oversized(
+                "the bundle of the stage's start commit",
+                Path(bundle_path).stat().st_size,
+                launch["max_bundle"],
+            )
+            if refused is not None:
+                return refused
+            bundle = Path(bundle_path).read_bytes()
         try:
             started = await actor.start.remote(launch, bundle)
         except Exception as exc:
             if _lost(exc):
                 raise
-            return _short(exc)
+            return short(exc)
         self._actors[ident] = actor
         if ident in self._stopping:
             actor.stop.remote()
@@ -192,14 +169,24 @@ class Driver:
         """Stream the child's output until its end, then take its work back."""
         while True:
             polled = await actor.poll.remote(POLL_WAIT_SECONDS)
-            if polled["items"]:
-                self.emit("items", id=ident, items=_wire_items(polled["items"]))
+            # Every poll, lines or none: the node's silence is the stall clock.
+            items = _wire_items(polled["items"])
+            self.emit("items", id=ident, items=items, silent=polled["silent"])
             if polled["ended"] is not None:
                 break
+        if polled["failure"] is not None:
+            # The node lost its child (waiting for it failed): a loss, as a lost node
+            # is; nothing of it is collected.
+            self.emit("ended", id=ident, failure=polled["failure"], node=info["node"])
+            return
         collected = await actor.collect.remote(
             launch["commit"], launch["base"], launch.get("auto_commit"),
-            tuple(launch["identity"]),
+            tuple(launch["identity"]), launch["max_bundle"],
         )  # fmt: skip
+        size = len(collected["bundle"])
+        refused = oversized("the bundle of the work", size, launch["max_bundle"])
+        if refused is not None:
+            collected = {**collected, "bundle": b"", "error": refused}
         path = ""
         if collected["bundle"]:
             path = str(self._ship_dir / f"{ident.replace('/', '_')}.bundle")
@@ -208,7 +195,6 @@ class Driver:
             "ended",
             id=ident,
             exit_code=polled["ended"],
-            failure=polled["failure"],
             tip=collected["tip"],
             uncommitted=collected["uncommitted"],
             bundle=path,
@@ -264,21 +250,11 @@ def _node_label(node: dict[str, str]) -> str:
     return f"{node.get('host', '?')} ({node.get('id', '')[:12]})"
 
 
-def _short(exc: BaseException) -> str:
-    # A failure inside an actor arrives wrapped with its remote traceback: say the cause.
-    cause = getattr(exc, "cause", None)
-    if isinstance(cause, BaseException):
-        exc = cause
-    text = " ".join(str(exc).split())
-    name = type(exc).__name__
-    return f"{name}: {text[:600]}" if text else name
-
-
 async def _serve(driver: Driver) -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=messages.MAX_PIPE_LINE_BYTES)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    keeper = loop.create_task(driver.keep_connected())
+    keeper = loop.create_task(driver.link.keep())
     try:
         while True:
             line = await reader.readline()
@@ -305,8 +281,9 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(_serve(driver))
     finally:
         with contextlib.suppress(Exception):
-            if driver._ray is not None:
-                driver._ray.shutdown()
+            # Not with a cluster that does not answer: the process's end is enough.
+            if driver.link.ray is not None and driver.link.connected:
+                driver.link.ray.shutdown()
 
 
 if __name__ == "__main__":

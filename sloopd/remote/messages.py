@@ -46,6 +46,9 @@ class RemoteLaunch:
     prompt: bytes | None
     home_files: Mapping[str, str]  # name -> text, as the daemon made HOME for this child
     network: bool
+    # The most bytes a bundle may hold either way ([executor] max_bundle): the node
+    # refuses to send back more.
+    max_bundle: int
     # commit = "auto": the message the node's daemon-side git commits leftovers with.
     auto_commit: str | None = None
     identity: tuple[str, str] = ("Sloop", "sloop@localhost")
@@ -62,6 +65,7 @@ def remote_launch(
     identity: tuple[str, str],
     repository: str,
     environ: Mapping[str, str],
+    max_bundle: int,
 ) -> RemoteLaunch:
     """The node's value of ``launch``: its host files read now, its variables' values taken."""
     prompt = launch.prompt_file.read_bytes() if launch.prompt_file is not None else None
@@ -93,6 +97,7 @@ def remote_launch(
         auto_commit=auto_commit,
         identity=identity,
         repository=repository,
+        max_bundle=max_bundle,
     )
 
 
@@ -156,3 +161,90 @@ def encode(data: bytes) -> str:
 
 def decode(text: str) -> bytes:
     return base64.b64decode(text.encode("ascii"), validate=True)
+
+
+# --- how a child on a node ended, as the driver reports it (its ``ended`` event) ----
+
+
+@dataclass(frozen=True, slots=True)
+class Ran:
+    """The child exited on its node and its work was collected there."""
+
+    exit_code: int
+    tip: str
+    uncommitted: tuple[str, ...]
+    bundle: str  # the work's bundle in the daemon's ship/, "" when it made no commit
+    node: Mapping[str, str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """The child was lost with its node, its actor or the driver (or its node lost it):
+    nothing of the stage's doing, so a transient failure."""
+
+    reason: str
+    node: Mapping[str, str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The child never started: a node refused it, or it was stopped first."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unreturned:
+    """The child ran, but its node could not give its work back."""
+
+    error: str
+    node: Mapping[str, str] | None
+
+
+Ended = Ran | Lost | Refused | Unreturned
+_ENDED_KEYS = frozenset(
+    {"ev", "id", "exit_code", "failure", "tip", "uncommitted", "bundle", "error", "node",
+     "lost", "refused"}
+)  # fmt: skip
+
+
+class BadEvent(ValueError):
+    """An event the driver should not have sent; the message says what is wrong."""
+
+
+def ended_of(event: Mapping[str, Any]) -> Ended:
+    """The one reading of an ``ended`` event.
+
+    A node that lost its child (``failure``: waiting for it failed, so its exit code
+    is a stand-in) reports a loss, as a lost node does: the stage did nothing wrong.
+    """
+    unknown = sorted(set(event) - _ENDED_KEYS)
+    if unknown:
+        raise BadEvent(f"an ended event with unknown keys {unknown}")
+    node = _node(event.get("node"))
+    if event.get("refused"):
+        return Refused(str(event["refused"]))
+    if event.get("lost"):
+        return Lost(str(event["lost"]), node)
+    if event.get("failure"):
+        return Lost(str(event["failure"]), node)
+    if event.get("error"):
+        return Unreturned(str(event["error"]), node)
+    try:
+        return Ran(
+            exit_code=int(event["exit_code"]),
+            tip=str(event["tip"]),
+            uncommitted=tuple(str(path) for path in event.get("uncommitted") or ()),
+            bundle=str(event.get("bundle") or ""),
+            node=node,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadEvent(f"an ended event without its exit code or tip: {exc}") from exc
+
+
+def _node(value: Any) -> Mapping[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise BadEvent(f"an ended event whose node is {type(value).__name__}")
+    return {str(k): str(v) for k, v in value.items()}

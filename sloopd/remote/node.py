@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -153,15 +154,23 @@ class StageRoom:
         self._outbox.changed.set()
 
     async def poll(self, wait_s: float) -> dict[str, Any]:
-        """What the child said since the last poll; its end once everything was taken."""
+        """What the child said since the last poll; its end once everything was taken;
+        and how long it has been silent, by this node's clock (the daemon's stall clock:
+        relay delay on the way is not the child's silence)."""
         outbox = self._outbox
         assert outbox is not None, "poll before start"
         if outbox.empty and self._ended is None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(outbox.changed.wait(), wait_s)
+        # A full outbox stopped reading the child's pipes: it had more to say.
+        silent = 0.0 if outbox.full or self._child is None else self._silence(self._child)
         items = outbox.take()
         ended = self._ended if outbox.empty and self._ended is not None else None
-        return {"items": items, "ended": ended, "failure": self._failure}
+        return {"items": items, "ended": ended, "failure": self._failure, "silent": silent}
+
+    @staticmethod
+    def _silence(child: LocalChild[Child]) -> float:
+        return max(0.0, time.monotonic() - child.last_output_monotonic)
 
     async def deliver(self, number: int, data: bytes | None) -> None:
         if self._relay is not None:
@@ -173,9 +182,15 @@ class StageRoom:
             await self._child.stop()
 
     async def collect(
-        self, start: str, base: str, auto_commit: str | None, identity: tuple[str, str]
+        self,
+        start: str,
+        base: str,
+        auto_commit: str | None,
+        identity: tuple[str, str],
+        max_bundle: int,
     ) -> dict[str, Any]:
-        """The commit the child left (fetched into the cache, checked), as a bundle."""
+        """The commit the child left (fetched into the cache, checked), as a bundle of at
+        most ``max_bundle`` bytes."""
         room = self._room
         assert room is not None, "collect before start"
         if self._relay is not None:
@@ -187,6 +202,7 @@ class StageRoom:
                 base=base,
                 auto_commit=auto_commit,
                 identity=identity,
+                max_bundle=max_bundle,
             )
             await room.cache.keep(tip)
             return {"tip": tip, "uncommitted": dirty, "bundle": bundle, "error": None}

@@ -66,6 +66,11 @@ class Outbox:
     def empty(self) -> bool:
         return not self._items
 
+    @property
+    def full(self) -> bool:
+        """Whether the child's pipes are not read now, for the daemon's sake."""
+        return self._full
+
 
 class SocketRelay:
     """``/sloop/worker.sock`` on the node: each connection a numbered byte stream."""

@@ -124,7 +124,7 @@ class Room:
 
     async def collect(
         self, hide: tuple[Path, ...], *, start: str, base: str, auto_commit: str | None,
-        identity: tuple[str, str],
+        identity: tuple[str, str], max_bundle: int,
     ) -> tuple[str, list[str], bytes]:  # fmt: skip
         """(the tip, what is left uncommitted, a bundle of the new commits) after the child."""
         isolation = self.isolation(hide)
@@ -148,7 +148,7 @@ class Room:
                 sandboxed_upload_pack=checkout.upload_pack_command(self.checkout, isolation),
                 timeout=GIT_TIMEOUT_S,
             )
-            bundle = b"" if tip == start else await self.cache.bundle(tip, start)
+            bundle = b"" if tip == start else await self.cache.bundle(tip, start, max_bundle)
         except (checkout.CheckoutError, CacheError) as exc:
             raise RoomError(str(exc)) from exc
         return tip, dirty, bundle

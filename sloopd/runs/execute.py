@@ -16,7 +16,6 @@ from sloopd.core.state import Daemon
 from sloopd.flows import explain, walk
 from sloopd.flows.flow import Stage
 from sloopd.flows.results import (
-    NODE_LOST,
     NODE_LOST_REASON,
     UNCOMMITTED_CHANGES,
     StageResult,
@@ -203,7 +202,7 @@ class StageExecutor:
         if isinstance(code, str):
             return StageResult.checked("exit_code", False, code)
         if end is not None and end.lost is not None:
-            return outcomes.lost(end.lost, end.node)
+            return outcomes.lost(end.lost, end.node, end.cluster_down)
         result = self._judge(facts, stage, attempt, code)
         if result.verdict_source == "exit_code" and not result.passed:
             # The cause after the rule: what the child said last (stderr first).
@@ -297,6 +296,7 @@ class StageExecutor:
         seat_usage: list[Usage | None] = []
         timed_out: list[str] = []
         lost: list[str] = []
+        cluster_down = False  # a seat was lost while the cluster could not be reached
         for seat, reviewer in enumerate(stage.reviewers):
             if stops_children(active.stop):
                 break  # stopped: a spent budget ends the panel too
@@ -326,6 +326,7 @@ class StageExecutor:
                 result["exit_code"] = None
                 result["error"] = f"{NODE_LOST_REASON}: {end.lost}"
                 lost.append(f"seat {seat} ({reviewer.target}): {end.lost}")
+                cluster_down = cluster_down or end.cluster_down
             if usage is not None:
                 result["usage"] = usage.row()
             seat_usage.append(usage)
@@ -367,7 +368,7 @@ class StageExecutor:
             # seat's node was lost is a transient failure (the ticket is queued again).
             diagnosis=None
             if passed or not (timed_out or lost)
-            else daemon_diagnosis(NODE_LOST, "; ".join(lost))
+            else outcomes.lost_diagnosis("; ".join(lost), cluster_down)
             if lost
             else daemon_diagnosis(TIMED_OUT, "; ".join(timed_out)),
         )

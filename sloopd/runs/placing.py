@@ -40,6 +40,7 @@ def placement(
         identity=work.identity,
         auto_commit=work.auto_commit,
         resources=resources.request(),
+        max_bundle=active.config.executor.max_bundle,
     )
 
 

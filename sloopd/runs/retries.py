@@ -9,6 +9,11 @@ runs, so a restart forgets none: the unbroken series of its latest runs that
 ended on a transient failure (runs a restart aborted are passed over).  Once
 ``agent.transient_retries`` are spent the run settles ``failed`` saying so.
 
+A stage lost while its Ray cluster could not be reached (``node_lost`` with
+``cluster_down``) spends no retry: the outage is the cluster's, it closed the gate,
+and the ticket is queued again at once, to be claimed when the gate reopens.  Such
+runs are passed over when retries are counted, as aborted ones are.
+
 A rate or usage limit (``after_vendor_limit``) is queued again too, when the gate's
 cooldown ends.
 """
@@ -29,22 +34,35 @@ from sloopd.store import Store
 from sloopd.util.clock import now_ms
 from sloopd.util.durations import format_ms
 
-__all__ = ["TRANSIENT_CLASSES", "after_transient", "backoff_ms", "requeued", "retries_used"]
+__all__ = [
+    "TRANSIENT_CLASSES",
+    "after_transient",
+    "after_vendor_limit",
+    "backoff_ms",
+    "requeued",
+    "retries_used",
+    "spends_none",
+]
 
 
 def retries_used(store: Store, ticket: str, run_id: str) -> int:
     """Transient retries the ticket already had: its latest runs that ended on one."""
     used = 0
     for other, state, classification in store.all("run_outcomes_for_ticket", (ticket,)):
-        if other == run_id or state == "aborted":
-            continue
         diagnosis = orjson.loads(classification) if classification else None
+        if other == run_id or state == "aborted" or spends_none(diagnosis):
+            continue
         if not isinstance(diagnosis, dict) or diagnosis.get("classification") not in (
             TRANSIENT_CLASSES
         ):
             break
         used += 1
     return used
+
+
+def spends_none(diagnosis: Any) -> bool:
+    """Whether a failure spent no transient retry: its stage was lost with the cluster."""
+    return isinstance(diagnosis, dict) and diagnosis.get("cluster_down") is True
 
 
 def backoff_ms(settings: AgentSettings, used: int) -> int:
@@ -73,6 +91,13 @@ def requeued(store: Store, settings: AgentSettings, facts: RunFacts, cause: str)
     backoff, or, its retries spent, not."""
     used = retries_used(store, facts.ticket, facts.run_id)
     allowed = settings.transient_retries
+    if spends_none(diagnosis):
+        # Due now: the gate the outage closed holds it until the cluster is back.
+        return halt(
+            f"{cause}; queued again for when the Ray cluster is back "
+            "(a cluster that cannot be reached spends no transient retry)",
+            requeue_at_ms=now_ms(),
+        )
     if used >= allowed:
         return halt(
             f"{cause}; not queued again: the ticket's transient retries are spent "

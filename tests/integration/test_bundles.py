@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from sloopd.git import bundles
-from sloopd.git.node_cache import Cache
+from sloopd.git.node_cache import Cache, CacheError
 from tests.support.daemon import git
+
+LIMIT = 512 << 20  # [executor] max_bundle's default
 
 
 def _commit(repo: Path, name: str, text: str) -> str:
@@ -41,15 +43,15 @@ def test_the_second_bundle_to_a_node_holds_only_what_it_lacks(
     async def scenario() -> tuple[int, int | None, list[str]]:
         cache = await Cache.of(tmp_path / "node")
         first_commit = git(daemon_repo, "rev-parse", "HEAD").strip()
-        first = await bundles.bundle_for(daemon_repo, tmp_path / "ship", first_commit, [])
+        first = await bundles.bundle_for(daemon_repo, tmp_path / "ship", first_commit, [], LIMIT)
         assert first is not None
         await cache.take(first.read_bytes(), first_commit)
         second_commit = _commit(daemon_repo, "more.txt", "small")
         second = await bundles.bundle_for(
-            daemon_repo, tmp_path / "ship", second_commit, await cache.haves()
+            daemon_repo, tmp_path / "ship", second_commit, await cache.haves(), LIMIT
         )
         again = await bundles.bundle_for(
-            daemon_repo, tmp_path / "ship", first_commit, await cache.haves()
+            daemon_repo, tmp_path / "ship", first_commit, await cache.haves(), LIMIT
         )
         assert again is None  # the node has it: nothing is shipped
         assert second is not None
@@ -80,12 +82,14 @@ def test_work_that_does_not_descend_from_the_base_is_refused_and_no_ref_moves(
         ship = tmp_path / "ship"
         ship.mkdir()
         taken = await bundles.adopt(
-            daemon_repo, ship, tmp_path / "good.bundle", branch="b", ref=ref, base=base
-        )
+            daemon_repo, ship, tmp_path / "good.bundle", branch="b", ref=ref, base=base,
+            limit=LIMIT,
+        )  # fmt: skip
         with pytest.raises(bundles.ShippingError, match="does not descend"):
             await bundles.adopt(
-                daemon_repo, ship, tmp_path / "bad.bundle", branch="b", ref=ref, base=base
-            )
+                daemon_repo, ship, tmp_path / "bad.bundle", branch="b", ref=ref, base=base,
+                limit=LIMIT,
+            )  # fmt: skip
         return taken, git(daemon_repo, "rev-parse", ref).strip()
 
     taken, recorded = asyncio.run(scenario())
@@ -93,3 +97,46 @@ def test_work_that_does_not_descend_from_the_base_is_refused_and_no_ref_moves(
     assert recorded == good  # the refused bundle moved nothing
     leftovers = git(daemon_repo, "for-each-ref", "refs/sloop/incoming", "refs/sloop/ship")
     assert leftovers == ""
+
+
+def test_a_bundle_past_the_bound_travels_neither_way_and_the_reason_names_the_bound(
+    daemon_repo: Path, tmp_path: Path
+) -> None:
+    """Each of the three repository's commits holds 40 KB of incompressible text."""
+    start = git(daemon_repo, "rev-parse", "HEAD~1").strip()
+    tip = git(daemon_repo, "rev-parse", "HEAD").strip()
+    limit = 16 << 10
+    ship = tmp_path / "ship"
+
+    async def scenario() -> list[str]:
+        said = []
+        # Out: the daemon does not make a bundle for the node past the bound.
+        with pytest.raises(bundles.ShippingError) as out:
+            await bundles.bundle_for(daemon_repo, ship, tip, [], limit)
+        said.append(str(out.value))
+        # Back, on the node: its cache does not bundle work past the bound.
+        cache = await Cache.of(tmp_path / "node")
+        whole = await bundles.bundle_for(daemon_repo, ship, tip, [], LIMIT)
+        assert whole is not None
+        await cache.take(whole.read_bytes(), tip)
+        with pytest.raises(CacheError) as back:
+            await cache.bundle(tip, start, limit)
+        said.append(str(back.value))
+        assert await cache.bundle(tip, start, LIMIT)  # under the bound it does
+        # Back, on the daemon's host: a bundle past the bound is not taken.
+        with pytest.raises(bundles.ShippingError) as taken:
+            await bundles.adopt(
+                daemon_repo, ship, whole, branch="b", ref="refs/sloop/runs/R1/0-1",
+                base=start, limit=limit,
+            )  # fmt: skip
+        said.append(str(taken.value))
+        assert not whole.exists()  # removed: nothing past the bound stays in ship/
+        return said
+
+    said = asyncio.run(scenario())
+    for reason in said:
+        assert "more than [executor] max_bundle (16.0 KiB)" in reason, said
+    assert said[0].startswith("the bundle of the stage's start commit is "), said
+    assert said[1].startswith("the bundle of the work is "), said
+    assert list(ship.glob("*.bundle")) == []
+    assert git(daemon_repo, "for-each-ref", "refs/sloop").strip() == ""

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 import pytest
 
 import sloopd
+from sloopd.core.instance import instance_id
 from sloopd.remote.room import _key as room_key
 from tests.support.agents import Bench, read_json, sloop_toml, ticket_text
 from tests.support.daemon import REPO_ROOT, short_tmpdir, wait_until
@@ -119,15 +119,15 @@ def test_a_hostile_agent_on_a_node_sees_no_ray_secret_or_place_and_only_its_sock
              "command": [sys.executable, str(script), json.dumps(plan)],
              "resources": {"custom": {"w1": 1}}}  # fmt: skip
     bench.setup(ray_config(bench, cluster, [stage]), {"probe": ticket_text("Probe")})
-    # Decoys on w1: another stage's room of this repository, another repository's cache.
+    bench.start()
+    # Decoys on w1: another stage's room of this daemon, another daemon's cache.
     node_dir = cluster.nodes["w1"].node_dir
-    key = room_key(f"{socket.gethostname()}:{bench.repo}")
+    key = room_key(instance_id(bench.state_dir))
     decoys = [node_dir / key / "rooms" / "decoy" / "work", node_dir / "0123456789abcdef"]
     for decoy in decoys:
         decoy.mkdir(parents=True, exist_ok=True)
         (decoy / "secret.txt").write_text("another stage's\n")
     try:
-        bench.start()
         bench.post("probe")
         run = bench.wait_run("R1", timeout=SETTLE_S)
     finally:

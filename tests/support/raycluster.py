@@ -155,7 +155,7 @@ class RayCluster:
     def _ports(self, name: str) -> list[str]:
         """Ports of the node's own, from a block after the head's: nodes started at
         once raced for the same free port otherwise ("bind: Address already in use")."""
-        slot = self._slots.setdefault(name, len(self._slots) + 1)
+        slot = self._slot(name)
         base = self.port + 200 * slot
         low, high = _worker_ports(base + 10, base + 199)
         return [
@@ -165,6 +165,17 @@ class RayCluster:
             "--dashboard-agent-listen-port", str(base + 5),
             "--min-worker-port", str(low), "--max-worker-port", str(high),
         ]  # fmt: skip
+
+    def _slot(self, name: str) -> int:
+        """The node's block of ports: its own while it is in ``nodes``, else the lowest
+        one no node holds.  Four blocks fit below the next cluster's port (each xdist
+        worker's cluster is 1000 ports on): a fifth name would meet its head."""
+        taken = {self._slots[n] for n in self.nodes if n != name and n in self._slots}
+        slot = self._slots.get(name)
+        if slot is None or slot in taken:
+            slot = next(i for i in range(1, 100) if i not in taken)
+            self._slots[name] = slot
+        return slot
 
     def start_head(self) -> None:
         # A head started again: `ray start` refuses to when the temp folder's last

@@ -31,6 +31,12 @@ def test_executor_keys_and_resources_parse() -> None:
     assert parsed.executor.resources == Resources(2.0, 2 << 30, (("agents", 1.0),))
 
 
+def test_max_bundle_is_512_mib_unless_set() -> None:
+    assert _parse({}).executor.max_bundle == 512 << 20
+    assert _parse({"executor": {"max_bundle": "64MiB"}}).executor.max_bundle == 64 << 20
+    assert _parse({"executor": {"max_bundle": 4096}}).executor.max_bundle == 4096
+
+
 @pytest.mark.parametrize(
     ("section", "words"),
     [
@@ -42,6 +48,9 @@ def test_executor_keys_and_resources_parse() -> None:
         ({"resources": {"custom": {"CPU": 1}}}, "not a custom resource name"),
         ({"address": ""}, "executor.address"),
         ({"address": "ray://head:10001"}, "Ray Client"),
+        ({"max_bundle": "lots"}, "executor.max_bundle"),
+        ({"max_bundle": 100}, "executor.max_bundle"),
+        ({"max_bundle": 1.5}, "executor.max_bundle"),
     ],
 )
 def test_a_bad_executor_is_refused_naming_the_key(section: dict[str, object], words: str) -> None:
