@@ -83,6 +83,13 @@ def after_transient(
     cause = f"stage '{stage}' failed on execution {attempt}: {diagnosis['classification']}" + (
         f" ({evidence})" if evidence else ""
     )
+    if spends_none(diagnosis):
+        # Due now: the gate the outage closed holds it until the cluster is back.
+        return halt(
+            f"{cause}; queued again for when the Ray cluster is back "
+            "(a cluster that cannot be reached spends no transient retry)",
+            requeue_at_ms=now_ms(),
+        )
     return requeued(store, settings, facts, cause)
 
 
@@ -91,13 +98,6 @@ def requeued(store: Store, settings: AgentSettings, facts: RunFacts, cause: str)
     backoff, or, its retries spent, not."""
     used = retries_used(store, facts.ticket, facts.run_id)
     allowed = settings.transient_retries
-    if spends_none(diagnosis):
-        # Due now: the gate the outage closed holds it until the cluster is back.
-        return halt(
-            f"{cause}; queued again for when the Ray cluster is back "
-            "(a cluster that cannot be reached spends no transient retry)",
-            requeue_at_ms=now_ms(),
-        )
     if used >= allowed:
         return halt(
             f"{cause}; not queued again: the ticket's transient retries are spent "
