@@ -13,24 +13,26 @@ launchers (``tests.support.fakes``).
 from __future__ import annotations
 
 import logging
+import os
 import resource
 from collections.abc import Mapping
+from pathlib import Path
 
 from sloopd.core import executor_config
 from sloopd.core.instance import instance_id
 from sloopd.core.logsink import LogSink
-from sloopd.core.paths import Layout
+from sloopd.core.paths import Layout, git_common_dir
 from sloopd.core.state import Daemon
 from sloopd.git import ops as gitops
 from sloopd.landing.queue import MergeQueue
 from sloopd.proc.children import Child, ProcessGroups
+from sloopd.proc.launchers import ChildLauncher, SandboxPlaces, protected_paths
 from sloopd.proc.stage_io import Launcher
 from sloopd.remote.cluster_gate import ClusterGate
 from sloopd.remote.launcher import RayExecutor, RayLauncher
 from sloopd.runs.branch import RunBranches
 from sloopd.runs.execute import StageExecutor
 from sloopd.runs.landing_steps import LandingSteps
-from sloopd.runs.launch import HostLauncher, SandboxLauncher, protected_paths
 from sloopd.runs.merge_slot import MergeSlot
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runner import RunManager, sandboxed_as_admitted
@@ -69,10 +71,23 @@ def worker_connection_budget() -> int:
 
 def local_launchers(layout: Layout, groups: ProcessGroups) -> dict[str, Launcher]:
     """Where children run on this host, by the ``sandbox`` mode a run was admitted with."""
+    places = SandboxPlaces(
+        hide=hidden_from_children(layout), objects=_common_dir(layout) / "objects"
+    )
     return {
-        "bwrap": SandboxLauncher[Child](layout, groups),
-        "none": HostLauncher[Child](groups),
+        "bwrap": ChildLauncher[Child](groups, places),
+        "none": ChildLauncher[Child](groups, None),
     }
+
+
+def _common_dir(layout: Layout) -> Path:
+    """The repository's git directory (objects, refs, config, hooks), resolved."""
+    return Path(os.path.realpath(git_common_dir(layout.repo)))
+
+
+def hidden_from_children(layout: Layout) -> tuple[Path, ...]:
+    """What no child on this host may see (sloopd.proc.launchers.protected_paths)."""
+    return protected_paths(layout.state_dir, layout.socket_dir, layout.repo, _common_dir(layout))
 
 
 def ray_executor(daemon: Daemon) -> RayExecutor | None:
@@ -133,7 +148,7 @@ def run_manager(
     branches = RunBranches(
         layout,
         sandboxed=sandboxed_as_admitted(daemon, active),
-        protected=protected_paths(layout),
+        protected=hidden_from_children(layout),
     )
     children = ChildStarter(layout, records, credentials, worker_sockets.path, launchers)
     steps: list[LandingSteps] = []  # the queue tells the steps, built right after it

@@ -8,7 +8,7 @@ configuration the run was admitted with, so a launcher reads no shared state
 (no ``ActiveRun``, no ``Daemon``, no configuration that a reload may change
 meanwhile) and a launcher on another machine (a Ray or Kubernetes executor) can
 be handed the same value, serialised.  The local implementations are
-``sloopd.runs.launch``'s ``SandboxLauncher`` and ``HostLauncher``; the tests'
+``sloopd.proc.launchers``'s ``ChildLauncher``; the tests'
 recording fake is ``tests.support.fakes.FakeLauncher``.
 
 This module imports nothing of Sloop but the type of a line callback, so every

@@ -4,7 +4,7 @@
 ``ray.remote`` and places on a node with the stage's resources: one actor per
 stage execution or panel seat.  It makes the stage's checkout from the shipped
 commit, runs the child with the very launcher the daemon's host uses
-(``sloopd.runs.launch.SandboxLauncher``: the same bubblewrap sandbox, mounts
+(``sloopd.proc.launchers.ChildLauncher``: the same bubblewrap sandbox, mounts
 rules, environment allowlist and ``network = false``), holds its lines and its
 worker-socket bytes in a bounded outbox the driver drains (``poll``), and gives
 back the commit it left as a bundle (``collect``).  The actor is owned by the
@@ -24,39 +24,24 @@ from pathlib import Path
 from typing import Any
 
 import sloopd
-from sloopd.core.paths import Layout
 from sloopd.git import checkout
 from sloopd.git.node_cache import CacheError
 from sloopd.proc import sandbox
 from sloopd.proc.children import Child, ProcessGroups
+from sloopd.proc.launchers import ChildLauncher, LocalChild, SandboxPlaces
 from sloopd.proc.stage_io import LaunchRefused
 from sloopd.remote import messages
 from sloopd.remote.relay import Outbox, SocketRelay
 from sloopd.remote.room import Room, RoomError, cache_of, node_dir
-from sloopd.runs.launch import LocalChild, SandboxLauncher
 
 
-class NodeSandboxLauncher(SandboxLauncher[Child]):
-    """The daemon host's sandbox launcher, with the node's protected places and the
-    daemon's values of the allowlisted variables."""
-
-    def __init__(self, groups: ProcessGroups, objects: Path, hide: tuple[Path, ...]) -> None:
-        self.groups = groups
-        self.layout = Layout(repo=objects.parent, state_dir=hide[0], socket_dir=hide[0])
-        self.common_dir = objects.parent
-        self._hide = hide
-        self.values: Mapping[str, str] = {}
-
-    def protected(self) -> tuple[Path, ...]:
-        return self._hide
-
-    def host_environ(self) -> Mapping[str, str]:
-        # The node's PATH and locale; the passed names' values are the daemon's, as a
-        # child on the daemon's host would see them (the node's own never leak in).
-        host = {k: v for k, v in os.environ.items() if k.startswith("LC_")}
-        host.update({"LANG": os.environ.get("LANG", "C.UTF-8"), **self.values})
-        host["PATH"] = node_path(self.values.get("PATH"), os.environ.get("PATH"))
-        return host
+def node_environ(values: Mapping[str, str]) -> Mapping[str, str]:
+    """The node's PATH and locale; the passed names' values are the daemon's, as a
+    child on the daemon's host would see them (the node's own never leak in)."""
+    host = {k: v for k, v in os.environ.items() if k.startswith("LC_")}
+    host.update({"LANG": os.environ.get("LANG", "C.UTF-8"), **values})
+    host["PATH"] = node_path(values.get("PATH"), os.environ.get("PATH"))
+    return host
 
 
 def node_path(daemon: str | None, node: str | None) -> str:
@@ -122,8 +107,12 @@ class StageRoom:
             raise LaunchRefused(f"the node could not make the stage's checkout: {exc}") from exc
         hide = _hidden_places(self.root)
         groups = ProcessGroups(self.root / "groups")
-        launcher = NodeSandboxLauncher(groups, cache.path / "objects", hide)
-        launcher.values = remote.values
+        values = remote.values
+        # The daemon host's launcher, with the node's hidden places and the daemon's
+        # values of the allowlisted variables.
+        launcher = ChildLauncher[Child](
+            groups, SandboxPlaces(hide, cache.path / "objects"), lambda: node_environ(values)
+        )
         launch = messages.node_launch(
             remote, checkout=room.checkout, home=room.home, socket=room.socket, files=room.files
         )

@@ -1,13 +1,13 @@
 """Recording fakes of the process groups and of the launcher: nothing is spawned.
 
 ``FakeProcessGroups`` stands where ``sloopd.proc.children.ProcessGroups`` does
-(the ``Groups`` interface of ``sloopd.runs.launch``): it records every spawn
+(the ``Groups`` interface of ``sloopd.proc.launchers``): it records every spawn
 (argv, working directory, environment, owner, the sandboxed command line) and
 plays each child from a ``Script`` (its lines, its exit, what it does before
 exiting) on the event loop, as a real child's output would arrive.
 ``FakeLauncher`` is a ``Launcher`` (``sloopd.proc.stage_io``) that records every
 ``StageLaunch`` (argv, the commit, the mounts, the allowlist) and starts its
-child through the real ``HostLauncher`` over fake groups, so what the groups
+child through the real ``ChildLauncher`` (no sandbox) over fake groups, so what the groups
 record as the environment is what a real child would get.
 
 A test scripts children in the order they start (``script(...)``); a child
@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sloopd.proc.children import ChildSpawnError
+from sloopd.proc.launchers import ChildLauncher, LocalChild, Wrap
 from sloopd.proc.lines import OnLines
 from sloopd.proc.stage_io import LaunchRefused, StageLaunch
-from sloopd.runs.launch import HostLauncher, LocalChild, Wrap
 
 # A stopped fake child dies as a real one does of the SIGTERM: -15.
 STOPPED_EXIT = -signal.SIGTERM
@@ -174,7 +174,7 @@ class FakeLauncher:
         self.launches: list[StageLaunch] = []
         self.problem = problem  # what unavailable() says
         self.refusals: list[str] = []
-        self._host = HostLauncher(self.groups)
+        self._host = ChildLauncher(self.groups, None)
 
     def script(self, *scripts: Script) -> None:
         self.groups.script(*scripts)

@@ -10,19 +10,21 @@ from typing import Any
 
 import pytest
 
+from sloopd.compose import hidden_from_children
 from sloopd.core.paths import Layout
+from sloopd.proc.launchers import ChildLauncher, SandboxPlaces
 from sloopd.proc.stage_io import LaunchRefused, Limits, StageLaunch
-from sloopd.runs.launch import SandboxLauncher
 from tests.support.fakes import FakeChild, FakeProcessGroups
 
 LIMITS = Limits(timeout_ms=60_000, max_log_lines=100, max_log_bytes=1 << 20)
 
 
-def launcher(tmp_path: Path) -> SandboxLauncher[FakeChild]:
+def launcher(tmp_path: Path) -> ChildLauncher[FakeChild]:
     repo = tmp_path / "repo"
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     layout = Layout(repo=repo, state_dir=repo / ".git" / "sloop", socket_dir=tmp_path / "s")
-    return SandboxLauncher(layout, FakeProcessGroups())
+    places = SandboxPlaces(hidden_from_children(layout), repo / ".git" / "objects")
+    return ChildLauncher(FakeProcessGroups(), places)
 
 
 def test_a_named_file_inside_a_named_folder_gets_no_bind_of_its_own(tmp_path: Path) -> None:
@@ -48,7 +50,7 @@ def test_a_named_file_inside_a_named_folder_gets_no_bind_of_its_own(tmp_path: Pa
 
 def test_the_repository_and_the_state_directory_are_never_shown(tmp_path: Path) -> None:
     sl = launcher(tmp_path)
-    repo = sl.layout.repo
+    repo = tmp_path / "repo"
     request = StageLaunch(
         owner="t",
         commit="0" * 40,
@@ -122,7 +124,7 @@ def test_a_mount_that_would_expose_the_repository_is_refused_before_anything_sta
     tmp_path: Path,
 ) -> None:
     sl = launcher(tmp_path)
-    launch = _launch(tmp_path, rw_mounts=(str(sl.layout.repo),))
+    launch = _launch(tmp_path, rw_mounts=(str(tmp_path / "repo"),))
 
     async def scenario() -> None:
         await sl.start(launch, lambda stream, texts, split: None)

@@ -1,14 +1,15 @@
-"""Where a child runs on this host: the local implementations of ``stage_io.Launcher``.
+"""Where a stage's child runs as a process: ``ChildLauncher``, the one local ``stage_io.Launcher``.
 
-``SandboxLauncher`` runs a stage's child in a bubblewrap sandbox on this host
-(the default); ``HostLauncher`` runs it as a plain child (``sandbox = "none"``,
-unsafe).  Both turn a ``StageLaunch`` into an allowlisted environment and a
-process group started through ``ProcessGroups``; the sandbox one also into the
-binds its ``SandboxSpec`` makes.  They read nothing but that value, the
-daemon's layout and the daemon's own environment (where the allowlisted
-variables' values are), so a remote launcher can stand behind the same
-protocol.  The process groups are reached through the narrow ``Groups``
-interface, so a test runs these launchers over a recording fake.
+It is built by composition from what it must know, computed by whoever builds it:
+the process groups it spawns in (``Groups``), where the allowlisted variables'
+values come from (``Environ``: this host's environment, or on a Ray node the
+daemon's), and, for a sandboxed child, the places no child may see and the object
+store its checkout borrows (``SandboxPlaces``; None: ``sandbox = "none"``, a plain
+child, unsafe).  The daemon builds it from its layout (``protected_paths``); a Ray
+node from its own folder and Ray's (``sloopd.remote.node``): the same class, the
+same bubblewrap command line, mount rules and environment allowlist on both.  It
+reads nothing but the ``StageLaunch`` it is handed and those values, so a test runs
+it over a recording fake of the groups.
 """
 
 from __future__ import annotations
@@ -18,11 +19,10 @@ import os
 import shutil
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
-from sloopd.core.paths import Layout, git_common_dir
 from sloopd.proc import sandbox
 from sloopd.proc.children import ChildSpawnError
 from sloopd.proc.environment import child_environment
@@ -132,91 +132,80 @@ def _overlaps(path: Path, protected: Iterable[Path]) -> Path | None:
     return None
 
 
-def protected_paths(layout: Layout, common_dir: Path | None = None) -> tuple[Path, ...]:
+def protected_paths(
+    state_dir: Path, socket_dir: Path, repo: Path, common_dir: Path
+) -> tuple[Path, ...]:
     """What no child may see: the store, the repository (its .git and untracked files
     alike: a ``.env`` is readable otherwise), the sockets, and the repository's git
     directory (objects, refs, config and hooks) wherever it is."""
-    if common_dir is None:
-        common_dir = Path(os.path.realpath(git_common_dir(layout.repo)))
-    places = [layout.state_dir, layout.socket_dir, common_dir, layout.repo]
+    places = [state_dir, socket_dir, common_dir, repo]
     return tuple(Path(os.path.realpath(p)) for p in places)
 
 
-class HostLauncher(Generic[ChildT]):
-    """``sandbox = "none"``: the child runs on the host with the allowlisted environment."""
+@dataclass(frozen=True, slots=True)
+class SandboxPlaces:
+    """What a sandboxed child is kept from, and what its checkout borrows.
 
-    def __init__(self, groups: Groups[ChildT]) -> None:
+    ``hide``: every place no child may see, resolved (the daemon's store, sockets and
+    repository; on a node, Sloop's node folder and Ray's session folder).
+    ``objects``: the object store the checkout's ``.git`` points into, shown read-only.
+    """
+
+    hide: tuple[Path, ...]
+    objects: Path
+
+
+# Where PATH, the locale and the passed names' values come from, read at each start.
+Environ = Callable[[], Mapping[str, str]]
+
+
+def this_host() -> Mapping[str, str]:
+    """The daemon's own environment, as it is now."""
+    return os.environ
+
+
+class ChildLauncher(Generic[ChildT]):
+    """Starts a stage's child in a process group: in bubblewrap when ``places`` is
+    given (see ``sloopd.proc.sandbox`` for what it sees), else as a plain child."""
+
+    def __init__(
+        self,
+        groups: Groups[ChildT],
+        places: SandboxPlaces | None,
+        environ: Environ = this_host,
+    ) -> None:
         self.groups = groups
+        self.places = places
+        self.environ = environ
 
     def unavailable(self) -> str | None:
-        return None  # a plain child needs nothing this host may lack
+        # A plain child needs nothing this host may lack; a sandbox needs bwrap to work.
+        return sandbox.probe() if self.places is not None else None
 
     def environment(self, launch: StageLaunch) -> dict[str, str]:
-        return self._environment(launch, checkout=str(launch.checkout), home=str(launch.home))
+        inside = self.places is not None
+        checkout = sandbox.CHECKOUT_PATH if inside else str(launch.checkout)
+        home = sandbox.HOME_PATH if inside else str(launch.home)
 
-    def _environment(self, launch: StageLaunch, *, checkout: str, home: str) -> dict[str, str]:
+        def seen(host: Path, sandboxed: str) -> str:
+            return sandboxed if inside else str(host)
+
         sloop = {**launch.variables, "SLOOP_WORKTREE": checkout}
         if launch.worker_socket is not None and launch.token is not None:
-            sloop["SLOOP_SOCKET"] = self._inside(launch.worker_socket, sandbox.WORKER_SOCKET_PATH)
+            sloop["SLOOP_SOCKET"] = seen(launch.worker_socket, sandbox.WORKER_SOCKET_PATH)
             if launch.token_env:
                 sloop["SLOOP_TOKEN"] = launch.token
             if launch.token_file is not None:
-                sloop["SLOOP_TOKEN_FILE"] = self._inside(launch.token_file, sandbox.TOKEN_PATH)
+                sloop["SLOOP_TOKEN_FILE"] = seen(launch.token_file, sandbox.TOKEN_PATH)
         if launch.prompt_file is not None:
-            sloop["SLOOP_PROMPT_FILE"] = self._inside(launch.prompt_file, sandbox.PROMPT_PATH)
-        return child_environment(self.host_environ(), passed=launch.passed, home=home, sloop=sloop)
-
-    def host_environ(self) -> Mapping[str, str]:
-        """Where PATH, the locale and the passed names' values come from: this host's
-        environment (a Ray node's launcher gives the daemon's values instead)."""
-        return os.environ
-
-    def _inside(self, host: Path, _sandboxed: str) -> str:
-        return str(host)
-
-    async def start(self, launch: StageLaunch, on_lines: OnLines) -> LocalChild[ChildT]:
-        return await self._spawn(launch, self.environment(launch), on_lines, None)
-
-    async def _spawn(
-        self, launch: StageLaunch, env: dict[str, str], on_lines: OnLines, wrap: Wrap | None
-    ) -> LocalChild[ChildT]:
-        try:
-            child = await self.groups.spawn(
-                list(launch.argv),
-                cwd=launch.checkout,
-                env=env,
-                owner=launch.owner,
-                on_lines=on_lines,
-                sandbox=wrap,
-            )
-        except ChildSpawnError as exc:
-            raise LaunchRefused(str(exc)) from exc
-        return LocalChild(child, self.groups)
-
-
-class SandboxLauncher(HostLauncher[ChildT]):
-    """Every child in bubblewrap: see ``sloopd.proc.sandbox`` for what it sees."""
-
-    def __init__(self, layout: Layout, groups: Groups[ChildT]) -> None:
-        super().__init__(groups)
-        self.layout = layout
-        # The repository's git directory: objects, refs, config and hooks alike.
-        self.common_dir = Path(os.path.realpath(git_common_dir(layout.repo)))
-
-    def unavailable(self) -> str | None:
-        return sandbox.probe()
-
-    def environment(self, launch: StageLaunch) -> dict[str, str]:
-        return self._environment(launch, checkout=sandbox.CHECKOUT_PATH, home=sandbox.HOME_PATH)
-
-    def _inside(self, host: Path, sandboxed: str) -> str:
-        return sandboxed
-
-    def protected(self) -> tuple[Path, ...]:
-        return protected_paths(self.layout, self.common_dir)
+            sloop["SLOOP_PROMPT_FILE"] = seen(launch.prompt_file, sandbox.PROMPT_PATH)
+        return child_environment(self.environ(), passed=launch.passed, home=home, sloop=sloop)
 
     def spec(self, launch: StageLaunch, env: Mapping[str, str]) -> sandbox.SandboxSpec:
-        protected = self.protected()
+        places = self.places
+        if places is None:
+            raise LaunchRefused("a child without a sandbox has no sandbox spec (a bug)")
+        protected = places.hide
         mounts: list[sandbox.Mount] = []
         # Login files are read-only mounts like the operator's own, and checked the
         # same way; a missing one is skipped (no login, no mount).
@@ -252,7 +241,7 @@ class SandboxLauncher(HostLauncher[ChildT]):
             worker_socket=launch.worker_socket if launch.token else None,
             token_file=launch.token_file if launch.token else None,
             prompt_file=launch.prompt_file,
-            objects=self.common_dir / "objects",
+            objects=places.objects,
             hide=protected,
             ro_mounts=tuple(m for m in mounts if not m.writable),
             rw_mounts=tuple(m for m in mounts if m.writable),
@@ -263,12 +252,25 @@ class SandboxLauncher(HostLauncher[ChildT]):
 
     async def start(self, launch: StageLaunch, on_lines: OnLines) -> LocalChild[ChildT]:
         env = self.environment(launch)
-        spec = self.spec(launch, env)
+        wrap: Wrap | None = None
+        if self.places is not None:
+            spec = self.spec(launch, env)
 
-        def wrap(argv: list[str], child_env: dict[str, str]) -> list[str]:
-            return sandbox.command(replace(spec, env=dict(child_env)), argv)
+            def wrap(argv: list[str], child_env: dict[str, str]) -> list[str]:
+                return sandbox.command(replace(spec, env=dict(child_env)), argv)
 
-        return await self._spawn(launch, env, on_lines, wrap)
+        try:
+            child = await self.groups.spawn(
+                list(launch.argv),
+                cwd=launch.checkout,
+                env=env,
+                owner=launch.owner,
+                on_lines=on_lines,
+                sandbox=wrap,
+            )
+        except ChildSpawnError as exc:
+            raise LaunchRefused(str(exc)) from exc
+        return LocalChild(child, self.groups)
 
 
 def _make_mount_point(home: Path, target: str, source: Path) -> None:
