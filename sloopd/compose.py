@@ -24,13 +24,14 @@ from sloopd.core.logsink import LogSink
 from sloopd.core.paths import Layout, git_common_dir
 from sloopd.core.state import Daemon
 from sloopd.git import ops as gitops
+from sloopd.git.run_branches import RunBranches
+from sloopd.git.workspace import LocalWorkspace, ShippedWorkspace, Workspace
 from sloopd.landing.queue import MergeQueue
 from sloopd.proc.children import Child, ProcessGroups
 from sloopd.proc.launchers import ChildLauncher, SandboxPlaces, protected_paths
 from sloopd.proc.stage_io import Launcher
 from sloopd.remote.cluster_gate import ClusterGate
 from sloopd.remote.launcher import RayExecutor, RayLauncher
-from sloopd.runs.branch import RunBranches
 from sloopd.runs.execute import StageExecutor
 from sloopd.runs.landing_steps import LandingSteps
 from sloopd.runs.merge_slot import MergeSlot
@@ -146,10 +147,20 @@ def run_manager(
         budget=worker_connections,
     )
     branches = RunBranches(
-        layout,
+        layout.repo,
+        layout.state_dir,
+        _common_dir(layout),
         sandboxed=sandboxed_as_admitted(daemon, active),
         protected=hidden_from_children(layout),
     )
+    # Where a child's commit comes in and its work goes out, by its placement's ``where``:
+    # this host's checkout, or a node's (shipped back in the stage's end).
+    here = LocalWorkspace(branches)
+    workspaces: dict[str, Workspace] = {
+        "bwrap": here,
+        "none": here,
+        "ray": ShippedWorkspace(branches),
+    }
     children = ChildStarter(layout, records, credentials, worker_sockets.path, launchers)
     steps: list[LandingSteps] = []  # the queue tells the steps, built right after it
 
@@ -166,6 +177,7 @@ def run_manager(
         records,
         children,
         branches,
+        workspaces,
         merge_slot=MergeSlot(),  # one fast-forward of main at a time
         queue=queue,
     )

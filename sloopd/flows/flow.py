@@ -111,6 +111,16 @@ class Stage:
     def advisory(self) -> bool:
         return self.fail_action == "continue"
 
+    @property
+    def produces(self) -> bool:
+        """Whether its commits become the run's work (else it reviews a pinned commit)."""
+        return (
+            self.action in ("agent", "command")
+            and self.result_check == "exit_code"
+            and not self.advisory
+            and not self.gate  # a merge-queue gate runs on the candidate (DESIGN rule 9)
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Flow:

@@ -27,7 +27,7 @@ from sloopd.proc import sandbox
 from sloopd.proc.children import ChildSpawnError
 from sloopd.proc.environment import child_environment
 from sloopd.proc.lines import OnLines
-from sloopd.proc.stage_io import LaunchRefused, StageEnd, StageLaunch
+from sloopd.proc.stage_io import Exited, LaunchRefused, StageLaunch
 
 # Turns (argv, the child's complete environment) into the command that runs it sandboxed.
 Wrap = Callable[[list[str], dict[str, str]], list[str]]
@@ -78,15 +78,23 @@ class LocalChild(Generic[ChildT]):
     def last_output_monotonic(self, value: float) -> None:
         self.child.last_output_monotonic = value
 
+    @property
+    def node(self) -> Mapping[str, str] | None:
+        return None  # this host
+
+    async def wait_started(self) -> bool:
+        return True  # a process group runs once spawned
+
     async def stop(self) -> None:
         await self.child.stop()
 
-    async def end(self) -> StageEnd:
+    async def end(self) -> Exited:
         code = await self.child.wait()
         # Whatever it left in its group (or marked outside it) is stopped before the
-        # stage goes on, so nothing of one execution outlives it.
+        # stage goes on, so nothing of one execution outlives it; its work stays in the
+        # checkout here, for the workspace to take back (sloopd.git.workspace).
         await self._groups.reap_leftovers(self.child)
-        return StageEnd(exit_code=code)
+        return Exited(exit_code=code)
 
 
 def _expand(path: str) -> tuple[Path, str]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from sloopd.proc.lines import OnLines
 
@@ -72,20 +72,25 @@ class StageLaunch:
     token_env: bool = True
     prompt_file: Path | None = None
     network: bool = True
-    # For an executor that runs the child elsewhere and brings its work back itself
-    # (sloopd.remote); the local launchers read none of these.
+    # Where the child runs and what is taken back after it, decided once per child
+    # (sloopd.runs.placing): the launcher and the workspace are chosen by it.
     placement: Placement | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Where a remote executor runs a child, and what it hands back.
+    """Where one child runs, and what is taken back after it: the plan of one child.
 
-    ``ref`` is the run-private ref the work is recorded under once it is checked
-    (fsck, descends from ``base``); ``auto_commit`` the message of ``commit =
-    "auto"`` (None: leftovers are only reported); ``resources`` the stage's
-    resolved request (cpus, memory in bytes, custom); ``max_bundle`` the most
-    bytes a bundle may hold either way (``[executor] max_bundle``).
+    ``where`` names the site (its launcher and its workspace): a sandbox mode of this
+    host, or a remote executor (``backend``: the configured one, ``local`` or ``ray``).
+    ``ref`` is the run-private ref the work is recorded
+    under once it is checked (fsck, descends from ``base``); ``auto_commit`` the
+    message of ``commit = "auto"`` (None: leftovers are only listed); ``listing``
+    whether leftovers are listed at all (a producing command stage's are not);
+    ``advance`` whether the run's branch moves to the work (a producing stage);
+    ``resources`` the child's resolved request (cpus, memory in bytes, custom), and
+    ``max_bundle`` the most bytes a bundle may hold either way (``[executor]
+    max_bundle``), for a remote executor.
     """
 
     base: str
@@ -95,27 +100,59 @@ class Placement:
     max_bundle: int
     auto_commit: str | None = None
     resources: Mapping[str, Any] = field(default_factory=dict)
+    where: str = "bwrap"
+    backend: str = "local"  # the configured backend (the metrics' label)
+    listing: bool = True
+    advance: bool = False
 
 
 @dataclass(frozen=True, slots=True)
-class StageEnd:
-    """How a started child ended; its lines went to the ``on_lines`` it was started with."""
+class Collected:
+    """Commit out: what a child left, taken back wherever it ran.
+
+    ``tip`` is recorded under the execution's ref in the daemon's repository and
+    checked (fsck, descends from the run's base); ``uncommitted`` is what the child
+    left uncommitted after ``commit = "auto"`` (empty when not listed).
+    """
+
+    tip: str
+    uncommitted: tuple[str, ...] = ()
+
+    def discarded(self, pinned: str) -> tuple[str | None, tuple[str, ...]] | None:
+        """What a reviewing child changed on its pinned commit: (its commit, when it
+        committed, and the paths it left), or None when it left nothing."""
+        if self.tip == pinned and not self.uncommitted:
+            return None
+        return (self.tip if self.tip != pinned else None, self.uncommitted)
+
+
+@dataclass(frozen=True, slots=True)
+class Exited:
+    """The child exited on its own or was stopped; its lines went to its ``on_lines``."""
 
     # Its exit code, as ``subprocess`` reports it: a death by signal N is -N.
     exit_code: int
-    # The commit the child left its work at, when the launcher brought it back
-    # itself (a remote executor).  None from the local launchers: the work stays in
-    # the checkout on this host, and the run's branches (sloopd.runs.branch) bring
-    # it back from there and check it descends from the run's base.
-    commit: str | None = None
-    # A remote executor's: what the child left uncommitted (after commit = "auto"), where
-    # it ran, and why it ended without an exit of its own (its node or actor was lost).
-    uncommitted: tuple[str, ...] = ()
+    # Its work, when the launcher took it back itself (a remote executor: on the node,
+    # shipped and checked here); None from this host's launchers, whose work the
+    # workspace takes back from the checkout here.
+    work: Collected | None = None
+    node: Mapping[str, str] | None = None  # where it ran, when not on this host
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """The child ended without an exit of its own: its node or actor was lost, and
+    nothing of its work came back."""
+
+    reason: str
     node: Mapping[str, str] | None = None
-    lost: str | None = None
     # Lost while the executor knew its cluster could not be reached: the loss is the
     # cluster's, not the node's, and spends no transient retry.
     cluster_down: bool = False
+
+
+# How a started child ended.
+StageEnd = Exited | Lost
 
 
 class LaunchRefused(Exception):
@@ -129,27 +166,29 @@ class RunningChild(Protocol):
     # The daemon moves it on by its own pauses (ActiveRun.credit_pause).
     last_output_monotonic: float
 
+    @property
+    def node(self) -> Mapping[str, str] | None:
+        """Where it runs when not on this host (the node's host name and id), else None."""
+        ...
+
+    async def wait_started(self) -> bool:
+        """True once the child runs; False when it ended (or was refused) first.
+
+        A child on this host runs once started.  A remote executor places one first (a
+        node, a checkout there) and starts it after: its stage's clocks (timeout, stall)
+        start once it really started, since the placement's seconds are not the
+        child's (under load a node took longer to place and start a child than a 2 s
+        timeout).  The executor bounds the placement itself, and an abort or a stopping
+        daemon stops a child still being placed.
+        """
+        ...
+
     async def stop(self) -> None:
         """Stop it (SIGTERM, then SIGKILL after the grace); its end reports how it died."""
         ...
 
     async def end(self) -> StageEnd:
         """Once it exited and nothing it left behind still runs: how it ended."""
-        ...
-
-
-@runtime_checkable
-class StartsLater(Protocol):
-    """A child a remote executor places first (a node, a checkout there) and starts after.
-
-    Its stage's clocks (timeout, stall) start once it really started: the placement's
-    seconds are not the child's (under load a node took longer to place and start a
-    child than a 2 s timeout).  The executor bounds the placement itself, and an abort
-    or a stopping daemon stops a child still being placed.
-    """
-
-    async def wait_started(self) -> bool:
-        """True once the child runs; False when it ended (or was refused) first."""
         ...
 
 

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from sloopd.git import bundles as shipping
 from sloopd.proc.lines import OnLines
-from sloopd.proc.stage_io import LaunchRefused, StageEnd, StageLaunch
+from sloopd.proc.stage_io import Collected, Exited, LaunchRefused, Lost, StageEnd, StageLaunch
 from sloopd.remote import messages
 
 # How long a stop waits for the node to confirm the child's end (the node's grace
@@ -210,7 +210,7 @@ class RemoteChild:
                 # The executor learns that the cluster is down before it hears of the
                 # stages lost with it (the driver says so first, or its exit does).
                 down = self.executor.down_reason is not None
-                return StageEnd(-9, node=node or self.node, lost=reason, cluster_down=down)
+                return Lost(reason, node=node or self.node, cluster_down=down)
             case messages.Unreturned(error, _node):
                 raise LaunchRefused(f"the node could not give the work back: {error}")
             case messages.Ran():
@@ -233,10 +233,9 @@ class RemoteChild:
                 tip = await shipping.record(self.repo, placement.ref, ran.tip, placement.base)
         except shipping.ShippingError as exc:
             raise LaunchRefused(f"the work from the node was refused: {exc}") from exc
-        return StageEnd(
+        return Exited(
             exit_code=ran.exit_code,
-            commit=tip,
-            uncommitted=ran.uncommitted,
+            work=Collected(tip, tuple(ran.uncommitted)),
             node=ran.node or self.node,
         )
 

@@ -5,10 +5,11 @@ default ``<tmp>/sloop-node-<uid>``), made by Sloop with no templates and read
 only by hardened git.  A stage's commit arrives as a bundle of what the cache
 lacks (``haves`` says what it holds), and the checkout is made from the cache
 exactly as the daemon makes one (``sloopd.git.checkout.create``).  After the
-child, the daemon-side steps run here, as on the daemon's host: the status and
-the auto-commit through Sloop's own index in the checkout's sandbox, and the
-bring-back into the cache through a sandboxed upload-pack with fsck and the
-descends-from-base check.  What goes back is a bundle of the new commits only.
+child, the daemon's collect runs here, the same function as on the daemon's host
+(``sloopd.git.workspace.take_back``): the status and the auto-commit through
+Sloop's own index in the checkout's sandbox, and the bring-back into the cache
+through a sandboxed upload-pack with fsck and the descends-from-base check.  What
+goes back is a bundle of the new commits only.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from sloopd.git import checkout, checkout_edits
+from sloopd.git import checkout
 from sloopd.git.checkout import Isolation
 from sloopd.git.node_cache import HAVE_PREFIX, Cache, CacheError
+from sloopd.git.workspace import take_back
 from sloopd.util import trees
 
 GIT_TIMEOUT_S = 120.0
@@ -129,25 +131,14 @@ class Room:
         """(the tip, what is left uncommitted, a bundle of the new commits) after the child."""
         isolation = self.isolation(hide)
         try:
-            dirty = await checkout_edits.uncommitted(
-                self.checkout, self.branch, isolation, timeout=GIT_TIMEOUT_S
-            )
-            if dirty and auto_commit is not None:
-                await checkout_edits.commit_all(
-                    self.checkout, self.branch, auto_commit, isolation,
-                    identity=identity, timeout=GIT_TIMEOUT_S,
-                )  # fmt: skip
-                dirty = []
-            private = f"{HAVE_PREFIX}work-{uuid.uuid4().hex}"
-            tip = await checkout.bring_back(
-                self.cache.path,
-                self.checkout,
-                self.branch,
-                private,
-                base,
-                sandboxed_upload_pack=checkout.upload_pack_command(self.checkout, isolation),
-                timeout=GIT_TIMEOUT_S,
-            )
+            # The same collect as on the daemon's host (sloopd.git.workspace), into the
+            # node's cache under a private ref; what goes back is a bundle of the new commits.
+            work = await take_back(
+                self.cache.path, self.checkout, self.branch,
+                f"{HAVE_PREFIX}work-{uuid.uuid4().hex}", base, isolation,
+                listing=True, auto_commit=auto_commit, identity=identity, timeout=GIT_TIMEOUT_S,
+            )  # fmt: skip
+            tip, dirty = work.tip, list(work.uncommitted)
             bundle = b"" if tip == start else await self.cache.bundle(tip, start, max_bundle)
         except (checkout.CheckoutError, CacheError) as exc:
             raise RoomError(str(exc)) from exc

@@ -8,6 +8,7 @@ producing work, ended on), what a reviewing stage discarded, and a diagnosis.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
@@ -16,23 +17,22 @@ from sloopd.core.state import Daemon
 from sloopd.flows import explain, walk
 from sloopd.flows.flow import Stage
 from sloopd.flows.results import (
-    NODE_LOST_REASON,
-    UNCOMMITTED_CHANGES,
     StageResult,
     daemon_diagnosis,
 )
 from sloopd.git import ops as gitops
 from sloopd.git.checkout import CheckoutError
+from sloopd.git.run_branches import RunBranches
+from sloopd.git.workspace import Workspace
 from sloopd.landing.queue import MergeQueue
-from sloopd.proc.stage_io import StageEnd
-from sloopd.runs import cli_sight, disk_full, outcomes
-from sloopd.runs.branch import RunBranches, produces
+from sloopd.proc.stage_io import Collected, Lost
+from sloopd.runs import cli_sight, disk_full, outcomes, placing
 from sloopd.runs.diagnosed import failed_session
 from sloopd.runs.merge_slot import MergeSlot
 from sloopd.runs.placing import Work
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
-from sloopd.runs.spawning import ChildStarter, said_streams, stream_of
+from sloopd.runs.spawning import ChildStarter, NotStarted, Ran, said_streams, stream_of
 from sloopd.runs.stop import TIMED_OUT, cancelled, child_stopped, stops_children
 from sloopd.util import quoting
 from sloopd.util.clock import now_ms
@@ -49,6 +49,7 @@ class StageExecutor:
         records: RunRecords,
         children: ChildStarter,
         branches: RunBranches,
+        workspaces: Mapping[str, Workspace],
         *,
         merge_slot: MergeSlot,
         queue: MergeQueue | None = None,
@@ -57,6 +58,7 @@ class StageExecutor:
         self.records = records
         self.children = children
         self.branches = branches
+        self.workspaces = workspaces  # by a child's placement's ``where``
         self.merge_slot = merge_slot
         self.queue = queue  # where a landing's sync builds (None: on main, as in 0.8)
 
@@ -97,7 +99,7 @@ class StageExecutor:
         self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
     ) -> StageResult:
         main = active.config.repo.main
-        name = self.branches.execution_name(facts, stage, attempt, None)
+        name = facts.execution_name(stage.name, attempt, None)
         if stage.action == "sync":
             return await self._sync(facts, stage, main, name)
         tip = self._pinned(facts, await self.branches.base(facts))
@@ -176,33 +178,57 @@ class StageExecutor:
         )
         return diagnosis.as_json()
 
+    async def _child(
+        self,
+        active: ActiveRun,
+        facts: RunFacts,
+        stage: Stage,
+        attempt: int,
+        seat: int | None,
+        command: tuple[str, ...],
+        start: str,
+        work: Work,
+    ) -> tuple[Ran | NotStarted, Collected | None]:
+        """Commit in, the child, commit out: the one path of every child, wherever it
+        runs (its placement, decided once, picks the launcher and the workspace)."""
+        plan = placing.placement(active, facts, stage, seat, work)
+        workspace = self.workspaces[plan.where]
+        # A commit in: the place is made anew from it, whatever the last one left.
+        await workspace.make(facts, start)
+        ran = await self.children.run(active, facts, stage, attempt, seat, command, start, plan)
+        if isinstance(ran, NotStarted) or isinstance(ran.end, Lost):
+            return ran, None  # nothing ran there, or nothing came back from the lost node
+        return ran, await workspace.collect(facts, ran.end, plan)
+
     async def _run_child(
         self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
     ) -> StageResult:
         pinned = ""
-        if not produces(stage):
+        if not stage.produces:
             # A reviewer reviews exactly this commit; what it changes is not merged.
             pinned = self._pinned(facts, await self.branches.base(facts))
         if stage.result_check == "panel":
             return await self._run_panel(active, facts, stage, attempt, pinned)
         command = stage.command or (active.config.agent.command if stage.action == "agent" else ())
         start = pinned or self._recorded_tip(facts)  # the commit the child starts from
-        name = self.branches.execution_name(facts, stage, attempt, None)
-        remote = self.children.backend(active, stage, None) == "ray"
-        if not remote:
-            # A commit in: the checkout is made anew from it, whatever the last one left.
-            await self.branches.fresh(facts, start)
+        name = facts.execution_name(stage.name, attempt, None)
+        # Only a producing agent stage's leftovers are committed or refused; a reviewer's
+        # are recorded, a command's are not looked for.
+        producing_agent = stage.action == "agent" and stage.produces
         auto = _auto_message(facts, stage, attempt) if stage.commit == "auto" else None
-        # Only a producing agent stage's leftovers are committed; a reviewer's are recorded.
-        producing_agent = stage.action == "agent" and produces(stage)
-        work = await self._work(facts, name, auto if producing_agent else None)
-        code, usage, end = await self.children.run(
+        work = await self._work(
+            facts, name, auto if producing_agent else None,
+            listing=producing_agent or not stage.produces, advance=stage.produces,
+        )  # fmt: skip
+        ran, collected = await self._child(
             active, facts, stage, attempt, None, command, start, work
         )
-        if isinstance(code, str):
-            return StageResult.checked("exit_code", False, code)
-        if end is not None and end.lost is not None:
-            return outcomes.lost(end.lost, end.node, end.cluster_down)
+        if isinstance(ran, NotStarted):
+            return StageResult.checked("exit_code", False, ran.reason)
+        end = ran.end
+        if isinstance(end, Lost):
+            return outcomes.lost(end.reason, end.node, end.cluster_down)
+        code = end.exit_code
         result = self._judge(facts, stage, attempt, code)
         if result.verdict_source == "exit_code" and not result.passed:
             # The cause after the rule: what the child said last (stderr first).
@@ -211,82 +237,33 @@ class StageExecutor:
         result = failed_session(result, stream_of(active, stage, None), active.recent_output)
         if code == 127 and not result.passed:
             result = _unseen_program(active, command, result)
-        if usage is not None:
-            result = result.but(usage=usage.row())
-        if end is not None and end.node is not None:
+        if ran.usage is not None:
+            result = result.but(usage=ran.usage.row())
+        if end.node is not None:
             result = result.but(node=dict(end.node))
         if active.refused_tools:
             # A headless CLI that refuses a tool still exits 0: say what it refused.
             refused = "the agent's CLI refused tools: " + quoting.quote_names(active.refused_tools)
             result = result.but(reason=f"{result.reason}; {refused}" if result.reason else refused)
-        shipped = end if end is not None and end.commit is not None else None
-        if not produces(stage):
-            left = (
-                outcomes.shipped_leftovers(shipped, pinned)
-                if shipped is not None
-                else await self.branches.review_leftovers(facts, pinned, name)
-            )
-            return result.but(commit=pinned, discarded=(left.row(None),) if left else ())
-        return await self._collect_work(facts, stage, attempt, name, result, shipped)
+        assert collected is not None  # an exit always has its work taken back
+        if not stage.produces:
+            left = outcomes.discarded_row(collected, pinned, None)
+            return result.but(commit=pinned, discarded=(left,) if left else ())
+        if producing_agent and collected.uncommitted and result.passed:
+            result = outcomes.left_uncommitted(result, collected.uncommitted)
+        return result.but(commit=collected.tip)
 
-    async def _work(self, facts: RunFacts, name: str, auto_commit: str | None) -> Work:
+    async def _work(
+        self, facts: RunFacts, name: str, auto_commit: str | None, *, listing: bool, advance: bool
+    ) -> Work:
         return Work(
             base=await self.branches.base(facts),
             ref=self.branches.ref(facts, name),
             identity=self.branches.identity,
             auto_commit=auto_commit,
+            listing=listing,
+            advance=advance,
         )
-
-    async def _collect_work(
-        self,
-        facts: RunFacts,
-        stage: Stage,
-        attempt: int,
-        name: str,
-        result: StageResult,
-        shipped: StageEnd | None,
-    ) -> StageResult:
-        """A producing stage's commit, once nothing is left uncommitted.
-
-        ``shipped``: a remote executor brought the work back already (recorded under
-        the execution's ref, checked), its leftovers listed and auto-committed there.
-        """
-        commit: str | None = None  # brought back, the run's branch moved with it
-        if stage.action == "agent":
-            if shipped is not None:
-                dirty = list(shipped.uncommitted)
-            else:
-                commit, dirty = await self.branches.bring_back_listing(facts, name, advance=True)
-                if dirty and stage.commit == "auto":
-                    await self.branches.commit_all(facts, _auto_message(facts, stage, attempt))
-                    dirty = []
-                    commit = None  # brought back again below, with the daemon's commit
-            if dirty and result.passed:
-                # The first few paths quoted, the rest counted: an agent chooses how many
-                # files it leaves and how long their names are, and every client reads
-                # this reason.
-                reason = (
-                    "the agent left uncommitted changes in: "
-                    + quoting.quote_names(dirty)
-                    + ' (commit them, or set commit = "auto" on the stage)'
-                )
-                # Sloop found the cause itself: the diagnosis says so, and the
-                # vendor classifier (which would answer "unknown") is not asked.
-                result = result.but(
-                    passed=False,
-                    reason=reason,
-                    diagnosis=daemon_diagnosis(UNCOMMITTED_CHANGES, reason),
-                ).naming(dirty)
-        if shipped is not None and shipped.commit is not None:
-            commit = shipped.commit
-            # The run's checkout here shows the work so far, as after a local stage: a
-            # person reads a kept run's worktree, and a next local stage starts in it.
-            await self.branches.fresh(facts, commit)
-            self.branches.untouched(facts, commit)
-            await self.branches.advance(facts, commit)
-        elif commit is None:
-            commit = await self.branches.bring_back(facts, name, advance=True)
-        return result.but(commit=commit)
 
     async def _run_panel(
         self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int, pinned: str
@@ -308,43 +285,27 @@ class StageExecutor:
                 seat,
                 {"target": reviewer.target},
             )
-            name = self.branches.execution_name(facts, stage, attempt, seat)
-            remote = self.children.backend(active, stage, seat) == "ray"
-            if not remote:
-                # Each seat in a checkout of its own: nothing a seat before it left applies.
-                await self.branches.fresh(facts, pinned)
-            code, usage, end = await self.children.run(
-                active, facts, stage, attempt, seat, reviewer.command, pinned,
-                await self._work(facts, name, None),
-            )  # fmt: skip
-            result: dict[str, Any] = {"exit_code": code if isinstance(code, int) else None}
-            if isinstance(code, str):
-                result["error"] = code
-            if end is not None and end.node is not None:
-                result["node"] = dict(end.node)
-            if end is not None and end.lost is not None:
-                result["exit_code"] = None
-                result["error"] = f"{NODE_LOST_REASON}: {end.lost}"
-                lost.append(f"seat {seat} ({reviewer.target}): {end.lost}")
-                cluster_down = cluster_down or end.cluster_down
-            if usage is not None:
-                result["usage"] = usage.row()
-            seat_usage.append(usage)
+            name = facts.execution_name(stage.name, attempt, seat)
+            # Each seat in a place of its own: nothing a seat before it left applies.
+            work = await self._work(facts, name, None, listing=True, advance=False)
+            ran, collected = await self._child(
+                active, facts, stage, attempt, seat, reviewer.command, pinned, work
+            )
+            ended = outcomes.SeatEnd.of(ran)
+            if ended.lost is not None:
+                lost.append(f"seat {seat} ({reviewer.target}): {ended.lost}")
+                cluster_down = cluster_down or ended.cluster_down
+            seat_usage.append(ended.usage)
             cause = child_stopped(active.stop)
             if cause is not None and cause.kind == TIMED_OUT:
                 # Each seat has its own clock: this one fails, the next one sits.
-                result["error"] = cause.reason
+                ended = ended.failing(cause.reason)
                 timed_out.append(f"seat {seat} ({reviewer.target}) {cause.reason}")
                 active.seat_ended()
-            shipped = end if end is not None and end.commit is not None else None
-            if shipped is not None:
-                left = outcomes.shipped_leftovers(shipped, pinned)
-            elif end is not None and end.lost is not None:
-                left = None  # nothing came back from the lost node
-            else:
-                left = await self.branches.review_leftovers(facts, pinned, name)
+            left = outcomes.discarded_row(collected, pinned, seat) if collected else None
             if left is not None:
-                discarded.append(left.row(seat))
+                discarded.append(left)
+            result = ended.row()
             await self.records.append_steps_durably(
                 facts.run_id, walk.SEAT_FINISHED, stage.name, attempt, seat, result
             )

@@ -1,8 +1,11 @@
-"""Where one child of a stage runs: ``[executor]``, the stage's own, the seat's own.
+"""Where one child of a stage runs, decided once: ``[executor]``, the stage's own, the seat's own.
 
 The seat's ``backend`` and ``resources`` win over the stage's, which win over
-``[executor]``'s, key by key (sloopd.flows.placement); a child placed on Ray gets
-a ``stage_io.Placement`` that tells the remote executor where its work is recorded.
+``[executor]``'s, key by key (sloopd.flows.placement).  The answer is a
+``stage_io.Placement`` carried on the child's launch: its ``where`` picks the
+launcher (sloopd.runs.spawning) and the workspace (sloopd.runs.execute), and its
+``ref``, ``auto_commit``, ``listing`` and ``advance`` say what is taken back after
+the child, wherever it ran.  Nothing else asks where a child runs.
 """
 
 from __future__ import annotations
@@ -17,28 +20,34 @@ from sloopd.runs.runstate import ActiveRun, RunFacts
 
 @dataclass(frozen=True, slots=True)
 class Work:
-    """Where a remote child's work is recorded: the run's base, the execution's ref,
-    the identity and message of ``commit = "auto"`` (None: leftovers only reported)."""
+    """What is taken back after a child: the run's base, the execution's ref, the
+    identity and message of ``commit = "auto"`` (None: leftovers only listed), whether
+    leftovers are listed at all, and whether the run's branch moves to the work."""
 
     base: str
     ref: str
     identity: tuple[str, str]
     auto_commit: str | None = None
+    listing: bool = True
+    advance: bool = False
 
 
 def placement(
-    active: ActiveRun, facts: RunFacts, stage: Stage, seat: int | None, work: Work | None
-) -> Placement | None:
-    """What a remote executor needs beyond the launch; None for a child on this host."""
+    active: ActiveRun, facts: RunFacts, stage: Stage, seat: int | None, work: Work
+) -> Placement:
+    """The plan of one child: where it runs, with what, and what is taken back."""
     backend, resources = placed(active, stage, seat)
-    if backend != "ray" or work is None:
-        return None
     return Placement(
+        # On this host, the sandbox mode the run was admitted with; else the executor.
+        where=active.config.sandbox if backend == "local" else backend,
+        backend=backend,
         base=work.base,
         branch=facts.branch,
         ref=work.ref,
         identity=work.identity,
         auto_commit=work.auto_commit,
+        listing=work.listing,
+        advance=work.advance,
         resources=resources.request(),
         max_bundle=active.config.executor.max_bundle,
     )

@@ -134,3 +134,9 @@ class RunFacts:
     flow: Flow
     # The commit the run's branch started from; "" until its driver prepared the run.
     base: str = ""
+
+    def execution_name(self, stage: str, attempt: int, seat: int | None) -> str:
+        """The name an execution's ref carries (``refs/sloop/runs/<run>/<name>``): stage
+        names are free text, refs are not, so executions are named by flow position."""
+        index = self.flow.index(stage)
+        return f"{index}-{attempt}" + (f"-seat{seat}" if seat is not None else "")

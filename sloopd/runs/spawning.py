@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from sloopd.core.cost_budgets import UNPRICED_STREAMS
@@ -19,20 +20,11 @@ from sloopd.core.paths import Layout
 from sloopd.flows import prompts
 from sloopd.flows.flow import Stage
 from sloopd.flows.presets import configured_model
+from sloopd.git.run_branches import repository_identity
 from sloopd.proc.lines import OutputBudget
 from sloopd.proc.sandbox import PROMPT_PATH
-from sloopd.proc.stage_io import (
-    Launcher,
-    LaunchRefused,
-    Limits,
-    Placement,
-    StageEnd,
-    StageLaunch,
-    StartsLater,
-)
-from sloopd.runs import feedback, placing
-from sloopd.runs.branch import repository_identity
-from sloopd.runs.placing import Work
+from sloopd.proc.stage_io import Launcher, LaunchRefused, Limits, Placement, StageEnd, StageLaunch
+from sloopd.runs import feedback
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.runs.stop import stops_children
@@ -48,6 +40,23 @@ from sloopd.worker.credentials import Credentials
 FLUSH_AFTER_BYTES = 4 << 20
 # A child that printed this much leaves free heap behind: hand it back to the OS.
 TRIM_AFTER_BYTES = 16 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Ran:
+    """The child started and ended: how, and what its stream said it spent (None: no
+    stream, or nothing it recognised)."""
+
+    end: StageEnd
+    usage: Usage | None
+
+
+@dataclass(frozen=True, slots=True)
+class NotStarted:
+    """The child never ran (its argv cannot be passed, its launcher or its node refused
+    it, or its work was refused on the way back): why, for the stage's reason."""
+
+    reason: str
 
 
 class ChildStarter:
@@ -165,10 +174,6 @@ class ChildStarter:
             placement=placement,
         )
 
-    def backend(self, active: ActiveRun, stage: Stage, seat: int | None) -> str:
-        """Where this child runs: ``local`` or ``ray`` (sloopd.runs.placing)."""
-        return placing.placed(active, stage, seat)[0]
-
     async def run(
         self,
         active: ActiveRun,
@@ -178,18 +183,12 @@ class ChildStarter:
         seat: int | None,
         base: tuple[str, ...],
         commit: str,
-        work: Work | None = None,
-    ) -> tuple[int | str, Usage | None, StageEnd | None]:
-        """Run one child under a fresh credential, from ``commit``.
-
-        Its exit code (or why it never ran), the usage its stream reported (None: no
-        stream, or nothing it recognised), and its end (None when it never ran).
-        ``work`` says where a remote executor records what the child leaves.
-        """
+        plan: Placement,
+    ) -> Ran | NotStarted:
+        """Run one child under a fresh credential, from ``commit``, where ``plan`` says."""
         prompt_file, argv = self._argv(active, facts, stage, attempt, base)
         if isinstance(argv, str):
-            return argv, None, None
-        placed = placing.placement(active, facts, stage, seat, work)
+            return NotStarted(argv)
         credential = self.credentials.mint(facts.run_id, stage.name, attempt, seat)
         launch = self.launch(
             active,
@@ -201,7 +200,7 @@ class ChildStarter:
             commit,
             token=credential.token,
             prompt_file=prompt_file,
-            placement=placed,
+            placement=plan,
         )
         recent = active.recent_output
         recent.clear()
@@ -246,34 +245,33 @@ class ChildStarter:
                 sink.flush()
 
         try:
-            launcher = self._launcher(active, placed)
+            launcher = self._launcher(plan)
             child = await launcher.start(launch, on_lines)
         except LaunchRefused as exc:
             self.credentials.revoke(facts.run_id, credential)
-            return str(exc), None, None
+            return NotStarted(str(exc))
         active.child = child
-        # A child a remote executor still places has no clock yet: its timeout runs from
-        # its real start (the executor bounds the placement itself).
-        later = child if isinstance(child, StartsLater) else None
-        active.child_started_monotonic = None if later is not None else time.monotonic()
+        # A child still being placed (a remote executor) has no clock yet: its timeout
+        # runs from its real start (the executor bounds the placement itself).
+        active.child_started_monotonic = None
         active.child_timeout_ms = launch.limits.timeout_ms
         try:
             if stops_children(active.stop):  # stopped before the child was there to stop
                 await child.stop()
-            if later is not None and await later.wait_started():
+            if await child.wait_started():
                 active.child_started_monotonic = child.last_output_monotonic = time.monotonic()
-            counted = self._running("ray" if later else "local", later, +1)
+            counted = self._running(plan.backend, child.node, +1)
             try:
                 end = await child.end()
             finally:
                 if counted:
-                    self._running("ray" if later else "local", later, -1)
+                    self._running(plan.backend, child.node, -1)
         except LaunchRefused as exc:  # a remote child refused on its node, or its work
-            return str(exc), None, None
+            return NotStarted(str(exc))
         finally:
             self.credentials.revoke(facts.run_id, credential)
             reported = self._ended(active, facts, stage.name, attempt, budget, stream_name)
-        return end.exit_code, reported, end
+        return Ran(end, reported)
 
     def _ended(
         self,
@@ -308,17 +306,16 @@ class ChildStarter:
             return prompt_file, f"the child was not started: {too_long.message}"
         return prompt_file, argv
 
-    def _running(self, backend: str, later: StartsLater | None, delta: int) -> bool:
+    def _running(self, backend: str, node: Mapping[str, str] | None, delta: int) -> bool:
         """sloop_stage_children_running, by backend and the node's host name."""
         metrics = self.records.daemon.metrics
         if metrics is None:
             return False
-        node = getattr(later, "node", None) or {}
-        metrics.children_running.labels(backend, str(node.get("host", ""))).inc(delta)
+        metrics.children_running.labels(backend, str((node or {}).get("host", ""))).inc(delta)
         return True
 
-    def _launcher(self, active: ActiveRun, placed: Placement | None) -> Launcher:
-        launcher = self.launchers.get("ray" if placed else active.config.sandbox)
+    def _launcher(self, plan: Placement) -> Launcher:
+        launcher = self.launchers.get(plan.where)
         if launcher is None:
             # Stages placed on Ray by a reload: the driver is started at start-up only.
             raise LaunchRefused("the Ray executor is not running: restart the daemon to start it")

@@ -36,11 +36,9 @@ GATED = parse(
 
 
 def test_gate_stages_are_marked_and_do_not_produce() -> None:
-    from sloopd.runs.branch import produces
-
     assert [s.gate for s in GATED.stages] == [False, False, True, True, False]
-    assert not produces(GATED.stages[2])
-    assert produces(GATED.stages[0])
+    assert not GATED.stages[2].produces
+    assert GATED.stages[0].produces
     span = GATED.landing("test")
     assert span is not None
     assert (span.sync, span.ff_only) == (1, 4)

@@ -15,24 +15,16 @@ commit main gets is the one the last gating stage ran on, byte for byte.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import errno
-import os
-import threading
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, Protocol
 
-from sloopd.core.paths import Layout, git_common_dir
-from sloopd.flows.flow import Stage
-from sloopd.git import checkout, checkout_edits, conflicts, runner, scratch
+from sloopd.git import checkout, conflicts, runner, scratch
 from sloopd.git import ops as gitops
 from sloopd.git.checkout import CheckoutError, Isolation
 from sloopd.git.conflicts import Hunks
-from sloopd.runs.runstate import RunFacts
 from sloopd.util import quoting, trees
+from sloopd.util.trash import Trash
 
 # Every git call on a checkout or for it has this deadline; a hook or a huge
 # repository that takes longer fails the stage with a reason instead of hanging it.
@@ -62,45 +54,40 @@ def _conflicted(doing: str, paths: tuple[str, ...], hunks: Hunks | None) -> gito
     )
 
 
-def produces(stage: Stage) -> bool:
-    """Whether a stage's commits become the run's work (else it reviews a pinned commit)."""
-    return (
-        stage.action in ("agent", "command")
-        and stage.result_check == "exit_code"
-        and not stage.advisory
-        # A merge-queue gate runs on the candidate and never moves it (DESIGN rule 9).
-        and not stage.gate
-    )
+class RunPlace(Protocol):
+    """What the branches need of a run (``sloopd.runs.runstate.RunFacts`` is one)."""
 
+    @property
+    def run_id(self) -> str: ...
 
-@dataclass(frozen=True, slots=True)
-class Discarded:
-    commit: str | None
-    paths: tuple[str, ...]
+    @property
+    def branch(self) -> str: ...
 
-    def row(self, seat: int | None) -> dict[str, Any]:
-        """The stage row's ``discarded`` entry: the paths as many as the cap keeps (a
-        reviewer chooses how many it leaves), ``paths_omitted`` counting the rest."""
-        listed, omitted = quoting.listed_paths(self.paths)
-        entry: dict[str, Any] = {"commit": self.commit, "paths": list(listed)}
-        if omitted:
-            entry["paths_omitted"] = omitted
-        if seat is not None:
-            entry["reviewer"] = seat
-        return entry
+    @property
+    def worktree(self) -> Path: ...
+
+    @property
+    def base(self) -> str: ...  # "" until the run's driver prepared it
 
 
 class RunBranches:
     def __init__(
-        self, layout: Layout, *, sandboxed: Callable[[str], bool], protected: tuple[Path, ...]
+        self,
+        repo: Path,
+        state_dir: Path,
+        common_dir: Path,
+        *,
+        sandboxed: Callable[[str], bool],
+        protected: tuple[Path, ...],
     ) -> None:
-        self.layout = layout
+        self.repo = repo
+        self.state_dir = state_dir
         self._sandboxed = sandboxed
-        self.common_dir = Path(os.path.realpath(git_common_dir(layout.repo)))
+        self.common_dir = common_dir  # the repository's git directory, resolved
         self.protected = protected
         # The daemon's own commits (sync merges, commit = "auto") carry the repository's
         # identity, as a person's merge would, or Sloop's fallback on a bare CI host.
-        self.identity = repository_identity(layout.repo)
+        self.identity = repository_identity(repo)
         # Runs whose checkout ``create`` made and no child has entered yet: the first
         # execution may start in it as it is (it is exactly what ``fresh`` would make).
         self._untouched: dict[str, str] = {}
@@ -108,17 +95,12 @@ class RunBranches:
         # descends from, merged or rebased): what ``ff_only`` need not ask git about again.
         self._merged_onto: dict[str, tuple[str, str]] = {}
         # Checkouts set aside by ``fresh``, deleted off the stage's critical path.
-        self.trash = layout.state_dir / "trash"
-        self._sweeping: set[asyncio.Task[None]] = set()
-        self._sweep_again = False
-        self._stopping = threading.Event()  # set by stop_sweeping; read in the sweep's thread
+        self.trash = Trash(state_dir / "trash")
         # Where sync's merges are computed: no checkout, no agent's settings.
-        self.scratch = scratch.ScratchRepository(
-            layout.state_dir / "merge.git", self.common_dir / "objects"
-        )
+        self.scratch = scratch.ScratchRepository(state_dir / "merge.git", common_dir / "objects")
 
-    def isolation(self, facts: RunFacts) -> Isolation:
-        home = self.layout.state_dir / "runs" / facts.run_id / "git-home"
+    def isolation(self, facts: RunPlace) -> Isolation:
+        home = self.state_dir / "runs" / facts.run_id / "git-home"
         home.mkdir(parents=True, exist_ok=True)
         return Isolation(
             objects=self.common_dir / "objects",
@@ -127,24 +109,18 @@ class RunBranches:
             bwrap="bwrap" if self._sandboxed(facts.run_id) else None,
         )
 
-    def places(self, facts: RunFacts) -> tuple[Path, ...]:
+    def places(self, facts: RunPlace) -> tuple[Path, ...]:
         """Where a run's git writes: its checkout, the main repository, the state directory
         (the run's git HOME, the store): the filesystems a full disk is looked for on."""
-        return (facts.worktree, self.common_dir, self.layout.state_dir)
+        return (facts.worktree, self.common_dir, self.state_dir)
 
     @staticmethod
-    def ref(facts: RunFacts, name: str) -> str:
+    def ref(facts: RunPlace, name: str) -> str:
         return f"refs/sloop/runs/{facts.run_id}/{name}"
-
-    @staticmethod
-    def execution_name(facts: RunFacts, stage: Stage, attempt: int, seat: int | None) -> str:
-        # Stage names are free text; refs are not: name executions by flow position.
-        index = facts.flow.index(stage.name)
-        return f"{index}-{attempt}" + (f"-seat{seat}" if seat is not None else "")
 
     async def create(
         self,
-        facts: RunFacts,
+        facts: RunPlace,
         main: str,
         *,
         timeout: float = GIT_TIMEOUT_S,
@@ -155,7 +131,7 @@ class RunBranches:
         Making the branch runs the repository's ``reference-transaction`` hook: it has
         ``timeout`` (the repository's ``git_timeout``), and ``interrupt`` (an abort, a
         stopping daemon) kills it with its git at once (``GitInterrupted``)."""
-        repo = self.layout.repo
+        repo = self.repo
         base = await gitops.rev_parse(repo, main)
         if base is None:
             raise gitops.GitError(f"cannot start the run: {main!r} names no commit in {repo}")
@@ -177,7 +153,7 @@ class RunBranches:
         self._untouched[facts.run_id] = base
         return base
 
-    async def fresh(self, facts: RunFacts, commit: str) -> None:
+    async def fresh(self, facts: RunPlace, commit: str) -> None:
         """The checkout the next execution starts in: made anew by the daemon from ``commit``.
 
         Nothing of the previous execution's ``.git`` survives (config, hooks, info,
@@ -189,16 +165,16 @@ class RunBranches:
         if not self._set_aside(facts.worktree):
             await checkout.remove(facts.worktree)
         await checkout.create(
-            self.layout.repo, facts.worktree, facts.branch, commit, timeout=GIT_TIMEOUT_S
+            self.repo, facts.worktree, facts.branch, commit, timeout=GIT_TIMEOUT_S
         )
 
-    def untouched(self, facts: RunFacts, commit: str) -> None:
+    def untouched(self, facts: RunPlace, commit: str) -> None:
         """Only the daemon's own git has worked in the checkout since ``fresh`` made it, and
         it stands at ``commit`` (a stage shipped back from a node): the next execution may
         start in it as it is."""
         self._untouched[facts.run_id] = commit
 
-    def merged_onto_main(self, facts: RunFacts, tip: str) -> str | None:
+    def merged_onto_main(self, facts: RunPlace, tip: str) -> str | None:
         """The main commit ``tip`` descends from as this run's sync built it, if it did."""
         merged, onto = self._merged_onto.get(facts.run_id, ("", ""))
         return onto if merged == tip else None
@@ -210,132 +186,32 @@ class RunBranches:
         self._merged_onto.pop(run_id, None)
 
     def _set_aside(self, worktree: Path) -> bool:
-        """Move a checkout (or a run's state folder) out of the way at once (a rename) and
-        delete it, with whatever earlier ones a crash left there, off the loop and off the
-        stage's path; False when it cannot be renamed (another file system): delete it."""
-        if not worktree.exists() and not worktree.is_symlink():
-            return True
-        if worktree.is_symlink() or not worktree.is_dir():
-            raise CheckoutError(f"refusing to delete {worktree}: it is not a directory.")
-        self.trash.mkdir(mode=0o700, exist_ok=True)
+        """A checkout (or a run's state folder) out of the way at once, deleted in the
+        background (``sloopd.util.trash``); False: it cannot be renamed, delete it."""
         try:
-            worktree.rename(self.trash / f"{worktree.name}-{uuid.uuid4().hex}")
-        except OSError as exc:
-            if exc.errno != errno.EXDEV:
-                raise
-            return False
-        # One sweeper at a time, which goes on while entries come: eight sweeps of the
-        # same folder at once deleted the same trees in eight threads, all of them
-        # holding the loop's GIL in turn.
-        self._sweep_again = True
-        if not self._sweeping:
-            task = asyncio.get_running_loop().create_task(self._sweep_while_needed())
-            self._sweeping.add(task)
-            task.add_done_callback(self._sweeping.discard)
-        return True
+            return self.trash.set_aside(worktree)
+        except trees.NotAFolder as exc:
+            raise CheckoutError(str(exc)) from exc
 
     def stop_sweeping(self) -> None:
-        """The daemon stops: the sweep ends after the entry it is deleting. A backlog of
-        set-aside checkouts (thousands of files each after a long drain) held the stop
-        past systemd's and the benchmark's grace, until SIGKILL; what is left is swept
-        with the next daemon's first set-aside."""
-        self._stopping.set()
+        """The daemon stops: the trash's backlog never holds the stop (``Trash.stop``)."""
+        self.trash.stop()
 
-    async def _sweep_while_needed(self) -> None:
-        while self._sweep_again and not self._stopping.is_set():
-            self._sweep_again = False
-            await asyncio.to_thread(self._sweep)
-
-    def _sweep(self) -> None:
-        for entry in self.trash.iterdir():
-            if self._stopping.is_set():
-                return
-            with contextlib.suppress(OSError, trees.NotAFolder):
-                trees.remove_blocking(entry)
-
-    async def base(self, facts: RunFacts) -> str:
+    async def base(self, facts: RunPlace) -> str:
         if facts.base:
             return facts.base  # the driver's facts carry it from create: no git needed
-        sha = await gitops.rev_parse(self.layout.repo, self.ref(facts, "base"))
+        sha = await gitops.rev_parse(self.repo, self.ref(facts, "base"))
         if sha is None:
             raise CheckoutError(f"{facts.run_id} has no recorded base commit")
         return sha
 
-    async def bring_back(self, facts: RunFacts, name: str, *, advance: bool = False) -> str:
-        """The checkout's branch as execution ``name``'s ref (``checkout.bring_back``);
-        ``advance``: the run's branch moves to it in the same transaction."""
-        checkout_edits.require_present(facts.worktree)
-        isolation = self.isolation(facts)
-        upload = (
-            checkout.upload_pack_command(facts.worktree, isolation) if isolation.bwrap else None
-        )
-        return await self._fetch(facts, name, upload, advance)
-
-    async def bring_back_listing(
-        self, facts: RunFacts, name: str, *, advance: bool = False
-    ) -> tuple[str, list[str]]:
-        """``bring_back`` and ``uncommitted`` at once: the listing runs first in the
-        sandbox that serves the fetch (one bwrap, the checkout read-only in both)."""
-        isolation = self.isolation(facts)
-        if not isolation.bwrap:
-            sha = await self.bring_back(facts, name, advance=advance)
-            return sha, await self.uncommitted(facts)
-        checkout_edits.require_present(facts.worktree)
-        upload = checkout_edits.listing_upload_pack(facts.worktree, facts.branch, isolation)
-        checkout_edits.unlisted(isolation)
-        try:
-            sha = await self._fetch(facts, name, upload, advance)
-        except CheckoutError as exc:
-            # The listing's own failure first, as when it ran before the bring-back.
-            checkout_edits.listed(facts.worktree, isolation, exc.said)
-            raise
-        return sha, checkout_edits.listed(facts.worktree, isolation)
-
-    async def _fetch(
-        self, facts: RunFacts, name: str, upload: list[str] | None, advance: bool
-    ) -> str:
-        return await checkout.bring_back(
-            self.layout.repo,
-            facts.worktree,
-            facts.branch,
-            self.ref(facts, name),
-            await self.base(facts),
-            sandboxed_upload_pack=upload,
-            timeout=GIT_TIMEOUT_S,
-            also=(f"refs/heads/{facts.branch}",) if advance else (),
-        )
-
-    async def uncommitted(self, facts: RunFacts) -> list[str]:
-        return await checkout_edits.uncommitted(
-            facts.worktree, facts.branch, self.isolation(facts), timeout=GIT_TIMEOUT_S
-        )
-
-    async def commit_all(self, facts: RunFacts, message: str) -> bool:
-        return await checkout_edits.commit_all(
-            facts.worktree,
-            facts.branch,
-            message,
-            self.isolation(facts),
-            identity=self.identity,
-            timeout=GIT_TIMEOUT_S,
-        )
-
-    async def advance(self, facts: RunFacts, sha: str) -> None:
+    async def advance(self, facts: RunPlace, sha: str) -> None:
         """The run's branch in the main repository shows the work so far."""
-        await gitops.update_ref(self.layout.repo, f"refs/heads/{facts.branch}", sha)
-
-    async def review_leftovers(self, facts: RunFacts, pinned: str, name: str) -> Discarded | None:
-        """What a reviewing execution changed on its pinned commit (recorded, never merged;
-        the next execution starts from a fresh checkout anyway)."""
-        tip, listed = await self.bring_back_listing(facts, name)
-        paths = tuple(listed)
-        if tip == pinned and not paths:
-            return None
-        return Discarded(tip if tip != pinned else None, paths)
+        await gitops.update_ref(self.repo, f"refs/heads/{facts.branch}", sha)
 
     async def sync(
         self,
-        facts: RunFacts,
+        facts: RunPlace,
         main: str,
         mode: Literal["merge", "rebase"],
         work: str,
@@ -353,7 +229,7 @@ class RunBranches:
         and no driver, filter or attribute anyone named either, a ``.gitattributes`` the
         agent committed included.
         """
-        sha = onto[0] if onto is not None else await gitops.rev_parse(self.layout.repo, main)
+        sha = onto[0] if onto is not None else await gitops.rev_parse(self.repo, main)
         if sha is None:
             raise gitops.GitError(f"cannot sync: {main!r} names no commit")
         ahead = onto[1] if onto is not None else ()
@@ -387,7 +263,7 @@ class RunBranches:
             self.ref(facts, name): merged.commit,
             f"refs/heads/{facts.branch}": merged.commit,
         }
-        await gitops.update_refs(self.layout.repo, moves, "sloop: sync")
+        await gitops.update_refs(self.repo, moves, "sloop: sync")
         # Either way the result descends from ``sha``: ff_only need not ask again.
         self._merged_onto[facts.run_id] = (merged.commit, sha)
         return gitops.GitResult(ok=True, head=merged.commit)
@@ -416,7 +292,7 @@ class RunBranches:
         from its place at once, deleted in the background (a merged run settles without
         waiting for thousands of unlinks)."""
         if (path / ".git").is_file():
-            await gitops.remove_worktree(self.layout.repo, path)
+            await gitops.remove_worktree(self.repo, path)
             return
         if not self._set_aside(path):
             await checkout.remove(path)
