@@ -30,7 +30,7 @@ from sloopd.proc.stage_io import (
     StageLaunch,
     StartsLater,
 )
-from sloopd.runs import feedback, placing
+from sloopd.runs import placing
 from sloopd.runs.branch import repository_identity
 from sloopd.runs.placing import Work
 from sloopd.runs.records import RunRecords
@@ -41,6 +41,7 @@ from sloopd.store import TicketExtra
 from sloopd.util import memory, trees
 from sloopd.vendor import usage as usages
 from sloopd.vendor.usage import Usage
+from sloopd.views import feedback
 from sloopd.worker.credentials import Credentials
 
 # Stored output a flooding child may leave in the sink's batch before it is

@@ -16,12 +16,11 @@ from sloopd.flows import walk
 from sloopd.flows.flow import Stage
 from sloopd.proc.sandbox import CHECKOUT_PATH
 from sloopd.queue import refs
-from sloopd.runs import feedback
 from sloopd.runs.records import RunRecords
 from sloopd.store import TicketExtra
 from sloopd.util import quoting
 from sloopd.util.clock import now_ms
-from sloopd.views import show
+from sloopd.views import feedback, show
 from sloopd.wire import api
 from sloopd.wire.api import ErrorCode, ProtocolError
 from sloopd.worker.credentials import UNAUTHORIZED, Credential
