@@ -22,6 +22,7 @@ from sloopd.core.logsink import LogSink
 from sloopd.core.paths import Layout
 from sloopd.core.state import Daemon
 from sloopd.git import ops as gitops
+from sloopd.landing.merge_slot import MergeSlot
 from sloopd.landing.queue import MergeQueue
 from sloopd.proc.children import Child, ProcessGroups
 from sloopd.proc.stage_io import Launcher
@@ -31,7 +32,6 @@ from sloopd.runs.branch import RunBranches
 from sloopd.runs.execute import StageExecutor
 from sloopd.runs.landing_steps import LandingSteps
 from sloopd.runs.launch import HostLauncher, SandboxLauncher, protected_paths
-from sloopd.runs.merge_slot import MergeSlot
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runner import RunManager, sandboxed_as_admitted
 from sloopd.runs.runstate import ActiveRun

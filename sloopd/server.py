@@ -21,6 +21,7 @@ from sloopd.core.logsink import LogSink
 from sloopd.core.model import ReadModel
 from sloopd.core.notices import Notices
 from sloopd.core.state import Daemon
+from sloopd.landing.hand_merges import HandMerges
 from sloopd.ops.metrics import Metrics, parse_address, serve_metrics
 from sloopd.ops.notify import Notifier
 from sloopd.ops.process import answers, log_tasks
@@ -31,7 +32,6 @@ from sloopd.queue import gate
 from sloopd.queue.scheduler import Scheduler
 from sloopd.remote.launcher import RayExecutor
 from sloopd.runs import cli_sight, leftovers
-from sloopd.runs.hand_merges import HandMerges
 from sloopd.runs.runner import RunManager
 from sloopd.runs.runstate import ActiveRun
 from sloopd.startup import DiskFull, StartupError, refusal, refuse_if_served, write_info

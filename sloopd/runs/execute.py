@@ -23,12 +23,12 @@ from sloopd.flows.results import (
 )
 from sloopd.git import ops as gitops
 from sloopd.git.checkout import CheckoutError
+from sloopd.landing.merge_slot import MergeSlot
 from sloopd.landing.queue import MergeQueue
 from sloopd.proc.stage_io import StageEnd
 from sloopd.runs import cli_sight, disk_full, outcomes
 from sloopd.runs.branch import RunBranches, produces
 from sloopd.runs.diagnosed import failed_session
-from sloopd.runs.merge_slot import MergeSlot
 from sloopd.runs.placing import Work
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts

@@ -37,8 +37,9 @@ LAYERS: dict[str, frozenset[str]] = {
     "ops": frozenset({"wire", "store", "util"}),
     "core": frozenset({"wire", "store", "util", "vendor", "flows", "ops", "git"}),
     "queue": frozenset({"wire", "store", "util", "flows", "core"}),
-    # The merge queue (0.9): decisions over runs' landings, driven by the runs layer.
-    "landing": frozenset({"wire", "store", "util", "flows", "core"}),
+    # The merge queue (0.9): decisions over runs' landings, driven by the runs layer;
+    # main's slot, and the watch that resolves runs merged by hand (git, queue).
+    "landing": frozenset({"wire", "store", "util", "flows", "core", "queue", "git"}),
     "views": frozenset({"wire", "store", "util", "flows", "core", "queue", "git"}),
     "proc": frozenset({"util"}),
     "git": frozenset({"util", "proc"}),
