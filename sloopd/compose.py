@@ -24,13 +24,13 @@ from sloopd.core.state import Daemon
 from sloopd.git import ops as gitops
 from sloopd.landing.merge_slot import MergeSlot
 from sloopd.landing.queue import MergeQueue
+from sloopd.landing.steps import LandingSteps
 from sloopd.proc.children import Child, ProcessGroups
 from sloopd.proc.stage_io import Launcher
 from sloopd.remote.cluster_gate import ClusterGate
 from sloopd.remote.launcher import RayExecutor, RayLauncher
 from sloopd.runs.branch import RunBranches
 from sloopd.runs.execute import StageExecutor
-from sloopd.runs.landing_steps import LandingSteps
 from sloopd.runs.launch import HostLauncher, SandboxLauncher, protected_paths
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runner import RunManager, sandboxed_as_admitted

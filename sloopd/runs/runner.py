@@ -20,6 +20,7 @@ from sloopd.flows import walk
 from sloopd.flows.flow import Stage
 from sloopd.flows.results import StageResult
 from sloopd.git import ops as gitops
+from sloopd.landing.steps import LandingSteps
 from sloopd.proc.stage_io import Launcher
 from sloopd.queue import gate
 from sloopd.runs import disk_full, retries, watchdog
@@ -27,7 +28,6 @@ from sloopd.runs import stop as stops
 from sloopd.runs.branch import RunBranches
 from sloopd.runs.diagnosed import REFUSED, is_transient
 from sloopd.runs.execute import StageExecutor
-from sloopd.runs.landing_steps import LandingSteps
 from sloopd.runs.records import RunRecords
 from sloopd.runs.recovery import Recovery
 from sloopd.runs.runstate import ActiveRun, RunFacts
