@@ -4,7 +4,9 @@ Owns the repository and socket layout (``paths``), the validated
 ``sloop.toml`` (``config``), the daemon's shared state (``state``), wire rows
 built from store rows (``rows``), batched log ingestion (``logsink``), the
 choice of committed events told to webhooks (``notices``), the requests held for
-news on the feeds (``longpoll``) and the read model (``model``, ``changelog``).
-May import ``wire``, ``store``, ``util``, ``vendor``, ``flows`` and ``ops``;
+news on the feeds (``longpoll``), the read model (``model``, ``changelog``) and
+whether the configured agent CLIs resolve inside the sandbox (``cli_sight``).
+May import ``wire``, ``store``, ``util``, ``vendor``, ``flows``, ``ops``, ``proc`` (the
+sandbox's rules) and ``git``;
 it names runs in flight by the ``LiveRun`` interface, never by the runs layer.
 """

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from sloopd import vendor
+from sloopd.core import cli_sight
 from sloopd.core.state import Daemon
 from sloopd.flows import explain, walk
 from sloopd.flows.flow import Stage
@@ -26,7 +27,7 @@ from sloopd.git.checkout import CheckoutError
 from sloopd.landing.merge_slot import MergeSlot
 from sloopd.landing.queue import MergeQueue
 from sloopd.proc.stage_io import StageEnd
-from sloopd.runs import cli_sight, disk_full, outcomes
+from sloopd.runs import disk_full, outcomes
 from sloopd.runs.branch import RunBranches, produces
 from sloopd.runs.diagnosed import failed_session
 from sloopd.runs.placing import Work
