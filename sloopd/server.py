@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sloopd import compose
-from sloopd.core import cli_sight, config, diskfull, paths
+from sloopd.core import cli_sight, config, diskfull, leftovers, paths
 from sloopd.core.logroom import DiskRoom
 from sloopd.core.logsink import LogSink
 from sloopd.core.model import ReadModel
@@ -31,7 +31,6 @@ from sloopd.proc.sandbox import probe as sandbox_probe
 from sloopd.queue import gate
 from sloopd.queue.scheduler import Scheduler
 from sloopd.remote.launcher import RayExecutor
-from sloopd.runs import leftovers
 from sloopd.runs.runner import RunManager
 from sloopd.runs.runstate import ActiveRun
 from sloopd.startup import DiskFull, StartupError, refusal, refuse_if_served, write_info
