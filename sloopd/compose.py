@@ -36,10 +36,10 @@ from sloopd.runs.records import RunRecords
 from sloopd.runs.runner import RunManager, sandboxed_as_admitted
 from sloopd.runs.runstate import ActiveRun
 from sloopd.runs.spawning import ChildStarter
-from sloopd.runs.worker_verbs import WorkerVerbs
 from sloopd.worker.credentials import Credentials
 from sloopd.worker.dispatcher import WorkerDispatcher, WorkerHandler
 from sloopd.worker.sockets import WorkerSockets
+from sloopd.worker.verbs import WorkerVerbs
 
 log = logging.getLogger(__name__)
 

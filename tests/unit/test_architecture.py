@@ -44,7 +44,9 @@ LAYERS: dict[str, frozenset[str]] = {
     "views": frozenset({"wire", "store", "util", "flows", "core", "queue", "git"}),
     "proc": frozenset({"util"}),
     "git": frozenset({"util", "proc"}),
-    "worker": frozenset({"wire", "util"}),
+    # The worker socket and its verbs: they read a run as show does (views, queue's
+    # references) and append to its stage log (store, flows), never through runs.
+    "worker": frozenset({"wire", "store", "util", "flows", "core", "queue", "views", "proc"}),
     "runs": frozenset(
         {
             "wire",
