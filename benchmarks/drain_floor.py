@@ -10,7 +10,7 @@ no store, scheduler, log sink, credentials, worker socket, events or read model.
 3. ``bring_back`` (fetch through the sandboxed upload-pack) whose sandbox first lists
    what is left uncommitted (``checkout_edits.listing_upload_pack``, as the daemon
    does since 0.8.0), the run's branch moved in the same transaction;
-4. sync, holding main's slot (one lock, as ``sloopd.runs.merge_slot``): main's tip merged
+4. sync, holding main's slot (one lock, as ``sloopd.landing.merge_slot``): main's tip merged
    into the work in the daemon's scratch repository (``sloopd.git.scratch``), the
    execution's ref and the run's branch moved;
 5. ``ff_only`` in the same hold, then the lock given back; when ``main`` moved anyway

@@ -26,23 +26,23 @@ from sloopd.core.state import Daemon
 from sloopd.git import ops as gitops
 from sloopd.git.run_branches import RunBranches
 from sloopd.git.workspace import LocalWorkspace, ShippedWorkspace, Workspace
+from sloopd.landing.merge_slot import MergeSlot
 from sloopd.landing.queue import MergeQueue
+from sloopd.landing.steps import LandingSteps
 from sloopd.proc.children import Child, ProcessGroups
 from sloopd.proc.launchers import ChildLauncher, SandboxPlaces, protected_paths
 from sloopd.proc.stage_io import Launcher
 from sloopd.remote.cluster_gate import ClusterGate
 from sloopd.remote.launcher import RayExecutor, RayLauncher
 from sloopd.runs.execute import StageExecutor
-from sloopd.runs.landing_steps import LandingSteps
-from sloopd.runs.merge_slot import MergeSlot
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runner import RunManager, sandboxed_as_admitted
 from sloopd.runs.runstate import ActiveRun
 from sloopd.runs.spawning import ChildStarter
-from sloopd.runs.worker_verbs import WorkerVerbs
 from sloopd.worker.credentials import Credentials
 from sloopd.worker.dispatcher import WorkerDispatcher, WorkerHandler
 from sloopd.worker.sockets import WorkerSockets
+from sloopd.worker.verbs import WorkerVerbs
 
 log = logging.getLogger(__name__)
 

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sloopd import compose
-from sloopd.core import config, diskfull, paths
+from sloopd.core import cli_sight, config, diskfull, leftovers, paths
 from sloopd.core.logroom import DiskRoom
 from sloopd.core.logsink import LogSink
 from sloopd.core.model import ReadModel
 from sloopd.core.notices import Notices
 from sloopd.core.state import Daemon
+from sloopd.landing.hand_merges import HandMerges
 from sloopd.ops.metrics import Metrics, parse_address, serve_metrics
 from sloopd.ops.notify import Notifier
 from sloopd.ops.process import answers, log_tasks
@@ -30,8 +31,6 @@ from sloopd.proc.sandbox import probe as sandbox_probe
 from sloopd.queue import gate
 from sloopd.queue.scheduler import Scheduler
 from sloopd.remote.launcher import RayExecutor
-from sloopd.runs import cli_sight, leftovers
-from sloopd.runs.hand_merges import HandMerges
 from sloopd.runs.runner import RunManager
 from sloopd.runs.runstate import ActiveRun
 from sloopd.startup import DiskFull, StartupError, refusal, refuse_if_served, write_info

@@ -78,7 +78,7 @@ class Daemon:
     merge_queue: QueueView | None = None
     # Why a sandbox cannot start on this host (the last probe), None when it can.
     sandbox_problem: str | None = None
-    # The configured presets whose CLI the sandbox would not find (sloopd.runs.cli_sight),
+    # The configured presets whose CLI the sandbox would not find (sloopd.core.cli_sight),
     # checked at start and on each reload: daemon.sandbox.clis.
     unseen_clis: list[dict[str, Any]] = field(default_factory=list)
     # The Ray cluster as the executor's driver last reported it (sloopd.remote.

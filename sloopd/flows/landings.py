@@ -7,7 +7,7 @@ candidate on the candidate ahead, its gate stages run on that candidate and neve
 it, and its ``ff_only`` lands it in queue order.  A flow without a landing walks as it
 did before the queue: a ``sync`` right before its ``ff_only`` (the default flow) needs
 no queue, since nothing runs between them: the two are one step under main's slot
-(sloopd.runs.merge_slot), so main cannot move between the merge and the merge.
+(sloopd.landing.merge_slot), so main cannot move between the merge and the merge.
 
 Pure functions over the stages' actions, so the flow, the walk and the queue all ask
 the same question the same way.

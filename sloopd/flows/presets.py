@@ -50,7 +50,7 @@ class Preset:
     # What the CLI obeys in a checkout that the preset cannot turn off, and what the
     # preset does about it: logged when sloop.toml selects the preset (docs/security.md).
     caveat: str | None = None
-    # The program the command runs from PATH (sloopd.runs.cli_sight checks at start
+    # The program the command runs from PATH (sloopd.core.cli_sight checks at start
     # that the sandbox shows it), and the vendor API it talks to: an agent stage with
     # network = false cannot reach it (warned at load, sloopd.flows.uses).
     cli: str | None = None
@@ -61,7 +61,7 @@ class Preset:
     default_model: str | None = None
     # Checkout files the command refuses to start its CLI beside (its own check, which
     # prints Sloop's "sloop: not starting …" and exits 2): the daemon warns at start
-    # when main holds one, since then every stage of the preset fails (sloopd.runs.cli_sight).
+    # when main holds one, since then every stage of the preset fails (sloopd.core.cli_sight).
     refuses: tuple[str, ...] = ()
 
 

@@ -10,7 +10,7 @@ is that preset.  Two checks read the answer:
   to a vendor's API: it can only fail, and says so too late, as a ``network``
   failure of its first run (sloopd.runs.diagnosed makes that one final);
 * at start and in doctor, whether each preset's CLI is visible in the sandbox
-  (sloopd.runs.cli_sight).
+  (sloopd.core.cli_sight).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A ``sync`` conflict's hunks: the regions git marked in the conflicted files, bounded.
 
-The stage a conflicting ``sync`` sends back is told what conflicted (sloopd.runs.feedback),
+The stage a conflicting ``sync`` sends back is told what conflicted (sloopd.views.feedback),
 and the paths alone say little: the agent needs both sides of the lines it must
 reconcile.  Both modes are computed in the scratch repository (sloopd.git.scratch), so
 a conflict is read from the tree ``merge-tree`` wrote (each conflicted file with its

@@ -28,7 +28,7 @@ from sloopd.git import runner
 from sloopd.git.conflicts import Hunks
 
 # Fallback identity for the merge commits ``sync`` makes on CI hosts with no git identity
-# (sloopd.runs.branch.repository_identity).
+# (sloopd.git.run_branches.repository_identity).
 FALLBACK_NAME = "sloop"
 FALLBACK_EMAIL = "sloop@localhost"
 

@@ -11,6 +11,13 @@ spends none of their ``returns``.
 
 The queue lives in memory: a restart settles the runs in flight (sloopd.runs.recovery)
 and the queue starts empty.  The run driver (sloopd.runs.runner) asks it before a
-landing's stages and after each; nothing else moves a run through it.  It may import
-``wire``, ``store``, ``util``, ``flows`` and ``core``; the runs layer imports it.
+landing's stages and after each; nothing else moves a run through it.
+
+Beside the queue: main's slot (``merge_slot``: one run moves main at a time, from a
+``sync`` through the ``ff_only`` right after it) and the watch that resolves, as
+merged, the needs_review runs whose branch main now holds (``hand_merges``), and
+what the driver does at a landing (``steps``: it names the run, its facts and its
+records by narrow protocols, never by the runs layer).  It may
+import ``wire``, ``store``, ``util``, ``flows``, ``core``, ``queue`` (the resolution a
+hand merge records) and ``git``; the runs layer imports it.
 """

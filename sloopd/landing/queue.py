@@ -1,8 +1,8 @@
 """The repository's merge queue: who builds on whom, who may land, who is rebuilt.
 
 One object per daemon, driven only from the event loop, so every decision below sees
-one consistent queue.  Runs ask it at four points of their landing (sloopd.runs.
-landing_steps): before the ``sync`` (``build_turn``), after a failed landing stage
+one consistent queue.  Runs ask it at four points of their landing
+(sloopd.landing.steps): before the ``sync`` (``build_turn``), after a failed landing stage
 (``judge_failure``), before the ``ff_only`` (``landing_turn``) and after it
 (``landed``, ``leave``).  Whatever changes, ``_changed`` wakes every waiting run,
 which looks again; no run is told anything it cannot check against the queue itself.

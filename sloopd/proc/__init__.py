@@ -6,7 +6,8 @@ and output budget of their pipes (``lines``), the allowlisted environment a chil
 (``environment``), the bubblewrap command line and its probe (``sandbox``), and the
 operator socket's check that a peer does not descend from a child (``peers``), and
 the seam a stage's child is started through, wherever it runs (``stage_io``: the
-``Launcher`` protocol, ``StageLaunch`` in, ``StageEnd`` out).  It
+``Launcher`` protocol, ``StageLaunch`` in, ``StageEnd`` out), and whether a program
+resolves inside the sandbox (``sight``).  It
 knows nothing of runs, stages or the store: what a child is *for* is the caller's.
 
 May import: ``sloopd.util`` only.

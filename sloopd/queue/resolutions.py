@@ -8,7 +8,7 @@ run is its latest and the ticket still waits on it, and the ``run_resolved`` eve
 appended: a resolution is whole or absent.
 
 The daemon resolves a run by itself (``auto``) when someone merged its branch by hand:
-``sloopd.runs.hand_merges`` watches main and calls ``record`` here.
+``sloopd.landing.hand_merges`` watches main and calls ``record`` here.
 """
 
 from __future__ import annotations

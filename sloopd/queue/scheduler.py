@@ -38,7 +38,7 @@ class Scheduler:
     ) -> None:
         """``attempt_floor`` says, for a branch stem (``sloop/fix-login``), the highest
         attempt a branch already has that the store may not know of (a store restored
-        from an older backup: sloopd.runs.leftovers); a claim numbers past it."""
+        from an older backup: sloopd.core.leftovers); a claim numbers past it."""
         self.daemon = daemon
         self._start_run = start_run
         self._attempt_floor = attempt_floor

@@ -9,8 +9,6 @@ budget is only as good as what the stream reports: an agent stage with
 
 from __future__ import annotations
 
-import asyncio
-
 from sloopd.flows.flow import Budget
 from sloopd.runs import stop as stops
 from sloopd.runs.runstate import ActiveRun
@@ -37,15 +35,4 @@ def check(active: ActiveRun) -> None:
     used = active.used()
     reason = over(active.budget, used) if used is not None else None
     if reason is not None:
-        stop_child(active, stops.over_budget(reason))
-
-
-def stop_child(active: ActiveRun, why: stops.Stop) -> None:
-    """Stop the executing child (as the stall watchdog does); its stage fails with why.
-
-    A child not started yet is stopped as soon as it is (sloopd.runs.spawning).
-    """
-    active.stop_with(why)
-    child = active.child
-    if child is not None:
-        asyncio.get_running_loop().create_task(child.stop())
+        active.stop_child(stops.over_budget(reason))

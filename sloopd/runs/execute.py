@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from sloopd import vendor
+from sloopd.core import cli_sight
 from sloopd.core.state import Daemon
 from sloopd.flows import explain, walk
 from sloopd.flows.flow import Stage
@@ -24,11 +25,11 @@ from sloopd.git import ops as gitops
 from sloopd.git.checkout import CheckoutError
 from sloopd.git.run_branches import RunBranches
 from sloopd.git.workspace import Workspace
+from sloopd.landing.merge_slot import MergeSlot
 from sloopd.landing.queue import MergeQueue
 from sloopd.proc.stage_io import Collected, Lost
-from sloopd.runs import cli_sight, disk_full, outcomes, placing
+from sloopd.runs import disk_full, outcomes, placing
 from sloopd.runs.diagnosed import failed_session
-from sloopd.runs.merge_slot import MergeSlot
 from sloopd.runs.placing import Work
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
@@ -142,7 +143,7 @@ class StageExecutor:
         """The run's own work merged with main, or, at a landing, with the merge-queue
         candidate ahead (``main + A + …``, sloopd.landing): its candidate.  A sync right
         before its ``ff_only`` keeps main's slot across that one boundary instead
-        (sloopd.runs.merge_slot): main cannot move between the merge and the merge."""
+        (sloopd.landing.merge_slot): main cannot move between the merge and the merge."""
         mode: Literal["merge", "rebase"] = "rebase" if stage.mode == "rebase" else "merge"
         state = self.records.replay(facts)
         # Its own work, never an earlier candidate: that holds runs that may have left.

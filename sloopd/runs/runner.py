@@ -21,13 +21,13 @@ from sloopd.flows.flow import Stage
 from sloopd.flows.results import StageResult
 from sloopd.git import ops as gitops
 from sloopd.git.run_branches import RunBranches
+from sloopd.landing.steps import LandingSteps
 from sloopd.proc.stage_io import Launcher
 from sloopd.queue import gate
 from sloopd.runs import disk_full, retries, watchdog
 from sloopd.runs import stop as stops
 from sloopd.runs.diagnosed import REFUSED, is_transient
 from sloopd.runs.execute import StageExecutor
-from sloopd.runs.landing_steps import LandingSteps
 from sloopd.runs.records import RunRecords
 from sloopd.runs.recovery import Recovery
 from sloopd.runs.runstate import ActiveRun, RunFacts

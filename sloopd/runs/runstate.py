@@ -12,7 +12,7 @@ from sloopd.core.config import Config
 from sloopd.flows.flow import Budget, Flow
 from sloopd.proc.lines import LastWords
 from sloopd.proc.stage_io import RunningChild
-from sloopd.runs.stop import Stop, after_seat, after_stage, cancelled, stop_with
+from sloopd.runs.stop import Stop, after_seat, after_stage, cancelled, rebuilt, stop_with
 from sloopd.vendor.tail import OutputTail
 from sloopd.vendor.usage import Usage, total
 
@@ -62,6 +62,25 @@ class ActiveRun:
         self.stop = stop_with(self.stop, new)
         if cancelled(self.stop) is not None:
             self.interrupt.set()
+
+    def stop_child(self, why: Stop) -> None:
+        """Stop the executing child (as the stall watchdog does); its stage fails with why.
+
+        A child not started yet is stopped as soon as it is (sloopd.runs.spawning).
+        """
+        self.stop_with(why)
+        if self.child is not None:
+            asyncio.get_running_loop().create_task(self.child.stop())
+
+    def rebuild(self, cause: str) -> None:
+        """The merge queue's word that the run's candidate is stale: the executing child
+        stops and its stage ends ``rebuilt`` (sloopd.landing.steps)."""
+        self.stop_child(rebuilt(cause))
+
+    def aborted(self) -> str | None:
+        """The abort's reason while the run is cancelled (``cancel`` always gives one)."""
+        found = cancelled(self.stop)
+        return None if found is None else found.reason or ""
 
     def seat_ended(self) -> None:
         """A panel seat's timeout is spent: each seat has its own clock."""

@@ -24,7 +24,6 @@ from sloopd.git.run_branches import repository_identity
 from sloopd.proc.lines import OutputBudget
 from sloopd.proc.sandbox import PROMPT_PATH
 from sloopd.proc.stage_io import Launcher, LaunchRefused, Limits, Placement, StageEnd, StageLaunch
-from sloopd.runs import feedback
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.runs.stop import stops_children
@@ -33,6 +32,7 @@ from sloopd.store import TicketExtra
 from sloopd.util import memory, trees
 from sloopd.vendor import usage as usages
 from sloopd.vendor.usage import Usage
+from sloopd.views import feedback
 from sloopd.worker.credentials import Credentials
 
 # Stored output a flooding child may leave in the sink's batch before it is

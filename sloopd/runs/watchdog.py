@@ -12,7 +12,6 @@ import asyncio
 import logging
 
 from sloopd.runs import stop as stops
-from sloopd.runs.budget import stop_child
 from sloopd.runs.runstate import ActiveRun
 from sloopd.util.durations import format_ms
 
@@ -42,4 +41,4 @@ def check(active: ActiveRun) -> None:
             active.stage,
             running,
         )
-        stop_child(active, stops.timed_out(f"ran longer than timeout {format_ms(limit)}; stopped"))
+        active.stop_child(stops.timed_out(f"ran longer than timeout {format_ms(limit)}; stopped"))

@@ -368,7 +368,7 @@ WHERE run = ? AND stage = ? AND attempt = ? AND position <= ?
 ORDER BY position DESC LIMIT 1
 
 -- The last lines a failed execution printed, newest first: the feedback a stage sent
--- back gets (sloopd.runs.feedback).
+-- back gets (sloopd.views.feedback).
 -- name: logs_execution_last
 SELECT stream, body FROM log_records INDEXED BY log_records_execution
 WHERE run = ? AND stage = ? AND attempt = ? AND stream IN ('stdout', 'stderr')

@@ -7,7 +7,7 @@ lines, and the run merged them.  Each test runs the real daemon; the agent makes
 commits once ``main`` has moved under the run, as an operator's fix during a review.
 
 The union, the ``text``/``eol`` and the global-driver tests fail on 0.8.0 (checked
-with its ``sloopd/runs/branch.py`` and ``sloopd/git/checkout_edits.py``); the merge
+with its ``sloopd/git/run_branches.py`` and ``sloopd/git/checkout_edits.py``); the merge
 and the clean rebase are guards, which 0.8.0 passes too: merge mode was already
 computed in the scratch repository, and the replay must keep rebase mode working.
 """

@@ -33,11 +33,11 @@ from sloopd.queue import actions
 from sloopd.queue.scheduler import Scheduler
 from sloopd.runs.runner import RunManager
 from sloopd.runs.runstate import ActiveRun, RunFacts
-from sloopd.runs.worker_verbs import WorkerVerbs
 from sloopd.store import Store
 from sloopd.util.clock import now_ms
 from sloopd.views import runview
 from sloopd.worker.credentials import Credential
+from sloopd.worker.verbs import WorkerVerbs
 from tests.support.agents import sloop_toml, ticket_text
 from tests.support.fakes import FakeLauncher, FakeProcessGroups, Spawn
 

@@ -35,14 +35,18 @@ LAYERS: dict[str, frozenset[str]] = {
     "examples": frozenset(),
     "flows": frozenset({"wire", "store", "util"}),
     "ops": frozenset({"wire", "store", "util"}),
-    "core": frozenset({"wire", "store", "util", "vendor", "flows", "ops", "git"}),
+    # core reads git (the layout) and, for the agent CLIs' sight, the sandbox's rules (proc).
+    "core": frozenset({"wire", "store", "util", "vendor", "flows", "ops", "proc", "git"}),
     "queue": frozenset({"wire", "store", "util", "flows", "core"}),
-    # The merge queue (0.9): decisions over runs' landings, driven by the runs layer.
-    "landing": frozenset({"wire", "store", "util", "flows", "core"}),
+    # The merge queue (0.9): decisions over runs' landings, driven by the runs layer;
+    # main's slot, and the watch that resolves runs merged by hand (git, queue).
+    "landing": frozenset({"wire", "store", "util", "flows", "core", "queue", "git"}),
     "views": frozenset({"wire", "store", "util", "flows", "core", "queue", "git"}),
     "proc": frozenset({"util"}),
     "git": frozenset({"util", "proc"}),
-    "worker": frozenset({"wire", "util"}),
+    # The worker socket and its verbs: they read a run as show does (views, queue's
+    # references) and append to its stage log (store, flows), never through runs.
+    "worker": frozenset({"wire", "store", "util", "flows", "core", "queue", "views", "proc"}),
     "runs": frozenset(
         {
             "wire",

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from sloopd.core import config
+from sloopd.core import cli_sight, config
 from sloopd.flows.presets import CODEX
-from sloopd.runs import cli_sight
+from sloopd.proc import sight
 from tests.support.gitrepo import commit, git, make_repo
 
 
@@ -33,16 +33,16 @@ def npm_prefix(root: Path, name: str, shebang: str = "#!/usr/bin/env sh\n") -> P
 def test_a_cli_in_a_hidden_folder_is_named_with_the_mount_that_shows_it(tmp_path: Path) -> None:
     bins = npm_prefix(tmp_path / ".local", "claude")
     path = f"{bins}:/usr/bin:/bin"
-    found = cli_sight.unseen("claude", path, ())
+    found = sight.unseen("claude", path, ())
     assert found is not None
     assert found.path == str(bins / "claude")
     assert "claude is not visible in the sandbox" in found.problem
     assert str((bins / "claude").resolve()) in found.problem
     assert f'add "{tmp_path / ".local"}" to agent.ro_mounts' in found.problem
     # Mounted at its own path, it resolves; a ~/ mount (shown under the run's HOME) does not.
-    assert cli_sight.unseen("claude", path, (str(tmp_path / ".local"),)) is None
-    assert cli_sight.unseen("claude", path, ("~/.local",)) is not None
-    assert cli_sight.unseen("claude", path, (), sandboxed=False) is None
+    assert sight.unseen("claude", path, (str(tmp_path / ".local"),)) is None
+    assert sight.unseen("claude", path, ("~/.local",)) is not None
+    assert sight.unseen("claude", path, (), sandboxed=False) is None
 
 
 def test_a_hidden_interpreter_is_named_too(tmp_path: Path) -> None:
@@ -52,21 +52,21 @@ def test_a_hidden_interpreter_is_named_too(tmp_path: Path) -> None:
     node = bins / "node"
     node.write_text("#!/bin/sh\n")
     node.chmod(0o755)
-    found = cli_sight.unseen("codex", f"{bins}:/usr/bin", ())
+    found = sight.unseen("codex", f"{bins}:/usr/bin", ())
     assert found is not None
     assert f"its interpreter {node}" in found.problem
     assert f'add "{prefix}" to agent.ro_mounts' in found.problem
 
 
 def test_a_cli_on_no_path_is_said_so() -> None:
-    found = cli_sight.unseen("no-such-cli-here", "/usr/bin:/bin", ())
+    found = sight.unseen("no-such-cli-here", "/usr/bin:/bin", ())
     assert found is not None
     assert found.path is None
     assert "is not on the daemon's PATH" in found.problem
 
 
 def test_a_system_install_is_visible() -> None:
-    assert cli_sight.unseen("sh", "/usr/bin:/bin", ()) is None
+    assert sight.unseen("sh", "/usr/bin:/bin", ()) is None
 
 
 @pytest.mark.parametrize(
@@ -81,7 +81,7 @@ def test_a_system_install_is_visible() -> None:
     ],
 )
 def test_the_programs_a_shell_could_not_find(line: str, names: list[str]) -> None:
-    assert cli_sight._not_found(line) == names
+    assert sight.not_found(line) == names
 
 
 def test_exit_127_is_explained_from_the_shells_words_or_the_preset(

@@ -8,27 +8,81 @@ runs ahead to land.  ``after`` takes each landing stage's result: a failure is h
 while a run ahead in its candidate may still leave, and becomes ``ended_by:
 "rebuilt"`` if one does.  The queue decides; this module writes what it decided
 into the run's stage log, which stays the run's one source of truth.
+
+The run driver (sloopd.runs.runner) calls it; it names what it gets from the runs
+layer by the narrow protocols below (``InFlight``, ``Facts``, ``StageLogs``), so this
+layer imports nothing of ``runs``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
+from typing import Any, Protocol
 
 from sloopd.core.logsink import LogSink
 from sloopd.flows import walk
-from sloopd.flows.flow import Stage
+from sloopd.flows.flow import Flow, Stage
 from sloopd.flows.results import StageResult
+from sloopd.flows.stagelog import replay_run
 from sloopd.landing.entry import Rebuild, Stands, Stopped
 from sloopd.landing.queue import MergeQueue
-from sloopd.runs import stop as stops
-from sloopd.runs.budget import stop_child
-from sloopd.runs.records import RunRecords
-from sloopd.runs.runstate import ActiveRun, RunFacts
+from sloopd.store import Store
+
+
+class InFlight(Protocol):
+    """A run in flight, as its driver holds it (``sloopd.runs.runstate.ActiveRun``)."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def interrupt(self) -> asyncio.Event: ...
+    def rebuild(self, cause: str) -> None:
+        """Stop the executing child: its stage ends ``rebuilt``."""
+
+    def aborted(self) -> str | None:
+        """The abort's reason while the run is cancelled, else None."""
+
+
+class Facts(Protocol):
+    """A run's stored facts (``sloopd.runs.runstate.RunFacts``)."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def ticket(self) -> str: ...
+    @property
+    def ticket_name(self) -> str: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def branch(self) -> str: ...
+    @property
+    def flow(self) -> Flow: ...
+
+
+class StageLogs(Protocol):
+    """Where a run's stage log and output go (``sloopd.runs.records.RunRecords``)."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def sink(self) -> LogSink: ...
+    def append_steps(
+        self,
+        run_id: str,
+        kind: str,
+        stage: str | None = None,
+        attempt: int | None = None,
+        seat: int | None = None,
+        data: dict[str, Any] | None = None,
+        at_ms: int | None = None,
+    ) -> None: ...
 
 
 class LandingSteps:
     def __init__(
-        self, queue: MergeQueue, records: RunRecords, active: Mapping[str, ActiveRun]
+        self, queue: MergeQueue, records: StageLogs, active: Mapping[str, InFlight]
     ) -> None:
         self.queue = queue
         self.records = records
@@ -43,9 +97,9 @@ class LandingSteps:
         on it is stopped now (its row ends ``rebuilt``), not left to finish in vain."""
         active = self.active.get(run_id)
         if active is not None and run_id in self._gating:
-            stop_child(active, stops.rebuilt(cause))
+            active.rebuild(cause)
 
-    async def before(self, active: ActiveRun, facts: RunFacts, stage: Stage) -> bool:
+    async def before(self, active: InFlight, facts: Facts, stage: Stage) -> bool:
         """True: execute ``stage`` now.  False: a rebuild was written, or the run was
         stopped while it waited; the driver takes its next step from the log."""
         span = facts.flow.landing(stage.name)
@@ -74,16 +128,14 @@ class LandingSteps:
             self.queue.gate_started(run_id)
         return True
 
-    def rebuild_after(
-        self, facts: RunFacts, stage: Stage, attempt: int, reason: str | None
-    ) -> None:
+    def rebuild_after(self, facts: Facts, stage: Stage, attempt: int, reason: str | None) -> None:
         """The walk waits for a ``rebuilt`` row after an execution cut short."""
         cause = (reason or "").removeprefix("rebuilt: ") or "the candidate went stale"
         self._rebuild(facts, stage.name, attempt, cause)
 
-    def _rebuild(self, facts: RunFacts, stage: str, attempt: int | None, cause: str) -> None:
+    def _rebuild(self, facts: Facts, stage: str, attempt: int | None, cause: str) -> None:
         self.records.append_steps(facts.run_id, walk.REBUILT, stage, attempt, data={"cause": cause})
-        state = self.records.replay(facts)
+        state = replay_run(self.records.store, facts.run_id, facts.flow)
         last = state.executions[-1] if state.executions else None
         if last is not None:
             self.sink.append(
@@ -95,7 +147,7 @@ class LandingSteps:
             )
 
     async def after(
-        self, active: ActiveRun, facts: RunFacts, stage: Stage, result: StageResult
+        self, active: InFlight, facts: Facts, stage: Stage, result: StageResult
     ) -> StageResult:
         """A landing stage's result, as the queue lets it count."""
         span = facts.flow.landing(stage.name)
@@ -104,7 +156,7 @@ class LandingSteps:
         run_id = facts.run_id
         index = facts.flow.index(stage.name)
         self._gating.discard(run_id)
-        if stops.cancelled(active.stop) is not None or result.ended_by is not None:
+        if active.aborted() is not None or result.ended_by is not None:
             return result  # an abort leaves the queue as the run settles (``ended``)
         if index == span.ff_only:
             return await self._after_landing(facts, stage, result)
@@ -126,9 +178,7 @@ class LandingSteps:
             self.queue.leave(run_id, f"stage '{stage.name}' failed", kind)
         return result
 
-    async def _after_landing(
-        self, facts: RunFacts, stage: Stage, result: StageResult
-    ) -> StageResult:
+    async def _after_landing(self, facts: Facts, stage: Stage, result: StageResult) -> StageResult:
         run_id = facts.run_id
         if result.passed:
             self.queue.landed(run_id, result.commit or "")
@@ -139,12 +189,12 @@ class LandingSteps:
         self.queue.leave(run_id, f"stage '{stage.name}' failed", "left_other")
         return result
 
-    def ended(self, active: ActiveRun) -> None:
+    def ended(self, active: InFlight) -> None:
         """The run's driver ends: a run still queued leaves (an abort, a stop, a crash of
         its driver), and those behind it are rebuilt without its work."""
         self._gating.discard(active.run_id)
-        aborted = stops.cancelled(active.stop)
+        aborted = active.aborted()
         if aborted is not None:
-            self.queue.leave(active.run_id, f"aborted: {aborted.reason}", "left_aborted")
+            self.queue.leave(active.run_id, f"aborted: {aborted}", "left_aborted")
         else:
             self.queue.leave(active.run_id, "the run ended", "left_other")

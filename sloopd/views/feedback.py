@@ -12,21 +12,24 @@ An agent's output is hostile input: it is read from the stored log records (what
 child printed, never what it claimed), stripped of terminal escapes, cut per line and
 in all, and fenced in the prompt as the output of a named stage: data, never
 instructions.  Stream-JSON agents' lines are reduced to their text.
+
+A view of the stage log: the run driver (``sloopd.runs``) asks it for a starting
+execution's prompt and the worker verbs for ``brief``; it reads the store and the
+replayed walk, and names the run and its records by the narrow protocols below.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import orjson
 
+from sloopd.core.logsink import LogSink
 from sloopd.flows import walk
-from sloopd.flows.flow import Stage
+from sloopd.flows.flow import Flow, Stage
 from sloopd.flows.stagelog import replay_run
 from sloopd.git import conflicts
-from sloopd.runs.records import RunRecords
-from sloopd.runs.runstate import RunFacts
 from sloopd.store import Store
 from sloopd.util import quoting
 
@@ -38,19 +41,39 @@ LINE_CHARS: Final = 1000
 ENTRIES: Final = 3
 
 
-def of_execution(records: RunRecords, facts: RunFacts, stage: Stage) -> list[dict[str, Any]]:
+class Run(Protocol):
+    """The run an execution belongs to (``sloopd.runs.runstate.RunFacts``)."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def ticket(self) -> str: ...
+    @property
+    def flow(self) -> Flow: ...
+
+
+class StageLogs(Protocol):
+    """Where a run's stage log and output are (``sloopd.runs.records.RunRecords``)."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def sink(self) -> LogSink: ...
+
+
+def of_execution(records: StageLogs, facts: Run, stage: Stage) -> list[dict[str, Any]]:
     """The feedback of ``stage``'s execution now starting (or executing: ``brief``)."""
     # The failed execution's last lines may still be in the sink's batch.
     records.sink.flush()
     store = records.store
-    state = records.replay(facts)
+    state = replay_run(store, facts.run_id, facts.flow)
     executions = list(state.executions)
     if executions and executions[-1].running and executions[-1].stage.name == stage.name:
         executions.pop()  # the execution being told
     return for_execution(store, facts.run_id, executions, state, stage, _previous(store, facts))
 
 
-def _previous(store: Store, facts: RunFacts) -> str | None:
+def _previous(store: Store, facts: Run) -> str | None:
     """The ticket's run right before this one, when it ended failed or needs_review."""
     seen = False
     for run_id, state, _classification in store.all("run_outcomes_for_ticket", (facts.ticket,)):

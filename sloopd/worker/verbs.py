@@ -1,31 +1,57 @@
 """The worker verbs: ``brief``, ``show``, ``note`` and ``verdict``, each in its caller's scope.
 
-They read and append to the run's stage log, so they live with the runs; the socket,
-the credential and the dispatch around them are ``sloopd.worker``'s.  Every refusal
-outside the caller's scope is the same ``unauthorized``.
+They read and append to the run's stage log, through the run's records, which they
+name by a narrow protocol (``Records``: ``sloopd.runs.records.RunRecords``), so the
+worker layer still imports nothing of the runs; the socket, the credential and the
+dispatch around them are this layer's too.  Every refusal outside the caller's scope
+is the same ``unauthorized``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sloopd.core import bodies
 from sloopd.core.state import Daemon
 from sloopd.flows import walk
 from sloopd.flows.flow import Stage
+from sloopd.flows.stagelog import replay_run
 from sloopd.proc.sandbox import CHECKOUT_PATH
 from sloopd.queue import refs
-from sloopd.runs import feedback
-from sloopd.runs.records import RunRecords
 from sloopd.store import TicketExtra
 from sloopd.util import quoting
 from sloopd.util.clock import now_ms
-from sloopd.views import show
+from sloopd.views import feedback, show
 from sloopd.wire import api
 from sloopd.wire.api import ErrorCode, ProtocolError
 from sloopd.worker.credentials import UNAUTHORIZED, Credential
 from sloopd.worker.dispatcher import WorkerHandler
+
+
+class Facts(feedback.Run, Protocol):
+    """A run's stored facts (``sloopd.runs.runstate.RunFacts``)."""
+
+    @property
+    def branch(self) -> str: ...
+    @property
+    def worktree(self) -> Path: ...
+
+
+class Records(feedback.StageLogs, Protocol):
+    """A run's records as the verbs read and append them (``RunRecords``)."""
+
+    def facts(self, run_id: str) -> Facts: ...
+    def append_steps(
+        self,
+        run_id: str,
+        kind: str,
+        stage: str | None = None,
+        attempt: int | None = None,
+        seat: int | None = None,
+        data: dict[str, Any] | None = None,
+        at_ms: int | None = None,
+    ) -> None: ...
 
 
 def definition_of_done(stage: Stage) -> list[str]:
@@ -56,7 +82,7 @@ def definition_of_done(stage: Stage) -> list[str]:
 class WorkerVerbs:
     """The worker verbs; they read and append through the run's records only."""
 
-    def __init__(self, daemon: Daemon, records: RunRecords) -> None:
+    def __init__(self, daemon: Daemon, records: Records) -> None:
         self.daemon = daemon
         self.records = records
 
@@ -66,7 +92,7 @@ class WorkerVerbs:
     def _executing(self, credential: Credential) -> tuple[walk.Walk, walk.Execution]:
         """The execution the credential names, which must still be running."""
         facts = self.records.facts(credential.run)
-        state = self.records.replay(facts)
+        state = replay_run(self.records.store, facts.run_id, facts.flow)
         current = state.current
         if (
             current is None
