@@ -15,6 +15,7 @@ Exit codes follow ``subprocess``/``asyncio``: a death by signal N is ``-N``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -30,6 +31,7 @@ from typing import Any
 
 from sloopd.proc.lines import LineSplitter, OnLines
 from sloopd.util import argv_limits, procfs
+from sloopd.util.pipes import ExitWatch, PipeReader
 
 log = logging.getLogger(__name__)
 
@@ -138,25 +140,22 @@ class Child:
         self._popen = popen
         self._grace = grace
         self._loop = asyncio.get_running_loop()
-        self._exited: asyncio.Future[int] = self._loop.create_future()
         self._drained: asyncio.Future[None] = self._loop.create_future()
         self._stop_task: asyncio.Task[bool] | None = None
-        self._pipes: dict[str, tuple[int, LineSplitter]] = {}
+        self._pipes: dict[str, tuple[PipeReader, LineSplitter]] = {}
         for name, pipe in (("stdout", popen.stdout), ("stderr", popen.stderr)):
             assert pipe is not None
-            os.set_blocking(pipe.fileno(), False)
-            self._pipes[name] = (pipe.fileno(), LineSplitter(name, on_lines))
-            self._loop.add_reader(pipe.fileno(), self._on_readable, name)
-        self._pidfd: int | None = None
-        try:
-            self._pidfd = os.pidfd_open(self.pid)
-            self._loop.add_reader(self._pidfd, self._poll_exit)
-        except OSError:  # no pidfds (old kernel, seccomp): poll instead
-            self._loop.call_soon(self._poll_exit)
+            splitter = LineSplitter(name, on_lines)
+            on_chunk = functools.partial(self._on_output, splitter)
+            on_end = functools.partial(self._on_end, name)
+            self._pipes[name] = (PipeReader(pipe, CHUNK_BYTES, on_chunk, on_end), splitter)
+        self._exit = ExitWatch(popen, POLL_SECONDS)
 
     async def wait(self) -> int:
         """The exit code once the process exited and its pipes hit EOF or drained ~1 s."""
-        code = await asyncio.shield(self._exited)
+        code = await asyncio.shield(self._exit.exited)
+        if self.sandboxed:
+            code = sandboxed_exit_code(code)
         with suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._drained), DRAIN_SECONDS)
         self._close_pipes()
@@ -169,11 +168,11 @@ class Child:
     def pause_reading(self, paused: bool) -> None:
         """Stop (or go on) reading the pipes: whoever takes the lines cannot keep up (a
         remote executor's bounded outbox), so the child blocks on a full pipe instead."""
-        for name, (fd, _splitter) in self._pipes.items():
+        for reader, _splitter in self._pipes.values():
             if paused:
-                self._loop.remove_reader(fd)
+                reader.pause()
             else:
-                self._loop.add_reader(fd, self._on_readable, name)
+                reader.resume()
 
     def _terminate(self) -> asyncio.Future[bool]:
         # One termination at a time, shared by every caller; shielded so a cancelled
@@ -199,60 +198,30 @@ class Child:
     async def _gone_within(self, seconds: float) -> bool:
         deadline = time.monotonic() + seconds
         while True:
-            if self._exited.done() and not find_marked(self.marker):
+            if self._exit.exited.done() and not find_marked(self.marker):
                 return True
             if time.monotonic() >= deadline:
                 return False
             await asyncio.sleep(POLL_SECONDS)
 
-    def _on_readable(self, name: str) -> None:
-        fd, splitter = self._pipes[name]
-        try:
-            data = os.read(fd, CHUNK_BYTES)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if data:
-            self.last_output_monotonic = time.monotonic()
-            splitter.feed(data)
-            return
-        self._loop.remove_reader(fd)
+    def _on_output(self, splitter: LineSplitter, data: bytes) -> None:
+        self.last_output_monotonic = time.monotonic()
+        splitter.feed(data)
+
+    def _on_end(self, name: str) -> None:
+        _reader, splitter = self._pipes.pop(name)
         splitter.close()
-        del self._pipes[name]
-        self._close_pipe(name)
         if not self._pipes and not self._drained.done():
             self._drained.set_result(None)
 
-    def _close_pipe(self, name: str) -> None:
-        pipe = self._popen.stdout if name == "stdout" else self._popen.stderr
-        if pipe is not None:
-            pipe.close()
-
     def _close_pipes(self) -> None:
         """Stop reading pipes a grandchild still holds; flush their partial lines."""
-        for name, (fd, splitter) in list(self._pipes.items()):
-            self._loop.remove_reader(fd)
+        for reader, splitter in list(self._pipes.values()):
+            reader.close()
             splitter.close()
-            self._close_pipe(name)
         self._pipes.clear()
         if not self._drained.done():
             self._drained.set_result(None)
-
-    def _poll_exit(self) -> None:
-        code = self._popen.poll()  # reaps; from here on the pid may be reused
-        if code is None:
-            if self._pidfd is None:
-                self._loop.call_later(POLL_SECONDS, self._poll_exit)
-            return
-        if self._pidfd is not None:
-            self._loop.remove_reader(self._pidfd)
-            os.close(self._pidfd)
-            self._pidfd = None
-        if self.sandboxed:
-            code = sandboxed_exit_code(code)
-        if not self._exited.done():
-            self._exited.set_result(code)
 
 
 def sandboxed_exit_code(status: int) -> int:

@@ -35,6 +35,7 @@ from typing import Final, TypeVar
 
 from sloopd.util import procfs, tooltree
 from sloopd.util.headtail import STDERR_HEAD, STDERR_TAIL, HeadTail
+from sloopd.util.pipes import ExitWatch, PipeReader
 
 # Standard output is what callers parse (a list of paths, a tree, a sha): its head is
 # large enough for any list the daemon reads whole, bounded all the same.
@@ -244,7 +245,7 @@ def _abandoned(starting: asyncio.Future[subprocess.Popen[bytes]]) -> None:
 
 class _Tool:
     """One tool's process, started by ``subprocess`` (vfork and exec, in ``_start``), its
-    pipes read and its exit watched (a pidfd) on the running loop.
+    pipes read and its exit watched (a pidfd) on the running loop (``sloopd.util.pipes``).
 
     Not the loop's own ``create_subprocess_exec``: uvloop forks the whole daemon for
     each one, which cost the loop's thread about 1.4 ms of CPU a tool (page tables
@@ -265,23 +266,16 @@ class _Tool:
         self._limit = stdout_limit
         self._doomed: list[int] = []  # what a truncation killed besides the tool
         self._done = self._loop.create_future()  # exited, and every pipe at its end
-        self._exit = self._loop.create_future()
-        self._reading: dict[int, HeadTail] = {}
         assert self._popen.stdout is not None and self._popen.stderr is not None
-        for pipe, kept in ((self._popen.stdout, self.out), (self._popen.stderr, self.err)):
-            os.set_blocking(pipe.fileno(), False)
-            self._reading[pipe.fileno()] = kept
-            self._loop.add_reader(pipe.fileno(), self._readable, pipe.fileno())
+        self._readers = (
+            PipeReader(self._popen.stdout, _READ_BYTES, self._out, self._settle),
+            PipeReader(self._popen.stderr, _READ_BYTES, self.err.add, self._settle),
+        )
         self._unsent = memoryview(stdin or b"")
         if self._popen.stdin is not None:
             os.set_blocking(self._popen.stdin.fileno(), False)
             self._send()
-        self._pidfd: int | None = None
-        try:
-            self._pidfd = os.pidfd_open(self.pid)
-            self._loop.add_reader(self._pidfd, self._poll_exit)
-        except OSError:
-            self._loop.call_soon(self._poll_exit)
+        self._exit = ExitWatch(self._popen, _EXIT_POLL_SECONDS, lambda _code: self._settle())
 
     @property
     def returncode(self) -> int | None:
@@ -294,7 +288,7 @@ class _Tool:
             await tooltree.reap_adopted(self._doomed)
 
     async def exited(self) -> None:
-        await asyncio.shield(self._exit)
+        await asyncio.shield(self._exit.exited)
 
     def _send(self) -> None:
         stdin = self._popen.stdin
@@ -321,58 +315,27 @@ class _Tool:
             self._loop.remove_writer(stdin.fileno())
             stdin.close()
 
-    def _readable(self, fd: int) -> None:
-        try:
-            chunk = os.read(fd, _READ_BYTES)
-        except BlockingIOError:
-            return
-        except OSError:
-            chunk = b""
-        if not chunk:
-            self._loop.remove_reader(fd)
-            del self._reading[fd]
-            self._settle()
-            return
-        kept = self._reading[fd]
-        if self._limit is None or kept is self.err:
-            kept.add(chunk)
+    def _out(self, chunk: bytes) -> None:
+        if self._limit is None:
+            self.out.add(chunk)
         elif not self.truncated:
-            if len(kept) + len(chunk) > self._limit:
-                kept.add(chunk[: self._limit - len(kept)])
+            if len(self.out) + len(chunk) > self._limit:
+                self.out.add(chunk[: self._limit - len(self.out)])
                 self.truncated = True
                 # The tool is blocked writing the rest; nothing more of it is wanted.
                 # Its pipes are read on to their end: a paused pipe never sees its EOF.
                 self._doomed = tooltree.kill_tree(self.pid)[1:]
             else:
-                kept.add(chunk)
-
-    def _poll_exit(self) -> None:
-        if self._popen.poll() is None:
-            if self._pidfd is None:
-                self._loop.call_later(_EXIT_POLL_SECONDS, self._poll_exit)
-            return
-        if self._pidfd is not None:
-            self._loop.remove_reader(self._pidfd)
-            os.close(self._pidfd)
-            self._pidfd = None
-        if not self._exit.done():
-            self._exit.set_result(None)
-        self._settle()
+                self.out.add(chunk)
 
     def _settle(self) -> None:
-        if not self._reading and self._exit.done() and not self._done.done():
+        ended = all(reader.ended for reader in self._readers)
+        if ended and self._exit.exited.done() and not self._done.done():
             self._done.set_result(None)
 
     def close(self) -> None:
         """Every pipe and watch given back (the process itself is collected by then)."""
         self._close_stdin()
-        for fd in list(self._reading):
-            self._loop.remove_reader(fd)
-        self._reading.clear()
-        for pipe in (self._popen.stdout, self._popen.stderr):
-            if pipe is not None:
-                pipe.close()
-        if self._pidfd is not None and self._popen.returncode is not None:
-            self._loop.remove_reader(self._pidfd)
-            os.close(self._pidfd)
-            self._pidfd = None
+        for reader in self._readers:
+            reader.close()
+        self._exit.close()
