@@ -87,7 +87,7 @@ def fresh_start(
 
     asyncio.run(steps())
     start = time.perf_counter()
-    starter.home("R1")
+    starter.files.home("R1")
     parts["home"].append(time.perf_counter() - start)
 
 
@@ -148,7 +148,7 @@ def measure(root: Path, rounds: int) -> dict[str, list[float]]:
     samples: dict[str, list[float]] = {kind: [] for kind in (*KINDS, *PARTS)}
     parts: dict[str, list[float]] = {part: [] for part in PARTS}
     for i in range(-1, rounds):
-        fresh_home = starter.home("R1")
+        fresh_home = starter.files.home("R1")
         play_stage(fresh_work, fresh_home, i)
         play_stage(old_work, old_home, i)
         steps: list[tuple[str, Callable[[], object]]] = [

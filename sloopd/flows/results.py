@@ -84,7 +84,7 @@ class StageResult:
     hunks_clipped: bool = False
     # The child's last line that ``reason`` quotes after its rule (``exited with code
     # 1: <said>``), so that a diagnosis quoting the CLI's own words can take its place
-    # (sloopd.runs.diagnosed).  Not stored: the reason carries it.
+    # (sloopd.flows.diagnosed).  Not stored: the reason carries it.
     said: str | None = None
 
     @classmethod

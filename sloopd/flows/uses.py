@@ -8,7 +8,7 @@ is that preset.  Two checks read the answer:
 
 * at load, a warning for an agent stage with ``network = false`` whose preset talks
   to a vendor's API: it can only fail, and says so too late, as a ``network``
-  failure of its first run (sloopd.runs.diagnosed makes that one final);
+  failure of its first run (sloopd.flows.diagnosed makes that one final);
 * at start and in doctor, whether each preset's CLI is visible in the sandbox
   (sloopd.core.cli_sight).
 """

@@ -7,7 +7,7 @@ them is full, making a checkout, listing it or bringing it back fails: with git'
 listing's errors go to a file in the run's git HOME, which could not be written
 either: 0.8.0 failed the run "cannot read the files of …/checkouts/R1: no message.",
 classification ``unknown``).  None of that is the agent's doing, nor lasting, so such
-a failure is classified ``disk_full``, a transient class (``sloopd.runs.diagnosed``):
+a failure is classified ``disk_full``, a transient class (``sloopd.flows.diagnosed``):
 the ticket is queued again after ``agent.transient_backoff``, no ``return_to`` is
 spent, and the reason names the filesystem and what was free on it.
 

@@ -16,6 +16,7 @@ from sloopd import vendor
 from sloopd.core import cli_sight
 from sloopd.core.state import Daemon
 from sloopd.flows import explain, walk
+from sloopd.flows.diagnosed import failed_session
 from sloopd.flows.flow import Stage
 from sloopd.flows.results import (
     StageResult,
@@ -29,7 +30,6 @@ from sloopd.landing.merge_slot import MergeSlot
 from sloopd.landing.queue import MergeQueue
 from sloopd.proc.stage_io import Collected, Lost
 from sloopd.runs import disk_full, outcomes, placing
-from sloopd.runs.diagnosed import failed_session
 from sloopd.runs.placing import Work
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts

@@ -26,8 +26,8 @@ import orjson
 
 from sloopd.core.state import Daemon
 from sloopd.flows.agent_settings import AgentSettings
+from sloopd.flows.diagnosed import TRANSIENT_CLASSES
 from sloopd.queue import gate
-from sloopd.runs.diagnosed import TRANSIENT_CLASSES
 from sloopd.runs.runstate import RunFacts
 from sloopd.runs.stop import Stop, halt
 from sloopd.store import Store

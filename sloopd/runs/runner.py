@@ -17,6 +17,7 @@ from dataclasses import replace
 from sloopd import vendor
 from sloopd.core.state import Daemon
 from sloopd.flows import walk
+from sloopd.flows.diagnosed import REFUSED, is_transient
 from sloopd.flows.flow import Stage
 from sloopd.flows.results import StageResult
 from sloopd.git import ops as gitops
@@ -26,7 +27,6 @@ from sloopd.proc.stage_io import Launcher
 from sloopd.queue import gate
 from sloopd.runs import disk_full, retries, watchdog
 from sloopd.runs import stop as stops
-from sloopd.runs.diagnosed import REFUSED, is_transient
 from sloopd.runs.execute import StageExecutor
 from sloopd.runs.records import RunRecords
 from sloopd.runs.recovery import Recovery
@@ -322,7 +322,7 @@ class RunManager:
             # limit with no named reset is probed from the start.
             gate.limit_lifted(self.daemon)
         # Not a network failure the stage's own network = false explains: that one is
-        # final (sloopd.runs.diagnosed), so the ticket is not queued again for it.
+        # final (sloopd.flows.diagnosed), so the ticket is not queued again for it.
         if is_transient(stage, diagnosis):
             settings = active.config.agent
             return retries.after_transient(

@@ -21,16 +21,19 @@ from sloopd.flows import prompts
 from sloopd.flows.flow import Stage
 from sloopd.flows.presets import configured_model
 from sloopd.git.run_branches import repository_identity
+from sloopd.proc.child_files import ChildFiles
 from sloopd.proc.lines import OutputBudget
 from sloopd.proc.sandbox import PROMPT_PATH
 from sloopd.proc.stage_io import Launcher, LaunchRefused, Limits, Placement, StageEnd, StageLaunch
+from sloopd.runs import budget as budgets
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.runs.stop import stops_children
-from sloopd.runs.usage_reading import CostReader, read_usage
 from sloopd.store import TicketExtra
-from sloopd.util import memory, trees
+from sloopd.util import memory
+from sloopd.vendor import stream_claude
 from sloopd.vendor import usage as usages
+from sloopd.vendor.pricing import CostReader
 from sloopd.vendor.usage import Usage
 from sloopd.views import feedback
 from sloopd.worker.credentials import Credentials
@@ -79,47 +82,9 @@ class ChildStarter:
         self.records = records
         self.credentials = credentials
         self.socket_path = socket_path
-        self.launchers = launchers  # by the sandbox mode the run was admitted with
-        self._identity: tuple[str, str] | None = None
-
-    @property
-    def identity(self) -> tuple[str, str]:
-        """The repository's git identity, read once (two blocking git calls, not per child)."""
-        if self._identity is None:
-            self._identity = repository_identity(self.layout.repo)
-        return self._identity
-
-    def run_dir(self, run_id: str) -> Path:
-        directory = self.layout.state_dir / "runs" / run_id
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return directory
-
-    def home(self, run_id: str) -> Path:
-        """A HOME made anew for each child: a git identity to commit with, nothing else.
-
-        Nothing an earlier stage or seat left there (a ``.gitconfig`` naming a program,
-        a CLI's settings and hooks, shell start-up files, a symlink where a login is
-        mounted) reaches the next: only the commit flows between stages.
-        """
-        home = self.run_dir(run_id) / "home"
-        trees.remove_blocking(home)
-        home.mkdir(mode=0o700)
-        name, email = self.identity
-        (home / ".gitconfig").write_text(
-            f'[user]\n\tname = "{_quoted(name)}"\n\temail = "{_quoted(email)}"\n',
-            encoding="utf-8",
-        )
-        return home
-
-    def _token_file(self, run_id: str, token: str) -> Path:
-        """The child's token in a file only the daemon user reads, made anew per child
-        (the previous child's token is dead by now; its file goes with it)."""
-        path = self.run_dir(run_id) / "token"
-        path.unlink(missing_ok=True)
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-        with os.fdopen(descriptor, "w", encoding="ascii") as out:
-            out.write(token)
-        return path
+        self.launchers = launchers  # by the placement's ``where``
+        # The child's HOME and token, made anew for each child.
+        self.files = ChildFiles(layout.state_dir, lambda: repository_identity(layout.repo))
 
     def launch(
         self,
@@ -148,7 +113,7 @@ class ChildStarter:
             commit=commit,
             argv=argv,
             checkout=facts.worktree,
-            home=self.home(facts.run_id),
+            home=self.files.home(facts.run_id),
             limits=Limits(
                 timeout_ms=timeout_of(active, stage),
                 max_log_lines=agent.max_log_lines,
@@ -167,7 +132,7 @@ class ChildStarter:
             rw_mounts=agent.rw_mounts,
             worker_socket=self.socket_path(facts.run_id),
             token=token,
-            token_file=self._token_file(facts.run_id, token),
+            token_file=self.files.token_file(facts.run_id, token),
             token_env=agent.token_env,
             prompt_file=prompt_file,
             network=stage.network,
@@ -233,7 +198,7 @@ class ChildStarter:
             recent.extend(texts)  # bounded; dropped lines still tell why a child failed
             last_words.heard(stream, texts, split)  # so do they for the quote of its last line
             if parse is not None and stream == "stdout":
-                read_usage(active, parse, usage, price, stream_name, texts)
+                _read_usage(active, parse, usage, price, stream_name, texts)
             admitted = budget.admit_many(texts)
             if not admitted:
                 return
@@ -353,7 +318,7 @@ class ChildStarter:
         record = self.records.store.ticket_by_id(facts.ticket)
         extra = self.records.store.row(TicketExtra, "ticket_extra", (facts.ticket,))
         assert record is not None and extra is not None
-        path = self.run_dir(facts.run_id) / f"prompt-{stage.name}-{attempt}.md"
+        path = self.files.run_dir(facts.run_id) / f"prompt-{stage.name}-{attempt}.md"
         prompt = prompts.render(
             stage.prompt,
             record.title,
@@ -387,7 +352,7 @@ def stream_of(active: ActiveRun, stage: Stage, seat: int | None) -> str:
 def said_streams(active: ActiveRun, stage: Stage) -> tuple[str, ...]:
     """Where a failed child's last line is quoted from: stderr, else stdout; only stderr
     when stdout is a CLI's JSON stream (its words reach the reason through the
-    classifier: sloopd.runs.diagnosed)."""
+    classifier: sloopd.flows.diagnosed)."""
     return ("stderr", "stdout") if stream_of(active, stage, None) == "none" else ("stderr",)
 
 
@@ -399,5 +364,27 @@ def timeout_of(active: ActiveRun, stage: Stage) -> int:
     return settings.agent_timeout_ms if stage.action == "agent" else settings.command_timeout_ms
 
 
-def _quoted(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+def _read_usage(
+    active: ActiveRun,
+    parse: usages.StreamParser,
+    usage: Usage,
+    price: CostReader,
+    stream_name: str,
+    texts: list[str],
+) -> None:
+    """What a batch of stdout lines says the child spent (and tools it was refused)."""
+    for text in texts:
+        if _parsed(parse, text, usage):
+            active.live = price(usage)
+            budgets.check(active)
+            if stream_name == "claude" and '"permission_denials"' in text:
+                refused = stream_claude.permission_denials(text) or []
+                active.refused_tools = tuple(dict.fromkeys(refused))
+
+
+def _parsed(parse: usages.StreamParser, line: str, usage: Usage) -> bool:
+    """A parser's verdict on one line; a parser that raises reads nothing from it."""
+    try:
+        return parse(line, usage)
+    except Exception:
+        return False

@@ -32,10 +32,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
+from sloopd.flows.diagnosed import diagnosed
 from sloopd.flows.flow import Stage
 from sloopd.flows.results import StageResult, daemon_diagnosis
 from sloopd.flows.walk import ENDED_BY_REBUILT, Walk
-from sloopd.runs.diagnosed import diagnosed
 
 StopKind = Literal["stalled", "timed_out", "budget_exceeded", "rebuilt", "cancel", "halt"]
 BUDGET_EXCEEDED: Final = "budget_exceeded"
@@ -173,7 +173,7 @@ def judged(
 ) -> StageResult:
     """A stage's result with the run's stop over it; ``classify`` reads a failed
     agent's output, and is asked only when no stop explains the failure (its
-    words then reach the reason: sloopd.runs.diagnosed)."""
+    words then reach the reason: sloopd.flows.diagnosed)."""
     aborted = cancelled(stop)
     if aborted is not None:
         if merged_despite(stop, stage, result) is not None:

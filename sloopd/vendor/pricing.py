@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -181,3 +181,35 @@ def priced(usage: Usage, table: PriceTable, model: str | None) -> tuple[Usage, s
     if not usage.models and rest == ModelTokens():
         return usage, None  # nothing used yet: nothing to price
     return replace(usage, cost_usd=dollars, models=dict(usage.models)), None
+
+
+class CostReader:
+    """A child's usage with its cost: the vendor's, else priced from ``[pricing]``.
+
+    Claude Code's cost arrives with its last event, Codex's and Gemini's never: a
+    priced cost is what lets ``max_cost_usd`` judge them while they run.  When some
+    tokens have no price, ``tell`` hears it once (the cost then stays unknown).
+    """
+
+    def __init__(
+        self, prices: PriceTable, model: str | None, tell: Callable[[str], None] | None
+    ) -> None:
+        self.prices = prices
+        self.model = model
+        self.tell = tell
+
+    def __call__(self, reported: Usage) -> Usage:
+        costed, missing = priced(reported, self.prices, self.model)
+        if missing is not None and self.tell is not None:
+            self.tell(unpriced_notice(missing))
+            self.tell = None
+        return costed
+
+
+def unpriced_notice(model: str) -> str:
+    """Said once per child when a dollar budget cannot see what it spends."""
+    named = f"model {model!r} has no price" if model else "its model is not known"
+    return (
+        f"sloop: this agent reports no cost and {named} in [pricing]: its cost is unknown "
+        "and max_cost_usd cannot stop it (docs/configuration.md#pricing)"
+    )

@@ -33,7 +33,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "util": frozenset(),
     "vendor": frozenset(),
     "examples": frozenset(),
-    "flows": frozenset({"wire", "store", "util"}),
+    "flows": frozenset({"wire", "store", "util", "vendor"}),
     "ops": frozenset({"wire", "store", "util"}),
     # core reads git (the layout) and, for the agent CLIs' sight, the sandbox's rules (proc).
     "core": frozenset({"wire", "store", "util", "vendor", "flows", "ops", "proc", "git"}),

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from sloopd.flows.diagnosed import TRANSIENT_CLASSES, is_transient
 from sloopd.flows.flow import Stage
 from sloopd.git.checkout import CheckoutError
 from sloopd.runs import disk_full
-from sloopd.runs.diagnosed import TRANSIENT_CLASSES, is_transient
 from sloopd.util.diskspace import Space, says_no_room
 
 MiB = 1 << 20

@@ -2,7 +2,7 @@
 issue 34, items 7 and 9: a Gemini session that failed though its CLI exited 0, and the
 preset's own refusal quoted as the reason).
 
-Pure functions over a stage, its result and its diagnosis (sloopd.runs.diagnosed),
+Pure functions over a stage, its result and its diagnosis (sloopd.flows.diagnosed),
 and the load-time warning for a preset stage with ``network = false``
 (sloopd.flows.uses), pinned case by case.
 """
@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from sloopd.core import config
+from sloopd.flows.diagnosed import OFFLINE_DETAIL, diagnosed, failed_session, is_transient
 from sloopd.flows.flow import Stage, parse
 from sloopd.flows.results import StageResult, daemon_diagnosis
 from sloopd.flows.uses import offline_warnings, preset_uses
 from sloopd.runs import stop as stops
-from sloopd.runs.diagnosed import OFFLINE_DETAIL, diagnosed, failed_session, is_transient
 from sloopd.vendor import classify
 from tests.support.vendor_outputs import GEMINI_NO_FINISH
 

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from sloopd.core.config import ConfigError, parse
-from sloopd.runs.usage_reading import CostReader
 from sloopd.vendor import pricing, stream_claude, stream_gemini
 from sloopd.vendor import usage as usages
+from sloopd.vendor.pricing import CostReader
 from sloopd.vendor.usage import ModelTokens, Usage
 
 STREAMS = Path(__file__).parent / "streams"
