@@ -31,7 +31,9 @@ LAYERS: dict[str, frozenset[str]] = {
     "wire": frozenset(),
     "store": frozenset(),
     "util": frozenset(),
-    "vendor": frozenset(),
+    # The configuration's error base (sloopd.util.validate) for [pricing] and
+    # [[vendor.patterns]].
+    "vendor": frozenset({"util"}),
     "examples": frozenset(),
     "flows": frozenset({"wire", "store", "util"}),
     "ops": frozenset({"wire", "store", "util"}),
