@@ -5,6 +5,7 @@ Owns the repository and socket layout (``paths``), the validated
 built from store rows (``rows``), batched log ingestion (``logsink``), the
 choice of committed events told to webhooks (``notices``), the requests held for
 news on the feeds (``longpoll``) and the read model (``model``, ``changelog``).
-May import ``wire``, ``store``, ``util``, ``vendor``, ``flows`` and ``ops``;
-it names runs in flight by the ``LiveRun`` interface, never by the runs layer.
+May import: ``wire``, ``store``, ``util``, ``vendor``, ``flows``, ``ops`` and
+``git`` (``paths`` locates the repository through ``git.runner``); it names runs
+in flight by the ``LiveRun`` interface, never by the runs layer.
 """

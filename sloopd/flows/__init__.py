@@ -3,7 +3,8 @@
 Owns flow validation (``flow``), the pure replay that decides a run's next
 step (``walk``), reading and appending stage-log rows (``stagelog``), a stage's
 outcome as its ``stage_finished`` row stores it (``results``), the reasons derived
-from a replay (``explain``), the agent settings and presets.  It may import ``wire``,
-``store`` and ``util``; both the read side (``views``) and the run driver
-(``runs``) import it, so it never imports either.
+from a replay (``explain``), the agent settings and presets.  Both the read side
+(``views``) and the run driver (``runs``) import it, so it never imports either.
+
+May import: ``wire``, ``store`` and ``util``.
 """

@@ -11,6 +11,7 @@ spends none of their ``returns``.
 
 The queue lives in memory: a restart settles the runs in flight (sloopd.runs.recovery)
 and the queue starts empty.  The run driver (sloopd.runs.runner) asks it before a
-landing's stages and after each; nothing else moves a run through it.  It may import
-``wire``, ``store``, ``util``, ``flows`` and ``core``; the runs layer imports it.
+landing's stages and after each; nothing else moves a run through it.
+
+May import: ``wire``, ``store``, ``util``, ``flows`` and ``core``; the runs layer imports it.
 """

@@ -2,5 +2,5 @@
 deadline (``subproc``), memory, the naming rule (``names``), and the configuration's
 one error base with the checks every section's values go through (``validate``).
 
-Imports nothing else of ``sloopd``; every layer may import it.
+May import: nothing of ``sloopd``; the layers above it import it.
 """
