@@ -2,6 +2,11 @@
 
 ``run()`` blocks (the console script); ``serve()`` is awaitable so tests can
 run the real daemon in-process as well as a subprocess.
+
+Start-up pushes the undoing of each thing it makes onto one exit stack as it makes
+it, so shutdown undoes them in the reverse order by construction (the doors close
+first, the runs stop before their children, the store closes last but for the lock),
+and a start refused half way undoes exactly what it had made.
 """
 
 from __future__ import annotations
@@ -30,7 +35,6 @@ from sloopd.proc.children import ProcessGroups
 from sloopd.proc.sandbox import probe as sandbox_probe
 from sloopd.queue import gate
 from sloopd.queue.scheduler import Scheduler
-from sloopd.remote.launcher import RayExecutor
 from sloopd.runs.runner import RunManager
 from sloopd.runs.runstate import ActiveRun
 from sloopd.startup import DiskFull, StartupError, refusal, refuse_if_served, write_info
@@ -46,6 +50,7 @@ ORPHAN_REAP_SECONDS = 1.0
 SURVIVOR_WAIT_SECONDS = 10.0
 STATUS_SECONDS = 5.0
 STOPPED_REASON = "the daemon stopped while the run was in flight"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 log = logging.getLogger(__name__)
 
@@ -67,20 +72,18 @@ class Server:
         self.ready = asyncio.Event()
         self._stop: asyncio.Event | None = None
         self._lock = StoreLock(self.layout.state_dir, "sloopd serve")
+        # What start-up made, each with its undoing; closed by shutdown or a refusal.
+        self._made = contextlib.AsyncExitStack()
+        # The operator socket's server until its file is removed (once: see _unlisten).
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[Connection] = set()
         self._signals = 0
+        # Whether daemon_started was recorded: daemon_stopped pairs with it.
+        self._said_started = False
         self.runs: RunManager | None = None
         # The runs in flight: the RunManager's registry, the daemon's live read side.
         self._active: dict[str, ActiveRun] = {}
-        self._groups: ProcessGroups | None = None
-        self._sink: LogSink | None = None
-        self._tasks: list[asyncio.Task[None]] = []
-        self._last_status = ""
         self.metrics = Metrics()
-        self._metrics_server: asyncio.AbstractServer | None = None
-        self.notices: Notices | None = None
-        self._ray: RayExecutor | None = None
 
     def run(self) -> int:
         import uvloop
@@ -105,15 +108,30 @@ class Server:
             self._stop.set()
 
     async def startup(self) -> None:
-        layout = self.layout
+        try:
+            await self._start()
+        except BaseException:
+            try:
+                await self._made.aclose()
+            except Exception:  # the refusal itself is what the operator must read
+                log.exception("undoing the refused start failed")
+            raise
+
+    async def shutdown(self) -> None:
+        await self._made.aclose()
+        log.info("stopped")
+
+    async def _start(self) -> None:
+        layout, made = self.layout, self._made
         self._take_lock()
         try:
             settings = config.load(layout.repo)
         except config.ConfigError as exc:
-            self._lock.release()
             raise StartupError(f"refusing to start: {exc}") from exc
         store, refused = self._open_store()
-        self.daemon = Daemon(
+        if store is not None:
+            made.callback(self._close_store, store)
+        self.daemon = daemon = Daemon(
             layout=layout,
             config=settings,
             store=store,
@@ -122,48 +140,56 @@ class Server:
             active_runs=self._active,
         )
         self._check_clis()
+        scheduler: Scheduler | None = None
+        groups: ProcessGroups | None = None
         if store is not None:
             try:
-                scheduler: Scheduler | None = await self._reconcile()
+                scheduler, groups = await self._reconcile(daemon, store)
             except (StoreUnavailable, OSError) as exc:
                 # Recovery must record what it decides; without a writable store it
                 # decides nothing and leaves everything for the next start.
-                store.close()
-                self._lock.release()
                 raise refusal(layout, exc) from exc
         else:
-            scheduler = None
             # Even a daemon that refuses its store ends what a crashed one left.
             ProcessGroups(layout.state_dir / "groups").kill_recorded_leftovers()
-        await self._listen()
+        await self._listen(daemon)
         await self._serve_metrics()
         try:
             write_info(layout)
         except OSError as exc:
-            await self._abandon_startup()
             raise refusal(layout, exc) from exc
+        made.callback(layout.daemon_info.unlink, missing_ok=True)
         loop = asyncio.get_running_loop()
         if store is not None:
+            self._said_started = True
             try:
-                self.daemon.append_event("daemon_started", data={"pid": os.getpid()})
+                daemon.append_event("daemon_started", data={"pid": os.getpid()})
             except StoreUnavailable as exc:
                 log.warning("daemon_started not recorded: %s", exc)
-            self.metrics.watch(self.daemon)
-        if scheduler is not None and self.runs is not None:
-            self._tasks += [
+            self.metrics.watch(daemon)
+        tasks: list[asyncio.Task[None]] = []
+        if scheduler is not None and groups is not None and self.runs is not None:
+            tasks += [
                 loop.create_task(scheduler.loop()),
-                loop.create_task(self._reap_orphans()),
+                loop.create_task(_reap_orphans(groups)),
                 loop.create_task(self.runs.watch_stalls()),
                 # A needs_review run whose branch someone merged by hand resolves itself.
-                loop.create_task(HandMerges(self.daemon).watch()),
+                loop.create_task(HandMerges(daemon).watch()),
             ]
-        self._tasks.append(loop.create_task(self._keep_systemd_informed()))
+        tasks.append(
+            loop.create_task(self.notifier.keep_informed(self._status_line, STATUS_SECONDS))
+        )
+        made.push_async_callback(_cancel, tasks)
+        # First at shutdown: stop accepting, answer what is held, let connections go.
+        made.push_async_callback(self._close_clients, daemon)
         self._install_signals()
+        made.callback(_remove_signals, loop)
         print(layout.operator_socket, flush=True)
         log.info(
             "sloopd %s serving %s on %s", api.SOFTWARE_VERSION, layout.repo, layout.operator_socket
         )
         self.notifier.ready(f"serving {layout.repo}")
+        made.callback(self.notifier.stopping)
         self.ready.set()
 
     def _take_lock(self) -> None:
@@ -175,11 +201,8 @@ class Server:
             self._lock.acquire()
         except Exception as exc:
             raise refusal(self.layout, exc) from exc
-        try:
-            refuse_if_served(self.layout)
-        except StartupError:
-            self._lock.release()
-            raise
+        self._made.callback(self._lock.release)  # the last thing undone
+        refuse_if_served(self.layout)
 
     def _open_store(self) -> tuple[Store | None, str | None]:
         """The store, or None and why a newer one is refused (then only 'show' answers)."""
@@ -189,26 +212,23 @@ class Server:
             log.error("%s; serving only 'show' until that changes", exc)
             return None, str(exc)
         except (StoreUnavailable, OSError) as exc:
-            self._lock.release()
             raise refusal(self.layout, exc) from exc
 
-    async def _abandon_startup(self) -> None:
-        """Undo what start-up opened, for a refusal found after the daemon listened."""
-        if self._server is not None:
-            self._server.close()
-            with contextlib.suppress(FileNotFoundError):
-                self.layout.operator_socket.unlink()
-        if self._metrics_server is not None:
-            self._metrics_server.close()
-        if self.daemon is not None and self.daemon.store is not None:
-            self.daemon.store.close()
+    def _close_store(self, store: Store) -> None:
+        """Last but the lock: every step undone before it may still write."""
+        if self._said_started and self.daemon is not None:
+            with contextlib.suppress(Exception):
+                self.daemon.append_event("daemon_stopped", data={"pid": os.getpid()})
+        store.close()
+        if self.daemon is not None:
             self.daemon.store = None
-        self._lock.release()
 
-    async def _reconcile(self) -> Scheduler:
+    async def _reconcile(self, daemon: Daemon, store: Store) -> tuple[Scheduler, ProcessGroups]:
         """After a crash: kill what the last daemon left, settle its runs in flight."""
-        assert self.daemon is not None and self.daemon.store is not None
-        self.notices = Notices.started(self.daemon)  # first: recovery's settles are told too
+        made = self._made
+        notices = Notices.started(daemon)  # first: recovery's settles are told too
+        # Reads the stop's own settles, then gives deliveries a short grace.
+        made.push_async_callback(notices.close)
         peers.become_subreaper()
         # Every git call of ours is marked, and a killed daemon's calls may still run:
         # wait for them before recovery reads a ref to decide whether a merge happened.
@@ -217,71 +237,58 @@ class Server:
         killed_tools = tooltree.await_survivors(marker, SURVIVOR_WAIT_SECONDS)
         if killed_tools:
             log.warning("killed %d git calls a previous daemon left running", len(killed_tools))
-        self._groups = ProcessGroups(self.layout.state_dir / "groups")
-        killed = self._groups.kill_recorded_leftovers()
+        groups = ProcessGroups(self.layout.state_dir / "groups")
+        killed = groups.kill_recorded_leftovers()
         if killed:
             log.warning("killed %d leftover processes of a previous daemon", len(killed))
-        gate.load(self.daemon)
-        if self.daemon.config.sandbox != "none":
-            self.daemon.sandbox_problem = sandbox_probe()
-            if self.daemon.sandbox_problem is not None:
-                log.error("agents cannot be sandboxed here: %s", self.daemon.sandbox_problem)
-        daemon = self.daemon
+        gate.load(daemon)
+        if daemon.config.sandbox != "none":
+            daemon.sandbox_problem = sandbox_probe()
+            if daemon.sandbox_problem is not None:
+                log.error("agents cannot be sandboxed here: %s", daemon.sandbox_problem)
         # Output never takes the free space the next runs' checkouts need (logroom).
         room = DiskRoom(self.layout.state_dir, lambda: daemon.config.repo.disk_reserve)
-        store = daemon.require_store()
-        self._sink = LogSink(store, self.metrics.log_records.inc, daemon.feed_notices, room)
-        launchers = compose.local_launchers(self.layout, self._groups)
-        self._ray = compose.ray_executor(self.daemon)
-        if self._ray is not None:
-            launchers["ray"] = compose.ray_launcher(self.daemon, self._ray)
-            await self._ray.start()  # connecting takes seconds: begin before any claim
-        self.runs = compose.run_manager(
-            self.daemon,
-            self._sink,
+        sink = LogSink(store, self.metrics.log_records.inc, daemon.feed_notices, room)
+        made.callback(sink.close)  # after every child that writes to it has stopped
+        ray = compose.ray_executor(daemon)
+        if ray is not None:
+            made.push_async_callback(ray.close)  # the driver exits; Ray kills its actors
+        launchers = compose.local_launchers(self.layout, groups)
+        made.push_async_callback(groups.stop_all)  # the children those launchers start
+        if ray is not None:
+            launchers["ray"] = compose.ray_launcher(daemon, ray)
+            await ray.start()  # connecting takes seconds: begin before any claim
+        self.runs = runs = compose.run_manager(
+            daemon,
+            sink,
             self._active,
             launchers,
             worker_connections=compose.worker_connection_budget(),
         )
-        self.runs.worker_sockets.clear_stale()
+        made.push_async_callback(_stop_runs, runs)
+        runs.worker_sockets.clear_stale()
         # Before any claim: a store restored from an older backup numbers past what the
         # runs it forgot left in git and in the state directory.
         found = leftovers.survey(self.layout)
-        leftovers.number_past(self.daemon.store, found)
-        scheduler = Scheduler(self.daemon, self.runs.start, attempt_floor=found.attempt_floor)
+        leftovers.number_past(store, found)
+        scheduler = Scheduler(daemon, runs.start, attempt_floor=found.attempt_floor)
         # The one late wiring step (see Daemon.connect): before recovery settles anything.
-        self.daemon.connect(poke=scheduler.poke, events_appended=self.notices.poke)
-        for run_id, outcome in await self.runs.recover():
+        daemon.connect(poke=scheduler.poke, events_appended=notices.poke)
+        for run_id, outcome in await runs.recover():
             log.warning("%s was in flight when the last daemon ended: settled %s", run_id, outcome)
-        self.daemon.model = ReadModel.install(self.daemon.store, self.daemon.changes)
-        return scheduler
+        daemon.model = ReadModel.install(store, daemon.changes)
+        return scheduler, groups
 
     async def _serve_metrics(self) -> None:
         if not self.options.metrics:
             return
         try:
             host, port = parse_address(self.options.metrics)
-            self._metrics_server = await serve_metrics(self.metrics, host, port)
+            metrics_server = await serve_metrics(self.metrics, host, port)
         except (ValueError, OSError) as exc:
             raise StartupError(f"cannot serve metrics on {self.options.metrics}: {exc}") from exc
+        self._made.callback(metrics_server.close)
         log.info("metrics on http://%s/metrics", self.options.metrics)
-
-    async def _keep_systemd_informed(self) -> None:
-        """WATCHDOG=1 at half WatchdogSec from the loop itself (a stuck loop trips
-        it), and a STATUS= line kept current."""
-        usec = int(os.environ.get("WATCHDOG_USEC", "0") or 0)
-        interval = usec / 2_000_000 if usec > 0 else STATUS_SECONDS
-        while True:
-            if usec > 0:
-                self.notifier.send("WATCHDOG=1")
-            try:
-                status = self._status_line()
-            except StoreUnavailable:
-                status = self._last_status  # the store is busy: say nothing new
-            if status != self._last_status:
-                self.notifier.status(status)
-                self._last_status = status
-            await asyncio.sleep(min(interval, STATUS_SECONDS))
 
     def _status_line(self) -> str:
         daemon = self.daemon
@@ -294,16 +301,7 @@ class Server:
             f"triggers queued, gate {gate_state}"
         )
 
-    async def _reap_orphans(self) -> None:
-        """As a subreaper we inherit agents' orphans; collect them when they exit."""
-        groups = self._groups
-        assert groups is not None
-        while True:
-            await asyncio.sleep(ORPHAN_REAP_SECONDS)
-            peers.reap_adopted_orphans(groups.leader_pids)
-
-    async def _listen(self) -> None:
-        assert self.daemon is not None
+    async def _listen(self, daemon: Daemon) -> None:
         path = self.layout.operator_socket
         try:
             paths.make_private_dir(self.layout.socket_dir)
@@ -315,9 +313,9 @@ class Server:
             path.unlink()  # stale: we hold the store lock, nobody else serves it
         dispatcher: Dispatcher
         if self.runs is None:
-            dispatcher = OperatorDispatcher(refused_handlers(self.daemon))
+            dispatcher = OperatorDispatcher(refused_handlers(daemon))
         else:
-            dispatcher = operator_dispatcher(operator_handlers(self.daemon, self.runs))
+            dispatcher = operator_dispatcher(operator_handlers(daemon, self.runs))
         loop = asyncio.get_running_loop()
 
         dispatcher.observer = self.metrics.observe_request
@@ -336,10 +334,20 @@ class Server:
         self._server = await loop.create_unix_server(
             factory, sock=bound_private(path), backlog=LISTEN_BACKLOG
         )
+        self._made.callback(self._unlisten)
+
+    def _unlisten(self) -> None:
+        """Stop listening and remove the socket file, once: removed again later, it could
+        be the socket of a daemon that started on the same path meanwhile."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        self.layout.operator_socket.unlink(missing_ok=True)
 
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in STOP_SIGNALS:
             loop.add_signal_handler(sig, self._on_stop_signal, sig)
         loop.add_signal_handler(signal.SIGHUP, self._reload)
         loop.add_signal_handler(signal.SIGUSR1, log_tasks)
@@ -363,8 +371,7 @@ class Server:
             self.daemon.poke()  # a higher parallel or a restored flow may free work
         except config.ConfigError as exc:
             log.error("reload refused, keeping the last good configuration: %s", exc)
-        self._last_status = self._status_line()
-        self.notifier.ready(self._last_status)
+        self.notifier.ready(self._status_line())
 
     def _check_clis(self) -> None:
         """Each configured preset's CLI must resolve inside the sandbox: say which does not."""
@@ -373,52 +380,45 @@ class Server:
         for row in self.daemon.unseen_clis:
             log.warning("agent preset %r: %s", row["preset"], row["problem"])
 
-    async def _close_clients(self) -> None:
+    async def _close_clients(self, daemon: Daemon) -> None:
         """Held requests answer first (show, then logs/events), then connections close."""
-        if self.daemon is not None:
-            await self.daemon.changes.close(within_s=1.0)
-        if self._server is None:
+        await daemon.changes.close(within_s=1.0)
+        server = self._server
+        if server is None:
             return
-        self._server.close()
-        if self.daemon is not None:
-            await self.daemon.feed_notices.stop()
+        server.close()
+        await daemon.feed_notices.stop()
         for conn in list(self._connections):
             conn.close()
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._server.wait_closed(), 2)
-        with contextlib.suppress(FileNotFoundError):
-            self.layout.operator_socket.unlink()
+            await asyncio.wait_for(server.wait_closed(), 2)
+        self._unlisten()
 
-    async def shutdown(self) -> None:
-        self.notifier.stopping()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            with contextlib.suppress(Exception):
-                loop.remove_signal_handler(sig)
-        await self._close_clients()
-        with contextlib.suppress(FileNotFoundError):
-            self.layout.daemon_info.unlink()
-        for task in self._tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if self._metrics_server is not None:
-            self._metrics_server.close()
-        if self.runs is not None:
-            await self.runs.stop_all(STOPPED_REASON)
-            self.runs.branches.stop_sweeping()  # the trash's backlog never holds a stop
-        if self._groups is not None:
-            await self._groups.stop_all()
-        if self._ray is not None:
-            await self._ray.close()  # the driver exits; Ray kills every actor it owned
-        if self._sink is not None:
-            self._sink.close()
-        if self.notices is not None:  # reads the stop's own settles; then a short grace
-            await self.notices.close()
-        if self.daemon is not None and self.daemon.store is not None:
-            with contextlib.suppress(Exception):
-                self.daemon.append_event("daemon_stopped", data={"pid": os.getpid()})
-            self.daemon.store.close()
-            self.daemon.store = None
-        self._lock.release()
-        log.info("stopped")
+
+# --- what start-up makes, undone ----------------------------------------------------
+
+
+def _remove_signals(loop: asyncio.AbstractEventLoop) -> None:
+    """A signal during shutdown does what it does to any process (SIGUSR1 still dumps)."""
+    for sig in (*STOP_SIGNALS, signal.SIGHUP):
+        with contextlib.suppress(Exception):
+            loop.remove_signal_handler(sig)
+
+
+async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _stop_runs(runs: RunManager) -> None:
+    await runs.stop_all(STOPPED_REASON)
+    runs.branches.stop_sweeping()  # the trash's backlog never holds a stop
+
+
+async def _reap_orphans(groups: ProcessGroups) -> None:
+    """As a subreaper we inherit agents' orphans; collect them when they exit."""
+    while True:
+        await asyncio.sleep(ORPHAN_REAP_SECONDS)
+        peers.reap_adopted_orphans(groups.leader_pids)

@@ -7,7 +7,7 @@ choice of committed events told to webhooks (``notices``), the requests held for
 news on the feeds (``longpoll``), the read model (``model``, ``changelog``),
 whether the configured agent CLIs resolve inside the sandbox (``cli_sight``) and what
 runs a restored store forgot left in git and the state directory (``leftovers``).
-May import ``wire``, ``store``, ``util``, ``vendor``, ``flows``, ``ops``, ``proc`` (the
-sandbox's rules) and ``git``; it names runs in flight by the ``LiveRun`` interface,
-never by the runs layer.
+May import: ``wire``, ``store``, ``util``, ``vendor``, ``flows``, ``ops``, ``proc`` (the
+sandbox's rules) and ``git`` (``paths`` locates the repository through ``git.runner``);
+it names runs in flight by the ``LiveRun`` interface, never by the runs layer.
 """

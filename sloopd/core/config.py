@@ -2,7 +2,9 @@
 
 The daemon refuses to start on a bad file and keeps the last good
 configuration when a reload (SIGHUP) finds one.  Flows and the agent section
-are validated by sloopd.flows.flow.
+are validated by sloopd.flows.flow, the other sections by the layers that own
+them; every refusal is a ``ConfigError`` (sloopd.util.validate), named here once
+with the file it came from.
 """
 
 from __future__ import annotations
@@ -15,28 +17,24 @@ from pathlib import Path
 from typing import Any
 
 from sloopd.core import cost_budgets, executor_config
-from sloopd.core.executor_config import ExecutorConfig, ExecutorConfigError
-from sloopd.flows import placement
-from sloopd.flows.flow import AgentSettings, Flow, FlowError, default_flow
+from sloopd.core.executor_config import ExecutorConfig
+from sloopd.flows.flow import AgentSettings, Flow, default_flow
 from sloopd.flows.flow import parse as parse_flows
 from sloopd.flows.prompts import check_policy as check_prompt_in_argv
 from sloopd.flows.uses import warn_offline
-from sloopd.ops.webhook_targets import NotifyConfigError, Target, parse_targets
+from sloopd.ops.webhook_targets import Target, parse_targets
+from sloopd.util import validate
 from sloopd.util.names import ref_problem
-from sloopd.util.sizes import parse_bytes
-from sloopd.vendor import Pattern, VendorConfigError, patterns_from_config
+from sloopd.util.validate import ConfigError as ConfigError
+from sloopd.vendor import Pattern, patterns_from_config
 from sloopd.vendor import usage as vendor_usage
-from sloopd.vendor.pricing import PriceTable, PricingError, parse_pricing
+from sloopd.vendor.pricing import PriceTable, parse_pricing
 from sloopd.wire.api import parse_duration_ms as parse_ms
 
 CONFIG_FILE = "sloop.toml"
 DEFAULT_MAX_TICKET_BYTES = 1 << 20
 # Bounds of repo.max_ticket_bytes: a ticket is a task description, not a data file.
 MAX_TICKET_BYTES_RANGE = (1 << 10, 16 << 20)
-
-
-class ConfigError(Exception):
-    """A sloop.toml that does not validate; the message names key and reason."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,53 +109,46 @@ def parse(
     path: Path | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Config:
-    where = f"{path}: " if path else ""
+    """The configuration ``document`` describes; a ConfigError naming ``path`` if not."""
+    try:
+        return _sections(document, path, os.environ if environ is None else environ)
+    except ConfigError as exc:
+        where = f"{path}: " if path else ""
+        raise ConfigError(f"{where}{exc}") from exc
+
+
+def _sections(document: dict[str, Any], path: Path | None, environ: Mapping[str, str]) -> Config:
     unknown = sorted(set(document) - _TOP_LEVEL)
     if unknown:
         known = ", ".join(sorted(_TOP_LEVEL))
-        raise ConfigError(f"{where}unknown key '{unknown[0]}' (known: {known})")
-    sandbox = document.get("sandbox", "bwrap")
-    if sandbox not in SANDBOX_MODES:
-        raise ConfigError(f"{where}'sandbox' must be one of {' | '.join(SANDBOX_MODES)}")
-    repo = _repo_section(document.get("repo", {}), where)
+        raise ConfigError(f"unknown key '{unknown[0]}' (known: {known})")
+    sandbox = validate.choice(document.get("sandbox", "bwrap"), "sandbox", SANDBOX_MODES)
+    repo = _repo_section(document.get("repo", {}))
     agent = document.get("agent", {})
     flows = document.get("flows", {})
     for key, value in (("agent", agent), ("flows", flows)):
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}'{key}' must be a table")
-    try:
-        parsed = parse_flows(agent, flows)
-        check_prompt_in_argv(parsed.agent, parsed.flows)
-    except FlowError as exc:
-        raise ConfigError(f"{where}{exc}") from exc
-    _check_streams(parsed.agent, parsed.flows, where)
+            raise ConfigError(f"'{key}' must be a table")
+    parsed = parse_flows(agent, flows)
+    check_prompt_in_argv(parsed.agent, parsed.flows)
+    _check_streams(parsed.agent, parsed.flows)
     warn_offline(parsed.agent, parsed.flows.values())
-    environment = os.environ if environ is None else environ
-    try:
-        pricing = parse_pricing(document.get("pricing", {}))
-    except PricingError as exc:
-        raise ConfigError(f"{where}{exc}") from exc
-    unenforceable = cost_budgets.check(parsed.agent, parsed.flows, pricing, environment)
+    pricing = parse_pricing(document.get("pricing", {}))
+    unenforceable = cost_budgets.check(parsed.agent, parsed.flows, pricing, environ)
     if unenforceable is not None:
-        raise ConfigError(f"{where}{unenforceable}")
-    try:
-        notify = parse_targets(document.get("notify", []), environment)
-    except NotifyConfigError as exc:
-        raise ConfigError(f"{where}{exc}") from exc
-    try:
-        executor = executor_config.parse(document.get("executor", {}))
-        executor = executor_config.with_overrides(executor, *_serve_overrides(environment))
-        executor_config.check(executor, parsed.flows.values(), sandbox)
-        executor_config.check_passed(parsed.agent.env)
-    except (ExecutorConfigError, placement.PlacementError) as exc:
-        raise ConfigError(f"{where}{exc}") from exc
+        raise ConfigError(unenforceable)
+    notify = parse_targets(document.get("notify", []), environ)
+    executor = executor_config.parse(document.get("executor", {}))
+    executor = executor_config.with_overrides(executor, *_serve_overrides(environ))
+    executor_config.check(executor, parsed.flows.values(), sandbox)
+    executor_config.check_passed(parsed.agent.env)
     return Config(
         executor=executor,
         repo=repo,
         agent=parsed.agent,
         flows=parsed.flows,
         source=path,
-        vendor_patterns=_vendor_section(document.get("vendor", {}), where),
+        vendor_patterns=_vendor_section(document.get("vendor", {})),
         sandbox=sandbox,
         notify=notify,
         pricing=pricing,
@@ -174,7 +165,7 @@ def _serve_overrides(environ: Mapping[str, str]) -> tuple[str | None, str | None
     return environ.get(EXECUTOR_OVERRIDE) or None, environ.get(RAY_ADDRESS_OVERRIDE) or None
 
 
-def _check_streams(agent: AgentSettings, flows: dict[str, Flow], where: str) -> None:
+def _check_streams(agent: AgentSettings, flows: dict[str, Flow]) -> None:
     """Every stream named has a parser here: a typo fails at load, not mid-run."""
     named: list[tuple[str, str | None]] = [("agent.stream", agent.stream)]
     for flow in flows.values():
@@ -191,85 +182,52 @@ def _check_streams(agent: AgentSettings, flows: dict[str, Flow], where: str) -> 
         try:
             vendor_usage.parser(name)
         except vendor_usage.UnknownStream as exc:
-            raise ConfigError(f"{where}'{key}': {exc}") from exc
+            raise ConfigError(f"'{key}': {exc}") from exc
 
 
-def _vendor_section(section: Any, where: str) -> tuple[Pattern, ...]:
+def _vendor_section(section: Any) -> tuple[Pattern, ...]:
     if not isinstance(section, dict):
-        raise ConfigError(f"{where}'vendor' must be a table")
+        raise ConfigError("'vendor' must be a table")
     unknown = sorted(set(section) - {"patterns"})
     if unknown:
-        raise ConfigError(f"{where}unknown key 'vendor.{unknown[0]}'")
-    try:
-        return patterns_from_config(section.get("patterns", []))
-    except VendorConfigError as exc:
-        raise ConfigError(f"{where}{exc}") from exc
+        raise ConfigError(f"unknown key 'vendor.{unknown[0]}'")
+    return patterns_from_config(section.get("patterns", []))
 
 
-def _git_timeout(value: Any, where: str) -> int:
-    try:
-        if not isinstance(value, str):
-            raise ValueError('must be a duration string like "2m"')
-        ms = parse_ms(value)
-    except ValueError as exc:
-        raise ConfigError(f"{where}'repo.git_timeout': {exc}") from exc
-    if ms < 1000:
-        raise ConfigError(f"{where}'repo.git_timeout' must be at least 1s")
-    return ms
-
-
-def _max_ticket_bytes(value: Any, where: str) -> int:
-    low, high = MAX_TICKET_BYTES_RANGE
-    try:
-        if not isinstance(value, int | str):
-            raise ValueError('must be an integer or a size string like "1MiB"')
-        size = parse_bytes(value)
-    except ValueError as exc:
-        raise ConfigError(f"{where}'repo.max_ticket_bytes': {exc}") from exc
-    if not low <= size <= high:
-        raise ConfigError(f"{where}'repo.max_ticket_bytes' must be between 1KiB and 16MiB")
-    return size
-
-
-def _disk_reserve(value: Any, where: str) -> int:
-    try:
-        if not isinstance(value, int | str):
-            raise ValueError('must be a size like 65536, "512KiB", "64MiB" or "1GiB"')
-        return parse_bytes(value)
-    except ValueError as exc:
-        raise ConfigError(f"{where}'repo.disk_reserve': {exc}") from exc
-
-
-def _count(section: dict[str, Any], key: str, default: int, where: str) -> int:
-    value = section.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{where}'repo.{key}' must be an integer of at least 1")
-    return value
-
-
-def _repo_section(section: Any, where: str) -> RepoConfig:
+def _repo_section(section: Any) -> RepoConfig:
     if not isinstance(section, dict):
-        raise ConfigError(f"{where}'repo' must be a table")
+        raise ConfigError("'repo' must be a table")
     defaults = RepoConfig()
     allowed = set(RepoConfig.__dataclass_fields__) - {"git_timeout_ms"} | {"git_timeout"}
     unknown = sorted(set(section) - allowed)
     if unknown:
-        raise ConfigError(f"{where}unknown key 'repo.{unknown[0]}'")
+        raise ConfigError(f"unknown key 'repo.{unknown[0]}'")
     values: dict[str, Any] = {}
     for key in ("main", "tickets", "branch_prefix"):
-        value = section.get(key, getattr(defaults, key))
-        if not isinstance(value, str) or not value.strip():
-            raise ConfigError(f"{where}'repo.{key}' must be a non-empty string")
-        values[key] = value
-    values["parallel"] = _count(section, "parallel", defaults.parallel, where)
+        values[key] = validate.text(section.get(key, getattr(defaults, key)), f"repo.{key}")
+    values["parallel"] = validate.count(section.get("parallel", defaults.parallel), "repo.parallel")
     if "merge_window" in section:
-        values["merge_window"] = _count(section, "merge_window", 1, where)
+        values["merge_window"] = validate.count(section["merge_window"], "repo.merge_window")
     if "git_timeout" in section:
-        values["git_timeout_ms"] = _git_timeout(section["git_timeout"], where)
+        key = "repo.git_timeout"
+        ms = validate.duration_ms(
+            section["git_timeout"], key, parse_ms, like="2m", kind_as_reason=True
+        )
+        values["git_timeout_ms"] = validate.bounded(ms, key, "at least 1s", least=1000)
     if "max_ticket_bytes" in section:
-        values["max_ticket_bytes"] = _max_ticket_bytes(section["max_ticket_bytes"], where)
+        key, (low, high) = "repo.max_ticket_bytes", MAX_TICKET_BYTES_RANGE
+        size = validate.size_bytes(
+            section["max_ticket_bytes"], key, 'must be an integer or a size string like "1MiB"'
+        )
+        values["max_ticket_bytes"] = validate.bounded(
+            size, key, "between 1KiB and 16MiB", least=low, most=high
+        )
     if "disk_reserve" in section:
-        values["disk_reserve"] = _disk_reserve(section["disk_reserve"], where)
+        values["disk_reserve"] = validate.size_bytes(
+            section["disk_reserve"],
+            "repo.disk_reserve",
+            'must be a size like 65536, "512KiB", "64MiB" or "1GiB"',
+        )
     # Run branches are <branch_prefix><ticket name>/<attempt>: with a valid ticket
     # name, the prefix alone decides whether git takes them.
     for key, ref in (
@@ -279,10 +237,10 @@ def _repo_section(section: Any, where: str) -> RepoConfig:
         problem = ref_problem(ref)
         if problem is not None:
             raise ConfigError(
-                f"{where}'repo.{key}' = {values[key]!r} makes no valid git branch name "
+                f"'repo.{key}' = {values[key]!r} makes no valid git branch name "
                 f"({ref!r}: {problem})"
             )
     tickets = Path(values["tickets"])
     if tickets.is_absolute() or ".." in tickets.parts:
-        raise ConfigError(f"{where}'repo.tickets' must be a folder inside the repository")
+        raise ConfigError("'repo.tickets' must be a folder inside the repository")
     return RepoConfig(**values)

@@ -18,8 +18,9 @@ from typing import Any
 
 from sloopd.flows import placement
 from sloopd.flows.flow import Flow
-from sloopd.flows.placement import PlacementError, Resources
+from sloopd.flows.placement import Resources
 from sloopd.util.sizes import parse_bytes
+from sloopd.util.validate import ConfigError
 
 KEYS = ("backend", "address", "namespace", "resources", "max_bundle")
 # A bundle is held whole on its way (in the node's actor, Ray's object store, the
@@ -28,7 +29,7 @@ DEFAULT_MAX_BUNDLE = 512 << 20
 MIN_MAX_BUNDLE = 1 << 10
 
 
-class ExecutorConfigError(Exception):
+class ExecutorConfigError(ConfigError):
     """An ``[executor]`` that does not validate; the message names the key."""
 
 
@@ -47,11 +48,8 @@ def parse(section: Any) -> ExecutorConfig:
     unknown = sorted(set(section) - set(KEYS))
     if unknown:
         raise ExecutorConfigError(f"unknown key 'executor.{unknown[0]}' (known: {', '.join(KEYS)})")
-    try:
-        backend = placement.backend(section.get("backend", "local"), "executor.backend")
-        asked = placement.resources(section.get("resources", {}), "executor.resources")
-    except PlacementError as exc:
-        raise ExecutorConfigError(str(exc)) from exc
+    backend = placement.backend(section.get("backend", "local"), "executor.backend")
+    asked = placement.resources(section.get("resources", {}), "executor.resources")
     texts = {}
     for key, default in (("address", "auto"), ("namespace", "sloop")):
         value = section.get(key, default)

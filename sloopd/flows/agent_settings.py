@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sloopd.flows.presets import CLAUDE, PRESETS, Preset
-from sloopd.util.sizes import parse_bytes
+from sloopd.util import validate
+from sloopd.util.validate import ConfigError
 from sloopd.wire.api import parse_duration_ms as parse_ms
 
 # Without [agent] command or preset: Claude Code as the "claude" preset runs it
@@ -56,7 +57,7 @@ _AGENT_KEYS = {
 PROMPT_IN_ARGV = ("warn", "accept", "refuse")
 
 
-class FlowError(Exception):
+class FlowError(ConfigError):
     """A flow or agent section that does not validate; names the key and reason."""
 
 
@@ -127,27 +128,36 @@ def parse_agent(section: dict[str, Any]) -> AgentSettings:
     if "command" not in section:
         passed = tuple(dict.fromkeys((*chosen.env, *passed)))
     durations = _durations(section, defaults)
-    max_lines = section.get("max_log_lines", defaults.max_log_lines)
-    if isinstance(max_lines, bool) or not isinstance(max_lines, int) or max_lines < 1:
-        raise FlowError("'agent.max_log_lines' must be an integer of at least 1")
-    max_bytes = section.get("max_log_bytes", defaults.max_log_bytes)
-    try:
-        if not isinstance(max_bytes, int | str):
-            raise ValueError("must be an integer or a string")
-        max_bytes = parse_bytes(max_bytes)
-    except ValueError as exc:
-        raise FlowError(f"'agent.max_log_bytes': {exc}") from exc
-    if max_bytes < 1024:
-        raise FlowError("'agent.max_log_bytes' must be at least 1KiB")
-    token_env = section.get("token_env", defaults.token_env)
-    if not isinstance(token_env, bool):
-        raise FlowError("'agent.token_env' must be true or false")
-    prompt_in_argv = section.get("prompt_in_argv", defaults.prompt_in_argv)
-    if prompt_in_argv not in PROMPT_IN_ARGV:
-        raise FlowError(f"'agent.prompt_in_argv' must be one of {' | '.join(PROMPT_IN_ARGV)}")
-    retries = section.get("transient_retries", defaults.transient_retries)
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-        raise FlowError("'agent.transient_retries' must be an integer of at least 0")
+    max_lines = validate.count(
+        section.get("max_log_lines", defaults.max_log_lines), "agent.max_log_lines", error=FlowError
+    )
+    max_bytes = validate.bounded(
+        validate.size_bytes(
+            section.get("max_log_bytes", defaults.max_log_bytes),
+            "agent.max_log_bytes",
+            "must be an integer or a string",
+            error=FlowError,
+        ),
+        "agent.max_log_bytes",
+        "at least 1KiB",
+        least=1024,
+        error=FlowError,
+    )
+    token_env = validate.flag(
+        section.get("token_env", defaults.token_env), "agent.token_env", error=FlowError
+    )
+    prompt_in_argv = validate.choice(
+        section.get("prompt_in_argv", defaults.prompt_in_argv),
+        "agent.prompt_in_argv",
+        PROMPT_IN_ARGV,
+        error=FlowError,
+    )
+    retries = validate.count(
+        section.get("transient_retries", defaults.transient_retries),
+        "agent.transient_retries",
+        least=0,
+        error=FlowError,
+    )
     return AgentSettings(
         command,
         durations["stall_after"],
@@ -179,9 +189,7 @@ def preset_named(name: Any, key: str) -> Preset:
     Every preset sloop.toml selects passes here, so a preset's caveat (what its CLI
     obeys in a checkout and cannot turn off) is logged here, at each load.
     """
-    if not isinstance(name, str) or name not in PRESETS:
-        raise FlowError(f"'{key}' must be one of {' | '.join(PRESETS)}")
-    chosen = PRESETS[name]
+    chosen = PRESETS[validate.choice(name, key, tuple(PRESETS), error=FlowError)]
     if chosen.caveat:
         log.warning("'%s' = %r: %s", key, name, chosen.caveat)
     return chosen
@@ -205,11 +213,14 @@ def _durations(section: dict[str, Any], defaults: AgentSettings) -> dict[str, in
         durations[key] = default if value is None else duration(value, f"agent.{key}")
     if durations["stall_kill_after"] < durations["stall_after"]:
         raise FlowError("'agent.stall_kill_after' must not be shorter than 'agent.stall_after'")
-    if durations["max_cooldown"] < 1000:
-        raise FlowError("'agent.max_cooldown' must be at least 1s")
-    for key in ("agent_timeout", "command_timeout", "transient_backoff", "probe_cooldown"):
-        if durations[key] < 1000:
-            raise FlowError(f"'agent.{key}' must be at least 1s")
+    for key in (
+        "max_cooldown",
+        "agent_timeout",
+        "command_timeout",
+        "transient_backoff",
+        "probe_cooldown",
+    ):
+        validate.bounded(durations[key], f"agent.{key}", "at least 1s", least=1000, error=FlowError)
     if durations["transient_backoff_max"] < durations["transient_backoff"]:
         raise FlowError(
             "'agent.transient_backoff_max' must not be shorter than 'agent.transient_backoff'"
@@ -218,12 +229,8 @@ def _durations(section: dict[str, Any], defaults: AgentSettings) -> dict[str, in
 
 
 def duration(value: Any, key: str) -> int:
-    if not isinstance(value, str):
-        raise FlowError(f"'{key}' must be a duration string like \"20m\"")
-    try:
-        return parse_ms(value)
-    except ValueError as exc:
-        raise FlowError(f"'{key}': {exc}") from exc
+    """A duration key of ``[agent]`` or a stage, read by the one grammar."""
+    return validate.duration_ms(value, key, parse_ms, error=FlowError)
 
 
 def stream(value: Any, key: str) -> str:
@@ -248,10 +255,8 @@ def budget(section: dict[str, Any], where: str) -> Budget:
     ):
         raise FlowError(f"'{where}.max_cost_usd' must be a positive number of dollars")
     tokens = section.get("max_tokens")
-    if tokens is not None and (
-        isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1
-    ):
-        raise FlowError(f"'{where}.max_tokens' must be an integer of at least 1")
+    if tokens is not None:
+        validate.count(tokens, f"{where}.max_tokens", error=FlowError)
     return Budget(None if cost is None else float(cost), tokens)
 
 

@@ -26,6 +26,7 @@ from sloopd.flows.agent_settings import (
 from sloopd.flows.panel_keys import Reviewer
 from sloopd.flows.panel_keys import panel as _panel
 from sloopd.flows.placement import Placement
+from sloopd.util import validate
 from sloopd.util.names import NAME_RULE, name_problem
 
 __all__ = [
@@ -291,10 +292,7 @@ def _stage(where: str, raw: Any, earlier: list[Stage]) -> Stage:
     allow_empty = _flag(raw, "allow_empty", where, False)
     if "allow_empty" in raw and action != "ff_only":
         raise FlowError(f"'{where}.allow_empty' is only for ff_only stages")
-    try:
-        placed = placement.of(raw, where)
-    except placement.PlacementError as exc:
-        raise FlowError(str(exc)) from exc
+    placed = placement.of(raw, where)
     if placed is not None and action not in ("agent", "command"):
         raise FlowError(f"'{where}.backend' and '.resources' are only for agent and command stages")
     return Stage(
@@ -346,9 +344,13 @@ def _child_limits(where: str, raw: dict[str, Any], action: str) -> tuple[int | N
     if "timeout" in raw:
         if action not in ("agent", "command"):
             raise FlowError(f"'{where}.timeout' is only for agent and command stages")
-        timeout_ms = duration(raw["timeout"], f"{where}.timeout")
-        if timeout_ms < 1000:
-            raise FlowError(f"'{where}.timeout' must be at least 1s")
+        timeout_ms = validate.bounded(
+            duration(raw["timeout"], f"{where}.timeout"),
+            f"{where}.timeout",
+            "at least 1s",
+            least=1000,
+            error=FlowError,
+        )
     stream_name = None
     if "stream" in raw:
         if action != "agent":
@@ -369,10 +371,7 @@ def _stage_name(where: str, name: Any) -> str:
 
 
 def _flag(raw: dict[str, Any], key: str, where: str, default: bool) -> bool:
-    value = raw.get(key, default)
-    if not isinstance(value, bool):
-        raise FlowError(f"'{where}.{key}' must be true or false")
-    return value
+    return validate.flag(raw.get(key, default), f"{where}.{key}", error=FlowError)
 
 
 def _choice(
@@ -381,9 +380,7 @@ def _choice(
     value = raw.get(key, default)
     if value is None:
         raise FlowError(f"'{where}.{key}' is required ({' | '.join(allowed)})")
-    if value not in allowed:
-        raise FlowError(f"'{where}.{key}' must be one of {' | '.join(allowed)}, not {value!r}")
-    return value
+    return validate.choice(value, f"{where}.{key}", allowed, error=FlowError, show_value=True)
 
 
 def _check_fits_action(where: str, action: str, check: str) -> None:
@@ -412,7 +409,4 @@ def _return_edge(
             f"'{where}.return_to': '{return_to}' is not this stage or an earlier "
             "one (unknown, or it points forward)"
         )
-    returns = raw.get("returns", 1)
-    if isinstance(returns, bool) or not isinstance(returns, int) or returns < 1:
-        raise FlowError(f"'{where}.returns' must be an integer of at least 1")
-    return return_to, returns
+    return return_to, validate.count(raw.get("returns", 1), f"{where}.returns", error=FlowError)

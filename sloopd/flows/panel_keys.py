@@ -60,10 +60,7 @@ def panel(where: str, raw: dict[str, Any], check: str) -> tuple[tuple[Reviewer, 
         if not isinstance(target, str) or not target:
             raise FlowError(f"'{key}.target' must be a non-empty string")
         seat_stream = stream(entry["stream"], f"{key}.stream") if "stream" in entry else None
-        try:
-            placed = placement.of(entry, key)
-        except placement.PlacementError as exc:
-            raise FlowError(str(exc)) from exc
+        placed = placement.of(entry, key)
         reviewers.append(replace(_reviewer(key, entry, target, seat_stream), placement=placed))
     quorum = raw.get("quorum", len(reviewers))
     if isinstance(quorum, bool) or not isinstance(quorum, int) or not 1 <= quorum <= len(reviewers):

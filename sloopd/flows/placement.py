@@ -15,14 +15,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sloopd.util import validate
 from sloopd.util.sizes import parse_bytes
+from sloopd.util.validate import ConfigError
 
 BACKENDS = ("local", "ray")
 RESOURCE_KEYS = ("cpus", "memory", "custom")
 RAY_INSTALL = "pip install 'sloop[ray]'"
 
 
-class PlacementError(Exception):
+class PlacementError(ConfigError):
     """A placement setting that does not validate; the message names the key."""
 
 
@@ -108,9 +110,7 @@ def resources(value: Any, where: str) -> Resources:
 
 
 def backend(value: Any, where: str) -> str:
-    if value not in BACKENDS:
-        raise PlacementError(f"'{where}' must be one of {' | '.join(BACKENDS)}")
-    return str(value)
+    return validate.choice(value, where, BACKENDS, error=PlacementError)
 
 
 def of(raw: Mapping[str, Any], where: str) -> Placement | None:

@@ -17,7 +17,8 @@ Beside the queue: main's slot (``merge_slot``: one run moves main at a time, fro
 ``sync`` through the ``ff_only`` right after it) and the watch that resolves, as
 merged, the needs_review runs whose branch main now holds (``hand_merges``), and
 what the driver does at a landing (``steps``: it names the run, its facts and its
-records by narrow protocols, never by the runs layer).  It may
-import ``wire``, ``store``, ``util``, ``flows``, ``core``, ``queue`` (the resolution a
-hand merge records) and ``git``; the runs layer imports it.
+records by narrow protocols, never by the runs layer).
+
+May import: ``wire``, ``store``, ``util``, ``flows``, ``core``, ``queue`` (the resolution
+a hand merge records) and ``git``; the runs layer imports it.
 """

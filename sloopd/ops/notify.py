@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable
 
+from sloopd.store import StoreUnavailable
 from sloopd.util import quoting
 
 log = logging.getLogger(__name__)
@@ -17,6 +20,8 @@ class Notifier:
         self.enabled = bool(address)
         self._notifier = None
         self._failing = False
+        # The STATUS= systemd was last told: a status loop says only what changed.
+        self.last_status = ""
         if self.enabled:
             import sdnotify
 
@@ -46,12 +51,30 @@ class Notifier:
             self._failing = False
 
     def ready(self, status: str) -> None:
+        self.last_status = status
         self.send(f"READY=1\nSTATUS={quoting.one_line(status)}")
 
     def status(self, status: str) -> None:
+        self.last_status = status
         # A message is one assignment a line: a line break in the status (a repository
         # path, a store's refusal) would make the rest another assignment systemd obeys.
         self.send(f"STATUS={quoting.one_line(status)}")
+
+    async def keep_informed(self, status: Callable[[], str], every_s: float) -> None:
+        """WATCHDOG=1 at half WatchdogSec from the loop itself (a stuck loop trips
+        it), and a STATUS= line kept current; a busy store says nothing new."""
+        usec = int(os.environ.get("WATCHDOG_USEC", "0") or 0)
+        interval = usec / 2_000_000 if usec > 0 else every_s
+        while True:
+            if usec > 0:
+                self.send("WATCHDOG=1")
+            try:
+                now = status()
+            except StoreUnavailable:
+                now = self.last_status
+            if now != self.last_status:
+                self.status(now)
+            await asyncio.sleep(min(interval, every_s))
 
     def reloading(self) -> None:
         self.send(f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")

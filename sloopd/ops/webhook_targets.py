@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import quote, urlsplit
 
+from sloopd.util import validate
+from sloopd.util.validate import ConfigError
 from sloopd.wire.api import parse_duration_ms as parse_ms
 
 # What a table may be told about: the four ways a run settles (docs/protocol.md
@@ -40,7 +42,7 @@ _KEYS: Final = frozenset(
 )
 
 
-class NotifyConfigError(ValueError):
+class NotifyConfigError(ConfigError, ValueError):
     """A ``[[notify]]`` table that does not validate; the message names the key."""
 
 
@@ -110,9 +112,9 @@ def _target(index: int, table: dict[str, Any], environ: Mapping[str, str]) -> Ta
         raise NotifyConfigError(f"'{key}.url' is required")
     if "on" not in table:
         raise NotifyConfigError(f"'{key}.on' is required: a list of {', '.join(NOTIFY_ON)}")
-    fmt = table.get("format", "json")
-    if fmt not in FORMATS:
-        raise NotifyConfigError(f"'{key}.format' must be one of {' | '.join(FORMATS)}")
+    fmt = validate.choice(
+        table.get("format", "json"), f"{key}.format", FORMATS, error=NotifyConfigError
+    )
     link = table.get("link")
     if link is not None:
         _check_link(link, f"{key}.link")
@@ -134,12 +136,11 @@ def _target(index: int, table: dict[str, Any], environ: Mapping[str, str]) -> Ta
 def _check_url(value: Any, key: str) -> str:
     """An absolute http or https URL with a host.  Any host: operators post to
     Slack and to CI services (docs/security.md weighs what that allows)."""
-    if not isinstance(value, str) or not value.strip():
-        raise NotifyConfigError(f"'{key}' must be a non-empty string")
-    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+    url = validate.text(value, key, error=NotifyConfigError)
+    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
         raise NotifyConfigError(f"'{key}' must not contain spaces or control characters")
     try:
-        parts = urlsplit(value)
+        parts = urlsplit(url)
         port = parts.port  # raises on a port that is no number or out of range
     except ValueError as exc:
         raise NotifyConfigError(f"'{key}' is not a valid URL: {exc}") from exc
@@ -149,7 +150,7 @@ def _check_url(value: Any, key: str) -> str:
         raise NotifyConfigError(f"'{key}' has no host")
     if port == 0:
         raise NotifyConfigError(f"'{key}' has port 0")
-    return value
+    return url
 
 
 def _on(value: Any, key: str) -> frozenset[str]:
@@ -184,8 +185,7 @@ def _secret(name: Any, key: str, environ: Mapping[str, str]) -> tuple[str | None
 
 
 def _check_link(value: Any, key: str) -> None:
-    if not isinstance(value, str) or not value.strip():
-        raise NotifyConfigError(f"'{key}' must be a non-empty string")
+    validate.text(value, key, error=NotifyConfigError)
     try:
         wanted = _fields_of(value)
     except ValueError as exc:
@@ -222,13 +222,19 @@ def _attempts(value: Any, key: str) -> int:
 def _duration(table: Mapping[str, Any], name: str, default: int, key: str) -> int:
     if name not in table:
         return default
-    value = table[name]
-    try:
-        if not isinstance(value, str):
-            raise ValueError('must be a duration string like "2s"')
-        ms = parse_ms(value)
-    except ValueError as exc:
-        raise NotifyConfigError(f"'{key}.{name}': {exc}") from exc
-    if not _DURATION_MIN_MS <= ms <= _DURATION_MAX_MS:
-        raise NotifyConfigError(f"'{key}.{name}' must be from 100ms to 1m")
-    return ms
+    ms = validate.duration_ms(
+        table[name],
+        f"{key}.{name}",
+        parse_ms,
+        error=NotifyConfigError,
+        like="2s",
+        kind_as_reason=True,
+    )
+    return validate.bounded(
+        ms,
+        f"{key}.{name}",
+        "from 100ms to 1m",
+        least=_DURATION_MIN_MS,
+        most=_DURATION_MAX_MS,
+        error=NotifyConfigError,
+    )

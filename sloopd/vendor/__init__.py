@@ -2,8 +2,10 @@
 
 Owns the pattern table (``patterns``), the substring prefilter that keeps
 classifying cheap (``prefilter``), reading reset times (``reset``) and the
-classifier itself (``classify``).  Standard library only, and imports nothing
-else of ``sloopd``: the run driver and the configuration call into it.
+classifier itself (``classify``).  The run driver and the configuration call
+into it.
+
+May import: ``util`` (the configuration's error base, ``sloopd.util.validate``).
 """
 
 from sloopd.vendor.classify import (

@@ -27,7 +27,8 @@ Choices that follow from that:
   is linear in the line (tests/unit/test_vendor_bounds.py feeds them hostile
   lines): a huge output costs a few milliseconds, never seconds.
 
-Standard library only: the daemon wires it into the run driver and the gate.
+Standard library only, besides the configuration's error base (``sloopd.util.validate``):
+the daemon wires it into the run driver and the gate.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from dataclasses import dataclass, replace
 from datetime import tzinfo
 from typing import Any, Final
 
+from sloopd.util.validate import ConfigError
 from sloopd.vendor.patterns import CLASSES, DEFAULT_PATTERNS, Pattern
 from sloopd.vendor.prefilter import Prefilter
 from sloopd.vendor.reset import clean_line, parse_reset
@@ -57,7 +59,7 @@ notice followed by "Please retry in 57s.") put the time on a later line.
 """
 
 
-class VendorConfigError(Exception):
+class VendorConfigError(ConfigError):
     """A ``[[vendor.patterns]]`` entry that does not validate; names key and reason."""
 
 

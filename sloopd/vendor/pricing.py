@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sloopd.util.validate import ConfigError
 from sloopd.vendor.usage import ModelTokens, Usage
 
 PER_MILLION = 1_000_000
@@ -113,7 +114,7 @@ class PriceTable:
         return None
 
 
-class PricingError(Exception):
+class PricingError(ConfigError):
     """A ``[pricing]`` entry that does not validate; names the key."""
 
 

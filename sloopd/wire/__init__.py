@@ -3,5 +3,5 @@
 Owns the envelope, error codes, verb names and argument shapes (``api``, the
 one module ``sloopctl`` imports), NDJSON framing per connection
 (``connection``) and turning a request into a handler call (``dispatch``).
-Imports nothing else of ``sloopd``: every layer may import it.
+May import: nothing of ``sloopd``; ``sloopctl`` and the layers above it import it.
 """

@@ -31,7 +31,9 @@ LAYERS: dict[str, frozenset[str]] = {
     "wire": frozenset(),
     "store": frozenset(),
     "util": frozenset(),
-    "vendor": frozenset(),
+    # The configuration's error base (sloopd.util.validate) for [pricing] and
+    # [[vendor.patterns]].
+    "vendor": frozenset({"util"}),
     "examples": frozenset(),
     "flows": frozenset({"wire", "store", "util", "vendor"}),
     "ops": frozenset({"wire", "store", "util"}),
@@ -63,9 +65,11 @@ LAYERS: dict[str, frozenset[str]] = {
             "worker",
         }
     ),
-    # Stages on Ray: the daemon's side (launcher, shipping, cluster_gate) and the
-    # node's (node, room, relay) over the same launchers and git as the runs layer.
-    "remote": frozenset({"wire", "store", "util", "flows", "core", "queue", "proc", "git", "runs"}),
+    # Stages on Ray: the daemon's side (launcher, child, cluster_gate) and the node's
+    # (node, room, relay) over the same launchers (proc) and workspace (git) as a
+    # stage on the daemon's host; never the runs layer, which reaches it only
+    # through the ``stage_io.Launcher`` seam the composition root hands it.
+    "remote": frozenset({"wire", "store", "util", "flows", "core", "queue", "proc", "git"}),
 }
 
 
