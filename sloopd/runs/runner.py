@@ -212,48 +212,35 @@ class RunManager:
     async def _step(self, active: ActiveRun, facts: RunFacts) -> bool:
         """Take the walk's next step (sloopd.runs.stop.next_move); True once settled."""
         state = self.records.replay(facts)
-        move = stops.next_move(state, active.stop)
-        if move.kind == "execute":
-            assert move.stage is not None and move.attempt is not None
-            if await self.landing.before(active, facts, move.stage):
-                await self._execute(active, facts, move.stage, move.attempt)
-        elif move.kind == "rebuild":
-            assert move.stage is not None and move.attempt is not None
-            self.landing.rebuild_after(facts, move.stage, move.attempt, move.reason)
-        elif move.kind == "return":
-            assert move.stage is not None and move.to is not None
-            self.records.append_steps(
-                facts.run_id,
-                walk.RETURNED,
-                move.stage.name,
-                move.attempt,
-                data={"to": move.to.name},
-            )
-            self.sink.append(
-                facts.run_id,
-                move.stage.name,
-                move.attempt,
-                "system",
-                f"returning to '{move.to.name}'",
-            )
-        elif move.kind == "interrupted":
-            assert move.stage is not None and move.attempt is not None
-            result = StageResult.interrupted("interrupted before it finished")
-            self.records.finish(facts.run_id, move.stage, move.attempt, result)
-        else:
-            assert move.outcome is not None
-            if move.outcome == "merged":
-                await self._remove_merged_worktree(facts.run_id)
-            self.records.settle(
-                facts.run_id,
-                move.outcome,
-                move.halt,
-                move.reason,
-                requeue=move.requeue,
-                state=state,
-                requeue_at_ms=move.requeue_at_ms,
-            )
-            return True
+        match stops.next_move(state, active.stop):
+            case stops.Execute(stage, attempt):
+                if await self.landing.before(active, facts, stage):
+                    await self._execute(active, facts, stage, attempt)
+            case stops.Rebuild(stage, attempt, reason):
+                self.landing.rebuild_after(facts, stage, attempt, reason)
+            case stops.Return(stage, attempt, to):
+                self.records.append_steps(
+                    facts.run_id, walk.RETURNED, stage.name, attempt, data={"to": to.name}
+                )
+                self.sink.append(
+                    facts.run_id, stage.name, attempt, "system", f"returning to '{to.name}'"
+                )
+            case stops.Interrupted(stage, attempt):
+                result = StageResult.interrupted("interrupted before it finished")
+                self.records.finish(facts.run_id, stage, attempt, result)
+            case stops.Settle() as settle:
+                if settle.outcome == "merged":
+                    await self._remove_merged_worktree(facts.run_id)
+                self.records.settle(
+                    facts.run_id,
+                    settle.outcome,
+                    settle.halt,
+                    settle.reason,
+                    requeue=settle.requeue,
+                    state=state,
+                    requeue_at_ms=settle.requeue_at_ms,
+                )
+                return True
         return False
 
     async def _remove_merged_worktree(self, run_id: str) -> None:

@@ -213,23 +213,53 @@ def stopped_result(result: StageResult, stopped: Stop) -> StageResult:
     )
 
 
-MoveKind = Literal["execute", "return", "rebuild", "interrupted", "settle"]
+@dataclass(frozen=True, slots=True)
+class Execute:
+    """Run ``stage``'s execution ``attempt``."""
+
+    stage: Stage
+    attempt: int
 
 
 @dataclass(frozen=True, slots=True)
-class Move:
-    """What the driver does next: run a stage, return, rebuild (back to the landing's
-    sync after an execution the merge queue cut short), close an interrupted one, settle."""
+class Rebuild:
+    """Back to the landing's sync after an execution the merge queue cut short."""
 
-    kind: MoveKind
-    stage: Stage | None = None  # execute: the stage; return, interrupted: the one ended
-    attempt: int | None = None
-    to: Stage | None = None  # return: the target
-    outcome: str | None = None  # settle: merged | failed | needs_review | aborted
+    stage: Stage
+    attempt: int
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Return:
+    """The execution ended failing: back to its ``return_to`` stage ``to``."""
+
+    stage: Stage
+    attempt: int
+    to: Stage
+
+
+@dataclass(frozen=True, slots=True)
+class Interrupted:
+    """Close an execution this driver did not finish (a step the store refused)."""
+
+    stage: Stage
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """The run ends: merged | failed | needs_review | aborted."""
+
+    outcome: str
     halt: str | None = None
-    reason: str | None = None  # settle: None is told from the log (explain.run_reason)
+    reason: str | None = None  # None is told from the log (explain.run_reason)
     requeue: bool = False
     requeue_at_ms: int | None = None
+
+
+# What the driver does next; each case carries exactly what it needs.
+Move = Execute | Rebuild | Return | Interrupted | Settle
 
 
 def next_move(state: Walk, stop: Stop | None) -> Move:
@@ -237,35 +267,36 @@ def next_move(state: Walk, stop: Stop | None) -> Move:
     current = state.current
     if state.next == "running" and current is not None:
         # Not finished by this driver (a step the store refused): it failed.
-        return Move("interrupted", stage=current.stage, attempt=current.attempt)
+        return Interrupted(current.stage, current.attempt)
     run_stop = stop if stop is not None and RANK[stop.kind] >= RUN_STOPPED else None
     # A merge that moved main wins over any stop: the record follows the ref, and
     # what follows the merge does not run once the run is stopped.
     if state.main_moved() and (run_stop is not None or state.next in ("done", "halt")):
-        return Move("settle", outcome="merged")
+        return Settle("merged")
     if run_stop is not None and run_stop.kind == "halt":
         # The stage failed and the walk stops as if its fail_action were "fail": a
         # vendor limit, a transient failure or a spent budget never spends a
         # return_to budget.
-        return Move(
-            "settle",
-            outcome="failed",
+        return Settle(
+            "failed",
             halt="fail_action",
             reason=run_stop.reason,
             requeue_at_ms=run_stop.requeue_at_ms,
         )
     if run_stop is not None:
-        return Move("settle", outcome="aborted", reason=run_stop.reason, requeue=run_stop.requeue)
+        return Settle("aborted", reason=run_stop.reason, requeue=run_stop.requeue)
     if state.next == "start" and state.next_stage is not None:
         stage = state.next_stage
-        return Move("execute", stage=stage, attempt=state.attempts_of(stage.name) + 1)
+        return Execute(stage, state.attempts_of(stage.name) + 1)
     if state.next == "rebuild" and state.executions:
         last = state.executions[-1]
-        return Move("rebuild", stage=last.stage, attempt=last.attempt, reason=last.reason)
+        return Rebuild(last.stage, last.attempt, last.reason)
     if state.next == "return" and state.next_stage is not None and state.executions:
         last = state.executions[-1]
-        return Move("return", stage=last.stage, attempt=last.attempt, to=state.next_stage)
-    return Move("settle", outcome=state.outcome, halt=state.halt)
+        return Return(last.stage, last.attempt, state.next_stage)
+    # The walk ends (halt or done) only with its outcome said (sloopd.flows.walk).
+    assert state.outcome is not None, f"a walk at {state.next!r} with no outcome"
+    return Settle(state.outcome, halt=state.halt)
 
 
 def _duration(ms: int) -> str:

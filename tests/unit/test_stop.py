@@ -165,13 +165,16 @@ NEXT_MOVES = [
 
 
 def _said(move: stops.Move) -> str:
-    if move.kind in ("execute", "interrupted"):
-        assert move.stage is not None
-        return f"{move.kind} {move.stage.name}#{move.attempt}"
-    if move.kind == "return":
-        assert move.stage is not None
-        assert move.to is not None
-        return f"return {move.stage.name}#{move.attempt} to {move.to.name}"
+    match move:
+        case stops.Execute(stage, attempt):
+            return f"execute {stage.name}#{attempt}"
+        case stops.Interrupted(stage, attempt):
+            return f"interrupted {stage.name}#{attempt}"
+        case stops.Return(stage, attempt, to):
+            return f"return {stage.name}#{attempt} to {to.name}"
+        case stops.Rebuild(stage, attempt, reason):
+            return f"rebuild {stage.name}#{attempt} reason={reason!r}"
+    assert isinstance(move, stops.Settle)
     parts = [f"settle {move.outcome}"]
     if move.halt is not None:
         parts.append(f"halt={move.halt}")
