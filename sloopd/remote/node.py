@@ -21,7 +21,6 @@ import socket
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import sloopd
 from sloopd.core.paths import Layout
@@ -70,15 +69,28 @@ def node_path(daemon: str | None, node: str | None) -> str:
 
 def _hidden_places(root: Path) -> tuple[Path, ...]:
     """What no child on this node sees: Sloop's node folder (every cache and room) and
-    Ray's own folder (its sockets, logs and session files)."""
-    places = [root]
-    with contextlib.suppress(Exception):
-        import ray
+    Ray's own folder (its sockets, logs and session files).
 
-        node: Any = ray._private.worker._global_node
-        temp = node.get_temp_dir_path()
-        places.append(Path(temp))
-    return tuple(Path(os.path.realpath(p)) for p in places)
+    Ray's folder is found through Ray's public runtime context; a node where it cannot
+    be found runs no child (``LaunchRefused``), never one that would see it."""
+    try:
+        temp = ray_folder()
+    except Exception as exc:
+        raise LaunchRefused(
+            "the node cannot find Ray's own folder to hide it from the stage: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    return tuple(Path(os.path.realpath(p)) for p in (root, temp))
+
+
+def ray_folder() -> Path:
+    """This node's Ray folder (``ray start --temp-dir``; its sessions, sockets, logs)."""
+    import ray
+
+    temp = ray.get_runtime_context().get_temp_dir()
+    if not temp or not os.path.isdir(temp):
+        raise FileNotFoundError(f"Ray's runtime context names {temp!r}, not a folder")
+    return Path(temp)
 
 
 def node_name() -> messages.Node:
@@ -251,7 +263,7 @@ class StageRoom:
                 max_bundle=asked.max_bundle,
             )
             await room.cache.keep(tip)
-        except (RoomError, CacheError) as exc:
+        except (RoomError, CacheError, LaunchRefused) as exc:
             return messages.encode(messages.Uncollected(str(exc)))
         finally:
             await asyncio.to_thread(room.remove)

@@ -3,12 +3,14 @@ to a stand-in actor that answers as ``node.StageRoom`` does (encoded messages), 
 daemon's side (``RayExecutor._on_event``, ``RemoteChild``) reads what the driver says:
 a child that ran, one its node lost (``Failed``: the stage ends ``node_lost`` with the
 node's reason), a node of another Sloop, an unreadable answer, an oversized bundle.
+The node's own Ray folder is found, or the stage is refused (fail closed).
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,7 +23,8 @@ import sloopd
 from sloopd.git import bundles
 from sloopd.proc.stage_io import LaunchRefused, StageEnd, StageLaunch
 from sloopd.remote import driver as driver_module
-from sloopd.remote import messages
+from sloopd.remote import messages, node
+from sloopd.remote import room as room_module
 from sloopd.remote.child import Executor, RemoteChild
 from sloopd.remote.launcher import RayExecutor
 from sloopd.runs import outcomes
@@ -305,3 +308,64 @@ def test_refusals_end_the_stage_refused(
 
     with pytest.raises(LaunchRefused, match=refusal):
         asyncio.run(scenario())
+
+
+# --- the node's Ray folder: found, or the stage refused (fail closed) ---------------
+
+
+def test_the_nodes_ray_folder_is_hidden_when_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(node, "ray_folder", lambda: tmp_path / "ray")
+    (tmp_path / "ray").mkdir()
+    assert node._hidden_places(tmp_path / "node") == (tmp_path / "node", tmp_path / "ray")
+
+
+def test_a_node_whose_ray_folder_cannot_be_found_runs_no_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ray upgrade that moves the folder refuses the stage: no child runs seeing it."""
+
+    def moved() -> Path:
+        raise AttributeError("'RuntimeContext' object has no attribute 'get_temp_dir'")
+
+    async def unreachable(*args: Any) -> Any:
+        raise AssertionError("a child was started with Ray's folder not hidden")
+
+    room_dir = tmp_path / "room"
+    room_dir.mkdir()
+    fake_room = SimpleNamespace(
+        checkout=room_dir / "work", home=room_dir / "home", socket=room_dir / "w.sock",
+        files=room_dir,
+    )  # fmt: skip
+    fake_cache = SimpleNamespace(path=tmp_path / "cache", take=_noop)
+
+    async def cache_of(repository: str) -> Any:
+        return fake_cache
+
+    async def make(*args: Any) -> Any:
+        return fake_room
+
+    monkeypatch.setenv("SLOOP_NODE_DIR", str(tmp_path / "node"))
+    monkeypatch.setattr(node, "ray_folder", moved)
+    monkeypatch.setattr(node, "cache_of", cache_of)
+    monkeypatch.setattr(room_module.Room, "make", make)
+    monkeypatch.setattr(node.NodeSandboxLauncher, "start", unreachable)
+
+    with pytest.raises(LaunchRefused, match=r"cannot find Ray's own folder.*AttributeError"):
+        asyncio.run(node.StageRoom().start(messages.encode(LAUNCH), b""))
+
+
+def test_ray_folder_refuses_a_folder_that_is_not_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_ray = SimpleNamespace(
+        get_runtime_context=lambda: SimpleNamespace(get_temp_dir=lambda: str(tmp_path / "gone"))
+    )
+    monkeypatch.setitem(sys.modules, "ray", fake_ray)
+    with pytest.raises(LaunchRefused, match="not a folder"):
+        node._hidden_places(tmp_path)
+
+
+async def _noop(*args: Any) -> None:
+    return None
