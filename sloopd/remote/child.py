@@ -92,11 +92,17 @@ class RemoteChild:
         self.repo = repo
         self._clock = NodeClock(time.monotonic())
         self.started = asyncio.Event()
-        self.node: messages.Node | None = None  # where it was placed
+        self._placed: messages.Node | None = None  # where it was placed
         self._end: asyncio.Future[messages.Ended] = asyncio.get_running_loop().create_future()
         self._connections: dict[int, _Connection] = {}
         self._shipped: Path | None = None
         self.ident = executor.register(self)
+
+    @property
+    def node(self) -> dict[str, str] | None:
+        """Where it was placed, as the runs layer reads it (``{"id", "host"}``: its live
+        node in the run view, the children-running metric's label)."""
+        return _mapping(self._placed)
 
     @property
     def last_output_monotonic(self) -> float:
@@ -115,7 +121,7 @@ class RemoteChild:
         self.forget_shipped()
 
     def placed(self, event: messages.Placed) -> None:
-        self.node = event.node
+        self._placed = event.node
         asyncio.get_running_loop().create_task(self._ship(list(event.haves)))
 
     async def _ship(self, haves: list[str]) -> None:
@@ -202,8 +208,8 @@ class RemoteChild:
                 # The executor learns that the cluster is down before it hears of the
                 # stages lost with it (the driver says so first, or its exit does).
                 down = self.executor.down_reason is not None
-                where = node or self.node
-                return StageEnd(-9, node=_mapping(where), lost=reason, cluster_down=down)
+                where = _mapping(node or self._placed)
+                return StageEnd(-9, node=where, lost=reason, cluster_down=down)
             case messages.Unreturned(error, _node):
                 raise LaunchRefused(f"the node could not give the work back: {error}")
             case messages.Ran():
@@ -230,7 +236,7 @@ class RemoteChild:
             exit_code=ran.exit_code,
             commit=tip,
             uncommitted=ran.uncommitted,
-            node=_mapping(ran.node or self.node),
+            node=_mapping(ran.node or self._placed),
         )
 
 

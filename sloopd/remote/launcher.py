@@ -26,6 +26,7 @@ from sloopd.proc.lines import OnLines
 from sloopd.proc.stage_io import LaunchRefused, StageLaunch
 from sloopd.remote import messages
 from sloopd.remote.child import RemoteChild, RemoteMetrics
+from sloopd.remote.codec import kind_of
 from sloopd.remote.outage import bounded, driver_exited
 
 log = logging.getLogger(__name__)
@@ -182,7 +183,7 @@ class RayExecutor:
         """An event this daemon cannot read (its driver is its own install: a bug).  The
         end of a child that cannot be read ends it lost, never waited on for good."""
         log.warning("an event of the Ray driver refused: %s", exc)
-        if exc.kind == "ended" and exc.ident is not None:
+        if exc.kind == kind_of(messages.Finished) and exc.ident is not None:
             child = self._children.pop(exc.ident, None)
             if child is not None:
                 reason = f"the Ray driver's report of the end was unreadable: {exc}"

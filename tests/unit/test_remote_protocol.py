@@ -263,6 +263,8 @@ def test_the_nodes_failure_reaches_the_stages_reason_as_node_lost(
             executor._on_event(messages.decode_event(messages.encode(event)))
             await asyncio.sleep(0)
         assert cast(_Executor, child.executor).sent == [messages.Ship(IDENT, "")]
+        # The runs layer reads where a child runs as a mapping (runstate.live_node).
+        assert child.node == {"id": NODE.id, "host": "w1"}
         return await child.end(), lines
 
     end, lines = asyncio.run(scenario())
