@@ -53,7 +53,7 @@ class Executor(Protocol):
 
     def register(self, child: RemoteChild) -> str: ...
 
-    def send(self, op: dict[str, Any]) -> None: ...
+    def send(self, op: messages.Op) -> None: ...
 
 
 class NodeClock:
@@ -92,11 +92,17 @@ class RemoteChild:
         self.repo = repo
         self._clock = NodeClock(time.monotonic())
         self.started = asyncio.Event()
-        self.node: dict[str, str] | None = None  # where it was placed: {"id", "host"}
-        self._end: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._placed: messages.Node | None = None  # where it was placed
+        self._end: asyncio.Future[messages.Ended] = asyncio.get_running_loop().create_future()
         self._connections: dict[int, _Connection] = {}
         self._shipped: Path | None = None
         self.ident = executor.register(self)
+
+    @property
+    def node(self) -> dict[str, str] | None:
+        """Where it was placed, as the runs layer reads it (``{"id", "host"}``: its live
+        node in the run view, the children-running metric's label)."""
+        return _mapping(self._placed)
 
     @property
     def last_output_monotonic(self) -> float:
@@ -114,9 +120,9 @@ class RemoteChild:
         self.started.set()
         self.forget_shipped()
 
-    def placed(self, event: dict[str, Any]) -> None:
-        self.node = event.get("node")
-        asyncio.get_running_loop().create_task(self._ship(list(event.get("haves") or [])))
+    def placed(self, event: messages.Placed) -> None:
+        self._placed = event.node
+        asyncio.get_running_loop().create_task(self._ship(list(event.haves)))
 
     async def _ship(self, haves: list[str]) -> None:
         try:
@@ -125,54 +131,49 @@ class RemoteChild:
                 self.remote.max_bundle,
             )  # fmt: skip
         except shipping.ShippingError as exc:
-            self.executor.send({"op": "stop", "id": self.ident})
-            self.ended({"refused": str(exc)})
+            self.executor.send(messages.Stop(self.ident))
+            self.ended(messages.Refused(str(exc)))
             return
         if path is not None:
             self.executor.metrics.shipped("to_node", path.stat().st_size)
             self._shipped = path  # removed once the driver has read it (started or ended)
-        self.executor.send({"op": "ship", "id": self.ident, "bundle": str(path or "")})
+        self.executor.send(messages.Ship(self.ident, str(path or "")))
 
-    def items(self, items: list[list[Any]], silent: float | None) -> None:
-        """A report of the driver: what the child said, how long it has been silent since
-        by its node's clock (None: by when its lines came)."""
-        for item in items:
-            if item[0] == "lines":
-                self.on_lines(item[1], item[2], bool(item[3]))
-                if silent is None:
-                    self._clock.report(0.0, time.monotonic())
-            elif item[0] == "conn":
-                self._relay(int(item[1]), item[2])
-            elif item[0] == "latency":
-                self.executor.metrics.relayed(float(item[1]))
-        if silent is not None:
-            self._clock.report(float(silent), time.monotonic())
+    def items(self, report: messages.Items) -> None:
+        """A report of the driver: what the child said, and how long it has been silent
+        since by its node's clock."""
+        for item in report.items:
+            match item:
+                case messages.Lines(stream, texts, split):
+                    self.on_lines(stream, list(texts), split)
+                case messages.Conn(number, data):
+                    self._relay(number, data)
+                case messages.Latency(seconds):
+                    self.executor.metrics.relayed(seconds)
+        self._clock.report(report.silent, time.monotonic())
 
-    def _relay(self, number: int, data: str | None) -> None:
+    def _relay(self, number: int, data: bytes | None) -> None:
         connection = self._connections.get(number)
         if connection is None:
             if self.launch.worker_socket is None:
                 return
             connection = self._connections[number] = _Connection(self, number)
-        connection.feed(None if data is None else messages.decode(data))
+        connection.feed(data)
 
     def answer(self, number: int, data: bytes | None) -> None:
-        self.executor.send(
-            {"op": "deliver", "id": self.ident, "conn": number,
-             "data": None if data is None else messages.encode(data)}
-        )  # fmt: skip
+        self.executor.send(messages.Deliver(self.ident, number, data))
 
     def forget_shipped(self) -> None:
         if self._shipped is not None:
             self._shipped.unlink(missing_ok=True)
             self._shipped = None
 
-    def ended(self, event: dict[str, Any]) -> None:
+    def ended(self, how: messages.Ended) -> None:
         self.forget_shipped()
         for connection in self._connections.values():
             connection.close()
         if not self._end.done():
-            self._end.set_result(event)
+            self._end.set_result(how)
 
     async def wait_started(self) -> bool:
         started = asyncio.ensure_future(self.started.wait())
@@ -185,24 +186,21 @@ class RemoteChild:
             started.cancel()
         if not self.started.is_set() and not self._end.done():
             # No node with the resources asked for took it: said, never waited on forever.
-            self.executor.send({"op": "stop", "id": self.ident})
+            self.executor.send(messages.Stop(self.ident))
             resources = self.launch.placement.resources if self.launch.placement else {}
-            self.ended(
-                {"refused": f"no Ray node took the stage within {PLACEMENT_TIMEOUT_S:.0f} s "
-                 f"(it asked for {dict(resources)}): check the cluster's resources"}
-            )  # fmt: skip
+            self.ended(messages.Refused(
+                f"no Ray node took the stage within {PLACEMENT_TIMEOUT_S:.0f} s "
+                f"(it asked for {dict(resources)}): check the cluster's resources"
+            ))  # fmt: skip
         return self.started.is_set()
 
     async def stop(self) -> None:
-        self.executor.send({"op": "stop", "id": self.ident})
+        self.executor.send(messages.Stop(self.ident))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._end), STOP_CONFIRM_SECONDS)
 
     async def end(self) -> StageEnd:
-        try:
-            ended = messages.ended_of(await asyncio.shield(self._end))
-        except messages.BadEvent as exc:
-            ended = messages.Lost(f"the Ray driver's report of the end was unreadable: {exc}", None)
+        ended = await asyncio.shield(self._end)
         match ended:
             case messages.Refused(reason):
                 raise LaunchRefused(reason)
@@ -210,7 +208,7 @@ class RemoteChild:
                 # The executor learns that the cluster is down before it hears of the
                 # stages lost with it (the driver says so first, or its exit does).
                 down = self.executor.down_reason is not None
-                return Lost(reason, node=node or self.node, cluster_down=down)
+                return Lost(reason, node=_mapping(node or self._placed), cluster_down=down)
             case messages.Unreturned(error, _node):
                 raise LaunchRefused(f"the node could not give the work back: {error}")
             case messages.Ran():
@@ -236,8 +234,13 @@ class RemoteChild:
         return Exited(
             exit_code=ran.exit_code,
             work=Collected(tip, tuple(ran.uncommitted)),
-            node=ran.node or self.node,
+            node=_mapping(ran.node or self._placed),
         )
+
+
+def _mapping(node: messages.Node | None) -> dict[str, str] | None:
+    """Where a child ran, as a stage's row says it (``{"id", "host"}``)."""
+    return None if node is None else node.as_mapping()
 
 
 class _Connection:

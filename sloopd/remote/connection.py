@@ -23,6 +23,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from sloopd.remote import messages
+
 HEALTH_SECONDS = 2.0
 RECONNECT_SECONDS = 3.0
 # How long the cluster may take to answer before it is said down: generous against a
@@ -30,7 +32,7 @@ RECONNECT_SECONDS = 3.0
 PROBE_SECONDS = 10.0
 CONNECT_SECONDS = 30.0
 
-Emit = Callable[..., None]
+Emit = Callable[[messages.Event], None]
 
 
 class ClusterLink:
@@ -66,7 +68,7 @@ class ClusterLink:
 
     def report_down(self, reason: str) -> None:
         """Said at every sign: the daemon keeps its gate closed while they come."""
-        self._emit("down", reason=reason)
+        self._emit(messages.Down(reason))
         self.connected = False
         self.up.clear()
 
@@ -118,7 +120,7 @@ class ClusterLink:
                     self.ray.shutdown()
             return reason
         if not self.connected:
-            self._emit("up", nodes=nodes)
+            self._emit(messages.Up(nodes))
         self.connected = self._ever = True
         self.up.set()
         return None

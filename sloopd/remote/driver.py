@@ -13,12 +13,14 @@ and exits when its standard input closes; every actor it creates is owned by it
 and not detached, so Ray kills them when the driver's job ends, and each actor's
 sandbox dies with the actor (bubblewrap's ``--die-with-parent``).
 
-Ops: ``start {id, launch, resources}``, ``ship {id, bundle}`` (a file path),
-``stop {id}``, ``deliver {id, conn, data}``.  Events: ``up {nodes}``,
-``down {reason}`` (``sloopd.remote.connection``: at every sign that the cluster
-is gone, and always before a stage lost with it), ``placed {id, node, haves}``,
-``started {id}``, ``items {id, items, silent}``, ``ended {id, ...}`` (read by
-``sloopd.remote.messages.ended_of``).
+The protocol is ``sloopd.remote.messages`` (the schema; ``sloopd.remote.codec``
+encodes and decodes it): ops ``Start``, ``Ship`` (the start commit's bundle, a file
+path), ``Stop`` and ``Deliver`` on standard input; events ``Up``, ``Down``
+(``sloopd.remote.connection``: at every sign that the cluster is gone, and always
+before a stage lost with it), ``Placed``, ``Started``, ``Items`` (every poll of the
+node) and ``Finished`` (how the child ``Ended``) on standard output.  The actor's
+calls take and answer encoded messages too; a node that lost its child says
+``Failed``, and the stage ends ``Lost`` with that reason (``node_lost``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
-import json
 import os
 import signal
 import sys
@@ -66,35 +67,37 @@ class Driver:
         self._ship_dir = ship_dir
         ship_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
 
-    def emit(self, event: str, **fields: Any) -> None:
-        line = json.dumps({"ev": event, **fields}, separators=(",", ":")) + "\n"
-        self._out.write(line.encode())
+    def emit(self, event: messages.Event) -> None:
+        self._out.write(messages.encode(event) + b"\n")
         self._out.flush()
 
-    def handle(self, op: dict[str, Any]) -> None:
-        kind, ident = op.get("op"), str(op.get("id"))
-        if kind == "start":
-            task = asyncio.get_running_loop().create_task(self._execute(ident, op))
-            self._tasks[ident] = task
-            task.add_done_callback(lambda _t: self._tasks.pop(ident, None))
-        elif kind == "ship":
-            future = self._ships.get(ident)
-            if future is not None and not future.done():
-                future.set_result(str(op["bundle"]))
-        elif kind == "stop":
-            self._stopping.add(ident)
-            actor = self._actors.get(ident)
-            if actor is not None:
-                actor.stop.remote()
-            elif ident in self._tasks:
-                self._tasks[ident].cancel()  # not started yet: nothing runs to stop
-        elif kind == "deliver":
-            actor = self._actors.get(ident)
-            if actor is not None:
-                data = op.get("data")
-                actor.deliver.remote(op["conn"], None if data is None else messages.decode(data))
+    def handle(self, op: messages.Op) -> None:
+        match op:
+            case messages.Start(ident):
+                task = asyncio.get_running_loop().create_task(self._execute(op))
+                self._tasks[ident] = task
+                task.add_done_callback(lambda _t: self._tasks.pop(ident, None))
+            case messages.Ship(ident, bundle):
+                future = self._ships.get(ident)
+                if future is not None and not future.done():
+                    future.set_result(bundle)
+            case messages.Stop(ident):
+                self._stopping.add(ident)
+                actor = self._actors.get(ident)
+                if actor is not None:
+                    actor.stop.remote()
+                elif ident in self._tasks:
+                    self._tasks[ident].cancel()  # not started yet: nothing runs to stop
+            case messages.Deliver(ident, conn, data):
+                actor = self._actors.get(ident)
+                if actor is not None:
+                    actor.deliver.remote(messages.encode(messages.Conn(conn, data)))
 
-    async def _execute(self, ident: str, op: dict[str, Any]) -> None:
+    def _end(self, ident: str, ended: messages.Ended) -> None:
+        self.emit(messages.Finished(ident, ended))
+
+    async def _execute(self, op: messages.Start) -> None:
+        ident, launch = op.id, op.launch
         actor = None
         link = self.link
         try:
@@ -104,26 +107,30 @@ class Driver:
                 # Transient, as a lost node is, and the cluster's: said down first, so
                 # the daemon closes its gate and spends no retry of the ticket's.
                 link.report_down(f"not connected within {CONNECT_WAIT_SECONDS:.0f} s")
-                self.emit("ended", id=ident, lost=f"the Ray cluster at {self.address} "
-                          "cannot be reached")  # fmt: skip
+                self._end(ident, messages.Lost(
+                    f"the Ray cluster at {self.address} cannot be reached", None))  # fmt: skip
                 return
-            launch = op["launch"]
-            actor = link.actor_class.options(**_options(op.get("resources") or {})).remote()
-            info = await actor.prepare.remote(launch["repository"])
+            actor = link.actor_class.options(**_options(op.resources)).remote()
+            answer = await actor.prepare.remote(launch.repository)
+            try:
+                info = messages.decode(answer, messages.Prepared)
+            except messages.ProtocolError as exc:
+                self._end(ident, messages.Refused(_unreadable(exc)))
+                return
             refused = _version_refusal(info)
             if refused is None:
                 refused = await self._start(ident, actor, info, launch)
             if refused is not None:
-                self.emit("ended", id=ident, refused=refused)
+                self._end(ident, messages.Refused(refused))
                 return
             await self._follow(ident, actor, info, launch)
         except asyncio.CancelledError:
-            self.emit("ended", id=ident, refused="stopped before the stage started on a node")
+            self._end(ident, messages.Refused("stopped before the stage started on a node"))
         except Exception as exc:
             # Lost with its node, or with the whole cluster: a fresh question tells,
             # and a cluster that does not answer is said down before the loss.
             await link.verdict()
-            self.emit("ended", id=ident, lost=short(exc), node=None)
+            self._end(ident, messages.Lost(short(exc), None))
         finally:
             self._actors.pop(ident, None)
             self._ships.pop(ident, None)
@@ -133,12 +140,12 @@ class Driver:
                     link.ray.kill(actor, no_restart=True)
 
     async def _start(
-        self, ident: str, actor: Any, info: dict[str, Any], launch: dict[str, Any]
+        self, ident: str, actor: Any, info: messages.Prepared, launch: messages.RemoteLaunch
     ) -> str | None:
         """Ship the commit (the daemon bundles what the node lacks) and start the child;
         why it was refused, None once it runs."""
         future = self._ships[ident] = asyncio.get_running_loop().create_future()
-        self.emit("placed", id=ident, node=info["node"], haves=info["haves"])
+        self.emit(messages.Placed(ident, info.node, info.haves))
         bundle_path = await future
         bundle = b""
         if bundle_path:
@@ -146,13 +153,16 @@ class Driver:
             refused = oversized(
                 "the bundle of the stage's start commit",
                 Path(bundle_path).stat().st_size,
-                launch["max_bundle"],
+                launch.max_bundle,
             )
             if refused is not None:
                 return refused
             bundle = Path(bundle_path).read_bytes()
         try:
-            started = await actor.start.remote(launch, bundle)
+            answer = await actor.start.remote(messages.encode(launch), bundle)
+            began = messages.decode(answer, messages.Began)
+        except messages.ProtocolError as exc:
+            return _unreadable(exc)
         except Exception as exc:
             if _lost(exc):
                 raise
@@ -160,94 +170,89 @@ class Driver:
         self._actors[ident] = actor
         if ident in self._stopping:
             actor.stop.remote()
-        self.emit("started", id=ident, pid=started["pid"])
+        self.emit(messages.Started(ident, began.pid))
         return None
 
     async def _follow(
-        self, ident: str, actor: Any, info: dict[str, Any], launch: dict[str, Any]
+        self, ident: str, actor: Any, info: messages.Prepared, launch: messages.RemoteLaunch
     ) -> None:
         """Stream the child's output until its end, then take its work back."""
         while True:
-            polled = await actor.poll.remote(POLL_WAIT_SECONDS)
-            # Every poll, lines or none: the node's silence is the stall clock.
-            items = _wire_items(polled["items"])
-            self.emit("items", id=ident, items=items, silent=polled["silent"])
-            if polled["ended"] is not None:
+            polled = messages.decode(await actor.poll.remote(POLL_WAIT_SECONDS), messages.Polled)
+            # Every poll, items or none: the node's silence is the stall clock.
+            self.emit(messages.Items(ident, polled.items, polled.silent))
+            if polled.end is not None:
                 break
-        if polled["failure"] is not None:
-            # The node lost its child (waiting for it failed): a loss, as a lost node
-            # is; nothing of it is collected.
-            self.emit("ended", id=ident, failure=polled["failure"], node=info["node"])
-            return
-        collected = await actor.collect.remote(
-            launch["commit"], launch["base"], launch.get("auto_commit"),
-            tuple(launch["identity"]), launch["max_bundle"],
-        )  # fmt: skip
-        size = len(collected["bundle"])
-        refused = oversized("the bundle of the work", size, launch["max_bundle"])
+        match polled.end:
+            case messages.Failed(reason):
+                # The node lost its child (waiting for it failed): a loss, as a lost
+                # node is; nothing of it is collected.
+                self._end(ident, messages.Lost(reason, info.node))
+            case messages.Exited(exit_code):
+                collection = messages.decode_collection(
+                    await actor.collect.remote(messages.encode(launch.collect))
+                )
+                self._end(ident, await self._collected(ident, actor, info, launch, exit_code,
+                                                       collection))  # fmt: skip
+
+    async def _collected(
+        self, ident: str, actor: Any, info: messages.Prepared, launch: messages.RemoteLaunch,
+        exit_code: int, collection: messages.Collection,
+    ) -> messages.Ended:  # fmt: skip
+        """How the child ended, its work's bundle (if any) in the daemon's ship/."""
+        if isinstance(collection, messages.Uncollected):
+            return messages.Unreturned(collection.error, info.node)
+        refused = oversized("the bundle of the work", collection.size, launch.max_bundle)
         if refused is not None:
-            collected = {**collected, "bundle": b"", "error": refused}
+            return messages.Unreturned(refused, info.node)
         path = ""
-        if collected["bundle"]:
+        if collection.size:
+            bundle = await actor.bundle.remote()
+            refused = oversized("the bundle of the work", len(bundle), launch.max_bundle)
+            if refused is not None:
+                return messages.Unreturned(refused, info.node)
             path = str(self._ship_dir / f"{ident.replace('/', '_')}.bundle")
-            Path(path).write_bytes(collected["bundle"])
-        self.emit(
-            "ended",
-            id=ident,
-            exit_code=polled["ended"],
-            tip=collected["tip"],
-            uncommitted=collected["uncommitted"],
-            bundle=path,
-            error=collected["error"],
-            node=info["node"],
-        )
+            Path(path).write_bytes(bundle)
+        return messages.Ran(exit_code, collection.tip, collection.uncommitted, path, info.node)
 
 
-def _version_refusal(info: dict[str, Any]) -> str | None:
+def _version_refusal(info: messages.Prepared) -> str | None:
     """Nodes must run this daemon's Sloop: the node's code decides what a stage does."""
-    if info["version"] == sloopd.__version__:
+    if info.version == sloopd.__version__:
         return None
     return (
-        f"the Ray node {_node_label(info['node'])} runs Sloop {info['version']}, but this "
+        f"the Ray node {info.node.label} runs Sloop {info.version}, but this "
         f"daemon is Sloop {sloopd.__version__}: install the same version on every node"
     )
 
 
-def _options(resources: dict[str, Any]) -> dict[str, Any]:
+def _unreadable(exc: messages.ProtocolError) -> str:
+    """A node's answer this Sloop cannot read: the node runs another version of it."""
+    return (
+        f"the Ray node's answer was unreadable ({exc}): it runs another Sloop than this "
+        f"daemon's {sloopd.__version__}? install the same version on every node"
+    )
+
+
+def _options(resources: messages.Resources) -> dict[str, Any]:
     """Ray's actor options from the stage's resolved ``resources``."""
     options: dict[str, Any] = {
-        "num_cpus": float(resources.get("cpus", 1)),
+        "num_cpus": resources.cpus,
         "max_restarts": 0,  # a lost stage is the daemon's to retry, never Ray's
         "max_concurrency": 64,  # polls, deliveries and a stop at once
         # Stages spread over the nodes that have their resources (Ray packs them onto one
         # node by default): agent CLIs hold hundreds of MB each.
         "scheduling_strategy": "SPREAD",
     }
-    if resources.get("memory"):
-        options["memory"] = int(resources["memory"])
-    custom = resources.get("custom") or {}
-    if custom:
-        options["resources"] = {str(k): float(v) for k, v in custom.items()}
+    if resources.memory:
+        options["memory"] = resources.memory
+    if resources.custom:
+        options["resources"] = dict(resources.custom)
     return options
-
-
-def _wire_items(items: list[list[Any]]) -> list[list[Any]]:
-    wired: list[list[Any]] = []
-    for item in items:
-        if item[0] == "conn":
-            data = item[2]
-            wired.append(["conn", item[1], None if data is None else messages.encode(data)])
-        else:
-            wired.append(item)
-    return wired
 
 
 def _lost(exc: BaseException) -> bool:
     return type(exc).__name__ in {"ActorDiedError", "RayActorError", "ActorUnavailableError"}
-
-
-def _node_label(node: dict[str, str]) -> str:
-    return f"{node.get('host', '?')} ({node.get('id', '')[:12]})"
 
 
 async def _serve(driver: Driver) -> None:
@@ -260,8 +265,14 @@ async def _serve(driver: Driver) -> None:
             line = await reader.readline()
             if not line:
                 return  # the daemon is gone: so is everything this driver owns
-            with contextlib.suppress(ValueError):
-                driver.handle(json.loads(line))
+            try:
+                op = messages.decode_op(line)
+            except messages.ProtocolError as exc:
+                # The daemon and its driver are one install: a bug, said on stderr
+                # (the daemon keeps its driver's last words there).
+                print(f"sloopd-ray-driver: an op refused: {exc}", file=sys.stderr, flush=True)
+                continue
+            driver.handle(op)
     finally:
         keeper.cancel()
 

@@ -19,16 +19,14 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
-
-import orjson
 
 from sloopd.proc.lines import OnLines
 from sloopd.proc.stage_io import LaunchRefused, StageLaunch
 from sloopd.remote import messages
 from sloopd.remote.child import RemoteChild, RemoteMetrics
+from sloopd.remote.codec import kind_of
 from sloopd.remote.outage import bounded, driver_exited
 
 log = logging.getLogger(__name__)
@@ -120,12 +118,12 @@ class RayExecutor:
             )  # fmt: skip
             self._reader = asyncio.get_running_loop().create_task(self._read(self._process))
 
-    def send(self, op: dict[str, Any]) -> None:
+    def send(self, op: messages.Op) -> None:
         process = self._process
         if process is None or process.stdin is None or process.returncode is not None:
             return
         with contextlib.suppress(ConnectionError, RuntimeError):
-            process.stdin.write(orjson.dumps(op) + b"\n")
+            process.stdin.write(messages.encode(op) + b"\n")
 
     async def _read(self, process: asyncio.subprocess.Process) -> None:
         assert process.stdout is not None and process.stderr is not None
@@ -140,8 +138,9 @@ class RayExecutor:
                 if not line:
                     break
                 try:
-                    event = orjson.loads(line)
-                except orjson.JSONDecodeError:
+                    event = messages.decode_event(line)
+                except messages.ProtocolError as exc:
+                    self._unreadable(exc)
                     continue
                 self._on_event(event)
         finally:
@@ -152,7 +151,7 @@ class RayExecutor:
             if not self._closing:  # a stopping daemon closes no gate on its way out
                 self._set_down(reason)
             for child in list(self._children.values()):
-                child.ended({"lost": reason})
+                child.ended(messages.Lost(reason, None))
             self._children.clear()
 
     def _set_down(self, reason: str) -> None:
@@ -162,29 +161,33 @@ class RayExecutor:
         self.down_reason = reason
         self.on_reachable(reason)
 
-    def _on_event(self, event: dict[str, Any]) -> None:
-        kind = event.get("ev")
-        if kind == "up":
-            self.nodes = int(event.get("nodes", 0))
-            self.down_reason = None
-            log.info("the Ray cluster at %s is reachable (%d nodes)", self.address, self.nodes)
-            self.on_reachable(None)
-            return
-        if kind == "down":
-            self._set_down(str(event.get("reason")))
-            return
-        child = self._children.get(str(event.get("id")))
-        if child is None:
-            return
-        if kind == "placed":
-            child.placed(event)
-        elif kind == "started":
-            child.began()
-        elif kind == "items":
-            child.items(event.get("items") or [], event.get("silent"))
-        elif kind == "ended":
-            self._children.pop(child.ident, None)
-            child.ended(event)
+    def _on_event(self, event: messages.Event) -> None:
+        match event:
+            case messages.Up(nodes):
+                self.nodes = nodes
+                self.down_reason = None
+                log.info("the Ray cluster at %s is reachable (%d nodes)", self.address, nodes)
+                self.on_reachable(None)
+            case messages.Down(reason):
+                self._set_down(reason)
+            case messages.Placed(ident) if (child := self._children.get(ident)) is not None:
+                child.placed(event)
+            case messages.Started(ident) if (child := self._children.get(ident)) is not None:
+                child.began()
+            case messages.Items(ident) if (child := self._children.get(ident)) is not None:
+                child.items(event)
+            case messages.Finished(ident, ended) if ident in self._children:
+                self._children.pop(ident).ended(ended)
+
+    def _unreadable(self, exc: messages.ProtocolError) -> None:
+        """An event this daemon cannot read (its driver is its own install: a bug).  The
+        end of a child that cannot be read ends it lost, never waited on for good."""
+        log.warning("an event of the Ray driver refused: %s", exc)
+        if exc.kind == kind_of(messages.Finished) and exc.ident is not None:
+            child = self._children.pop(exc.ident, None)
+            if child is not None:
+                reason = f"the Ray driver's report of the end was unreadable: {exc}"
+                child.ended(messages.Lost(reason, None))
 
     def register(self, child: RemoteChild) -> str:
         self._next += 1
@@ -247,7 +250,7 @@ class RayLauncher:
         if placement is None:
             raise LaunchRefused("a stage on Ray needs its placement (a bug: it was not given)")
         await self.executor.ensure()
-        remote = messages.remote_launch(
+        remote = remote_launch(
             launch,
             base=placement.base,
             branch=placement.branch,
@@ -258,8 +261,51 @@ class RayLauncher:
             max_bundle=placement.max_bundle,
         )
         child = RemoteChild(self.executor, launch, remote, on_lines, self.repo)
-        self.executor.send(
-            {"op": "start", "id": child.ident, "launch": messages.to_json(remote),
-             "resources": dict(placement.resources)}
-        )  # fmt: skip
+        resources = messages.Resources.of(placement.resources)
+        self.executor.send(messages.Start(child.ident, remote, resources))
         return child
+
+
+def remote_launch(
+    launch: StageLaunch,
+    *,
+    base: str,
+    branch: str,
+    auto_commit: str | None,
+    identity: tuple[str, str],
+    repository: str,
+    environ: Mapping[str, str],
+    max_bundle: int,
+) -> messages.RemoteLaunch:
+    """The node's value of ``launch``: its host files read now, its variables' values taken."""
+    prompt = launch.prompt_file.read_bytes() if launch.prompt_file is not None else None
+    home_files = {
+        entry.name: entry.read_text(encoding="utf-8")
+        for entry in sorted(launch.home.iterdir())
+        if entry.is_file() and not entry.is_symlink()
+    }
+    return messages.RemoteLaunch(
+        owner=launch.owner,
+        commit=launch.commit,
+        base=base,
+        branch=branch,
+        argv=launch.argv,
+        limits=launch.limits,
+        variables=dict(launch.variables),
+        passed=launch.passed,
+        # The passed names' values, and the daemon's PATH (the node keeps the folders of
+        # it that exist there: sloopd.remote.node.node_path).
+        values={name: environ[name] for name in (*launch.passed, "PATH") if name in environ},
+        ro_mounts=launch.ro_mounts,
+        rw_mounts=launch.rw_mounts,
+        token=launch.token,
+        token_file=launch.token_file is not None,
+        token_env=launch.token_env,
+        prompt=prompt,
+        home_files=home_files,
+        network=launch.network,
+        auto_commit=auto_commit,
+        identity=identity,
+        repository=repository,
+        max_bundle=max_bundle,
+    )

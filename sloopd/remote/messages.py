@@ -1,32 +1,83 @@
-"""What crosses from the daemon to a Ray node and back, as plain values.
+"""The remote protocol's schema: every message of its three pipes, as frozen dataclasses.
+
+The pipes: the daemon and its driver process (one encoded message a line on the
+driver's standard input, ops, and output, events: ``sloopd.remote.launcher``,
+``sloopd.remote.driver``); the driver and a stage's actor on a node (Ray calls
+whose arguments and answers are encoded messages: ``sloopd.remote.node``); and the
+node's outbox the driver drains (``Item``).  ``sloopd.remote.codec`` encodes them
+(a kind tag, every field) and decodes them strictly; nothing else reads one by key.
 
 A ``RemoteLaunch`` is a ``StageLaunch`` with every host path replaced by what the
 node needs to make its own: the prompt's bytes, the HOME files the daemon made,
 the values of the allowlisted variables, the commit to start from and the run's
-base (which the work must descend from).  The node builds a ``StageLaunch`` of
-its own from it (``node_launch``), so the node runs exactly the launcher the
-daemon's host runs.  Everything here is picklable plain data: it travels as Ray
-task arguments, and between the daemon and its driver process as JSON.
+base (which the work must descend from): the daemon makes it
+(``sloopd.remote.launcher.remote_launch``) and the node builds a ``StageLaunch``
+of its own from it (``sloopd.remote.node.node_launch``), so the node runs exactly
+the launcher the daemon's host runs.  Bundles are not messages: they travel
+beside them as bytes (``start``'s second argument, ``bundle``'s answer) or as a
+file in the daemon's ship/.
 """
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from sloopd.proc.stage_io import Limits, StageLaunch
+from sloopd.proc.stage_io import Limits
+from sloopd.remote.codec import ProtocolError as ProtocolError
+from sloopd.remote.codec import decode as decode
+from sloopd.remote.codec import decode_any, register
+from sloopd.remote.codec import encode as encode
 
-# The driver's pipes carry one JSON object per line; bytes travel as base64.
+# The driver's pipes carry one message a line; bytes travel as base64.
 MAX_PIPE_LINE_BYTES = 8 << 20
 # How much output or relayed socket data a node holds for the daemon before it stops
 # reading the child's pipes (or the agent's socket): memory is bounded on the node
 # when the daemon is slow, and the child blocks on a full pipe as it would locally.
 NODE_OUTBOX_BYTES = 1 << 20
 
+register("limits")(Limits)
 
+
+@register("node")
+@dataclass(frozen=True, slots=True)
+class Node:
+    """Where an actor runs: the Ray node id and the host, as the run view shows them."""
+
+    id: str
+    host: str
+
+    def as_mapping(self) -> dict[str, str]:
+        return {"id": self.id, "host": self.host}
+
+    @property
+    def label(self) -> str:
+        return f"{self.host or '?'} ({self.id[:12]})"
+
+
+@register("resources")
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """What a stage's actor asks Ray for: the stage's resolved ``resources``."""
+
+    cpus: float
+    memory: int | None
+    custom: Mapping[str, float]
+
+    @classmethod
+    def of(cls, request: Mapping[str, Any]) -> Resources:
+        """From a placement's request (``sloopd.flows.placement.Resources.request``)."""
+        memory = request.get("memory")
+        custom = request.get("custom") or {}
+        return cls(
+            cpus=float(request.get("cpus", 1)),
+            memory=int(memory) if memory else None,
+            custom={str(name): float(amount) for name, amount in custom.items()},
+        )
+
+
+@register("remote_launch")
 @dataclass(frozen=True, slots=True)
 class RemoteLaunch:
     owner: str
@@ -53,119 +104,50 @@ class RemoteLaunch:
     auto_commit: str | None = None
     identity: tuple[str, str] = ("Sloop", "sloop@localhost")
     repository: str = "repository"  # the node's cache key for this daemon's repository
-    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def collect(self) -> Collect:
+        """What the node is asked to give back once the child ended."""
+        return Collect(self.commit, self.base, self.auto_commit, self.identity, self.max_bundle)
 
 
-def remote_launch(
-    launch: StageLaunch,
-    *,
-    base: str,
-    branch: str,
-    auto_commit: str | None,
-    identity: tuple[str, str],
-    repository: str,
-    environ: Mapping[str, str],
-    max_bundle: int,
-) -> RemoteLaunch:
-    """The node's value of ``launch``: its host files read now, its variables' values taken."""
-    prompt = launch.prompt_file.read_bytes() if launch.prompt_file is not None else None
-    home_files = {
-        entry.name: entry.read_text(encoding="utf-8")
-        for entry in sorted(launch.home.iterdir())
-        if entry.is_file() and not entry.is_symlink()
-    }
-    return RemoteLaunch(
-        owner=launch.owner,
-        commit=launch.commit,
-        base=base,
-        branch=branch,
-        argv=launch.argv,
-        limits=launch.limits,
-        variables=dict(launch.variables),
-        passed=launch.passed,
-        # The passed names' values, and the daemon's PATH (the node keeps the folders of
-        # it that exist there: sloopd.remote.node.node_path).
-        values={name: environ[name] for name in (*launch.passed, "PATH") if name in environ},
-        ro_mounts=launch.ro_mounts,
-        rw_mounts=launch.rw_mounts,
-        token=launch.token,
-        token_file=launch.token_file is not None,
-        token_env=launch.token_env,
-        prompt=prompt,
-        home_files=home_files,
-        network=launch.network,
-        auto_commit=auto_commit,
-        identity=identity,
-        repository=repository,
-        max_bundle=max_bundle,
-    )
+# --- the node's outbox: what a child said, polled by the driver, relayed to the daemon
 
 
-def node_launch(
-    remote: RemoteLaunch, *, checkout: Path, home: Path, socket: Path | None, files: Path
-) -> StageLaunch:
-    """The ``StageLaunch`` a node runs: the same child, in the node's own places."""
-    token_file = None
-    if remote.token is not None and remote.token_file:
-        token_file = files / "token"
-        token_file.unlink(missing_ok=True)
-        token_file.write_text(remote.token, encoding="ascii")
-        token_file.chmod(0o400)
-    prompt_file = None
-    if remote.prompt is not None:
-        prompt_file = files / "prompt.md"
-        prompt_file.write_bytes(remote.prompt)
-    home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    for name, text in remote.home_files.items():
-        if "/" in name or name in (".", ".."):
-            continue  # a file name, never a path: the daemon made HOME flat
-        (home / name).write_text(text, encoding="utf-8")
-    return StageLaunch(
-        owner=remote.owner,
-        commit=remote.commit,
-        argv=remote.argv,
-        checkout=checkout,
-        home=home,
-        limits=remote.limits,
-        variables=remote.variables,
-        passed=remote.passed,
-        ro_mounts=remote.ro_mounts,
-        rw_mounts=remote.rw_mounts,
-        worker_socket=socket if remote.token is not None else None,
-        token=remote.token,
-        token_file=token_file,
-        token_env=remote.token_env,
-        prompt_file=prompt_file,
-        network=remote.network,
-    )
+@register("lines")
+@dataclass(frozen=True, slots=True)
+class Lines:
+    """A batch of the child's lines on one stream (``split``: the last was cut)."""
+
+    stream: str
+    texts: tuple[str, ...]
+    split: bool
 
 
-def to_json(remote: RemoteLaunch) -> dict[str, Any]:
-    data = asdict(remote)
-    data["prompt"] = None if remote.prompt is None else encode(remote.prompt)
-    return data
+@register("conn")
+@dataclass(frozen=True, slots=True)
+class Conn:
+    """Bytes the agent wrote on worker-socket connection ``number``; None: it closed."""
+
+    number: int
+    data: bytes | None
 
 
-def from_json(data: Mapping[str, Any]) -> RemoteLaunch:
-    fields = dict(data)
-    fields["limits"] = Limits(**fields["limits"])
-    fields["prompt"] = None if fields["prompt"] is None else decode(fields["prompt"])
-    for name in ("argv", "passed", "ro_mounts", "rw_mounts", "identity"):
-        fields[name] = tuple(fields[name])
-    return RemoteLaunch(**fields)
+@register("latency")
+@dataclass(frozen=True, slots=True)
+class Latency:
+    """A worker-socket round trip, as the node measured it."""
+
+    seconds: float
 
 
-def encode(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
+Item = Lines | Conn | Latency
 
 
-def decode(text: str) -> bytes:
-    return base64.b64decode(text.encode("ascii"), validate=True)
+# --- how a child on a node ended (the driver's ``ended`` event, or the daemon's own) --
 
 
-# --- how a child on a node ended, as the driver reports it (its ``ended`` event) ----
-
-
+@register("ran")
 @dataclass(frozen=True, slots=True)
 class Ran:
     """The child exited on its node and its work was collected there."""
@@ -174,18 +156,20 @@ class Ran:
     tip: str
     uncommitted: tuple[str, ...]
     bundle: str  # the work's bundle in the daemon's ship/, "" when it made no commit
-    node: Mapping[str, str] | None
+    node: Node | None
 
 
+@register("lost")
 @dataclass(frozen=True, slots=True)
 class Lost:
     """The child was lost with its node, its actor or the driver (or its node lost it):
-    nothing of the stage's doing, so a transient failure."""
+    nothing of the stage's doing, so a transient failure (``node_lost``)."""
 
     reason: str
-    node: Mapping[str, str] | None
+    node: Node | None
 
 
+@register("refused")
 @dataclass(frozen=True, slots=True)
 class Refused:
     """The child never started: a node refused it, or it was stopped first."""
@@ -193,58 +177,201 @@ class Refused:
     reason: str
 
 
+@register("unreturned")
 @dataclass(frozen=True, slots=True)
 class Unreturned:
     """The child ran, but its node could not give its work back."""
 
     error: str
-    node: Mapping[str, str] | None
+    node: Node | None
 
 
 Ended = Ran | Lost | Refused | Unreturned
-_ENDED_KEYS = frozenset(
-    {"ev", "id", "exit_code", "failure", "tip", "uncommitted", "bundle", "error", "node",
-     "lost", "refused"}
-)  # fmt: skip
 
 
-class BadEvent(ValueError):
-    """An event the driver should not have sent; the message says what is wrong."""
+# --- the daemon to its driver (ops) --------------------------------------------------
 
 
-def ended_of(event: Mapping[str, Any]) -> Ended:
-    """The one reading of an ``ended`` event.
-
-    A node that lost its child (``failure``: waiting for it failed, so its exit code
-    is a stand-in) reports a loss, as a lost node does: the stage did nothing wrong.
-    """
-    unknown = sorted(set(event) - _ENDED_KEYS)
-    if unknown:
-        raise BadEvent(f"an ended event with unknown keys {unknown}")
-    node = _node(event.get("node"))
-    if event.get("refused"):
-        return Refused(str(event["refused"]))
-    if event.get("lost"):
-        return Lost(str(event["lost"]), node)
-    if event.get("failure"):
-        return Lost(str(event["failure"]), node)
-    if event.get("error"):
-        return Unreturned(str(event["error"]), node)
-    try:
-        return Ran(
-            exit_code=int(event["exit_code"]),
-            tip=str(event["tip"]),
-            uncommitted=tuple(str(path) for path in event.get("uncommitted") or ()),
-            bundle=str(event.get("bundle") or ""),
-            node=node,
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise BadEvent(f"an ended event without its exit code or tip: {exc}") from exc
+@register("start")
+@dataclass(frozen=True, slots=True)
+class Start:
+    id: str
+    launch: RemoteLaunch
+    resources: Resources
 
 
-def _node(value: Any) -> Mapping[str, str] | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise BadEvent(f"an ended event whose node is {type(value).__name__}")
-    return {str(k): str(v) for k, v in value.items()}
+@register("ship")
+@dataclass(frozen=True, slots=True)
+class Ship:
+    """The start commit's bundle for the node the child was placed on ("": none needed)."""
+
+    id: str
+    bundle: str  # a file in the daemon's ship/
+
+
+@register("stop")
+@dataclass(frozen=True, slots=True)
+class Stop:
+    id: str
+
+
+@register("deliver")
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """The run's worker socket answered on connection ``conn``; None: it closed."""
+
+    id: str
+    conn: int
+    data: bytes | None
+
+
+Op = Start | Ship | Stop | Deliver
+
+
+# --- the driver to the daemon (events) -----------------------------------------------
+
+
+@register("up")
+@dataclass(frozen=True, slots=True)
+class Up:
+    nodes: int
+
+
+@register("down")
+@dataclass(frozen=True, slots=True)
+class Down:
+    """A sign that the cluster is gone (``sloopd.remote.connection``); always said
+    before a stage lost with it."""
+
+    reason: str
+
+
+@register("placed")
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """Ray placed the child's actor: the node, and the commits its cache holds."""
+
+    id: str
+    node: Node
+    haves: tuple[str, ...]
+
+
+@register("started")
+@dataclass(frozen=True, slots=True)
+class Started:
+    id: str
+    pid: int
+
+
+@register("items")
+@dataclass(frozen=True, slots=True)
+class Items:
+    """One poll of the node (every poll, items or none): ``silent`` is how long the
+    child has been silent by the node's clock (the daemon's stall clock)."""
+
+    id: str
+    items: tuple[Item, ...]
+    silent: float
+
+
+@register("ended")
+@dataclass(frozen=True, slots=True)
+class Finished:
+    id: str
+    ended: Ended
+
+
+Event = Up | Down | Placed | Started | Items | Finished
+
+
+# --- the driver and a stage's actor (Ray calls: their arguments and answers) --------
+
+
+@register("prepared")
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """``prepare(repository)``'s answer: who runs there and what its cache holds."""
+
+    version: str
+    node: Node
+    haves: tuple[str, ...]
+
+
+@register("began")
+@dataclass(frozen=True, slots=True)
+class Began:
+    """``start(launch, bundle)``'s answer: the child runs."""
+
+    pid: int
+
+
+@register("exited")
+@dataclass(frozen=True, slots=True)
+class Exited:
+    exit_code: int
+
+
+@register("failed")
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The node lost its child (waiting for it failed): no exit code, a loss."""
+
+    reason: str
+
+
+@register("polled")
+@dataclass(frozen=True, slots=True)
+class Polled:
+    """``poll(wait_s)``'s answer: what the child said, and its end once all was taken."""
+
+    items: tuple[Item, ...]
+    silent: float
+    end: Exited | Failed | None
+
+
+@register("collect")
+@dataclass(frozen=True, slots=True)
+class Collect:
+    """``collect``'s argument: what the work must descend from, and how to commit."""
+
+    start: str
+    base: str
+    auto_commit: str | None
+    identity: tuple[str, str]
+    max_bundle: int
+
+
+@register("collected")
+@dataclass(frozen=True, slots=True)
+class Collected:
+    """The commit the child left; ``size`` bytes of bundle wait in the actor (``bundle``)."""
+
+    tip: str
+    uncommitted: tuple[str, ...]
+    size: int
+
+
+@register("uncollected")
+@dataclass(frozen=True, slots=True)
+class Uncollected:
+    error: str
+
+
+Collection = Collected | Uncollected
+
+
+def decode_op(raw: bytes | str) -> Op:
+    """An op on the driver's standard input."""
+    op: Op = decode_any(raw, Op)
+    return op
+
+
+def decode_event(raw: bytes | str) -> Event:
+    """An event on the driver's standard output."""
+    event: Event = decode_any(raw, Event)
+    return event
+
+
+def decode_collection(raw: bytes | str) -> Collection:
+    collection: Collection = decode_any(raw, Collection)
+    return collection

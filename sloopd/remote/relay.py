@@ -17,9 +17,8 @@ import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from sloopd.remote.messages import NODE_OUTBOX_BYTES
+from sloopd.remote.messages import NODE_OUTBOX_BYTES, Conn, Item, Latency, Lines
 
 CHUNK_BYTES = 64 * 1024
 # Connections one child may hold open through the relay (the daemon's worker socket
@@ -31,22 +30,22 @@ class Outbox:
     """Lines and socket events for the daemon, in order, bounded in bytes."""
 
     def __init__(self, on_full: Callable[[bool], None]) -> None:
-        self._items: list[list[Any]] = []
+        self._items: list[Item] = []
         self._bytes = 0
         self._on_full = on_full
         self._full = False
         self.changed = asyncio.Event()
 
     def lines(self, stream: str, texts: list[str], split: bool) -> None:
-        self._add(["lines", stream, texts, split], sum(map(len, texts)) + 16 * len(texts))
+        self._add(Lines(stream, tuple(texts), split), sum(map(len, texts)) + 16 * len(texts))
 
     def conn(self, number: int, data: bytes | None) -> None:
-        self._add(["conn", number, data], len(data or b"") + 16)
+        self._add(Conn(number, data), len(data or b"") + 16)
 
     def latency(self, seconds: float) -> None:
-        self._add(["latency", seconds], 16)
+        self._add(Latency(seconds), 16)
 
-    def _add(self, item: list[Any], size: int) -> None:
+    def _add(self, item: Item, size: int) -> None:
         self._items.append(item)
         self._bytes += size
         self.changed.set()
@@ -54,8 +53,8 @@ class Outbox:
             self._full = True
             self._on_full(True)
 
-    def take(self) -> list[list[Any]]:
-        items, self._items, self._bytes = self._items, [], 0
+    def take(self) -> tuple[Item, ...]:
+        items, self._items, self._bytes = tuple(self._items), [], 0
         self.changed.clear()
         if self._full:
             self._full = False

@@ -104,9 +104,9 @@ class ActiveRun:
 
     def live_node(self) -> dict[str, Any] | None:
         """The Ray node the executing child runs on (None: this host, or still placed)."""
-        node = getattr(self.child, "node", None)
-        started = getattr(self.child, "started", None)
-        if isinstance(node, dict) and started is not None and started.is_set():
+        node = self.child.node if self.child is not None else None
+        # Its clock starts once it really started (ChildStarter.run: wait_started).
+        if node is not None and self.child_started_monotonic is not None:
             return dict(node)
         return None
 

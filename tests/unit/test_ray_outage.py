@@ -1,6 +1,7 @@
-"""Issue 34, items 5 and 6, the pure parts: how a child on a node ended, the cluster's
-outage as the gate says it, the stall clock of a remote child, the retries an outage
-does not spend, and the driver's questions to the cluster (with a stand-in for Ray).
+"""Issue 34, items 5 and 6, the pure parts: the cluster's outage as the gate says it,
+the stall clock of a remote child, the retries an outage does not spend, and the
+driver's questions to the cluster (with a stand-in for Ray).  How a child on a node
+ended is read in tests/unit/test_remote_protocol.py.
 """
 
 from __future__ import annotations
@@ -26,54 +27,6 @@ from sloopd.runs.stop import Stop
 from sloopd.store import Store
 
 NODE = {"id": "5f1c", "host": "w1"}
-
-# --- how a child on a node ended (messages.ended_of) --------------------------------
-
-
-@pytest.mark.parametrize(
-    ("event", "expected"),
-    [
-        (
-            {"ev": "ended", "id": "1", "exit_code": 0, "tip": "abc", "uncommitted": ["a"],
-             "bundle": "/s/1.bundle", "error": None, "node": NODE},
-            messages.Ran(0, "abc", ("a",), "/s/1.bundle", NODE),
-        ),
-        # The node lost its child (waiting for it failed): a loss, not an exit of -9.
-        (
-            {"ev": "ended", "id": "1", "failure": "the node lost the child: boom", "node": NODE},
-            messages.Lost("the node lost the child: boom", NODE),
-        ),
-        (
-            {"ev": "ended", "id": "1", "exit_code": -9, "failure": "the node lost the child: x",
-             "tip": "abc", "node": NODE},
-            messages.Lost("the node lost the child: x", NODE),
-        ),
-        ({"ev": "ended", "id": "1", "lost": "ActorDiedError", "node": None},
-         messages.Lost("ActorDiedError", None)),
-        ({"lost": "the Ray driver exited with code 1"},
-         messages.Lost("the Ray driver exited with code 1", None)),
-        ({"refused": "no Ray node took the stage"}, messages.Refused("no Ray node took the stage")),
-        (
-            {"exit_code": 0, "tip": None, "error": "fsck failed", "node": NODE},
-            messages.Unreturned("fsck failed", NODE),
-        ),
-    ],
-)  # fmt: skip
-def test_each_end_of_a_child_on_a_node_is_read_once(
-    event: dict[str, Any], expected: messages.Ended
-) -> None:
-    assert messages.ended_of(event) == expected
-
-
-@pytest.mark.parametrize(
-    "event",
-    [{"exit_code": 0, "tip": "abc", "colour": 1}, {"tip": "abc"}, {"exit_code": 0, "tip": "a",
-     "node": "w1"}],
-)  # fmt: skip
-def test_an_end_the_driver_should_not_send_is_refused(event: dict[str, Any]) -> None:
-    with pytest.raises(messages.BadEvent):
-        messages.ended_of(event)
-
 
 # --- the cause of an outage, first (outage) -----------------------------------------
 
@@ -257,16 +210,14 @@ def test_a_question_the_cluster_does_not_answer_says_down_then_up_when_it_answer
     monkeypatch.setattr(connection, "RECONNECT_SECONDS", 0.05)
     answering = threading.Event()
     answering.set()
-    events: list[tuple[str, dict[str, Any]]] = []
+    events: list[messages.Event] = []
 
     def connect() -> int:
         answering.wait()  # as ray.nodes() blocks while the GCS is gone
         return 3
 
     async def scenario() -> tuple[str | None, str | None]:
-        link = connection.ClusterLink(
-            "127.0.0.1:6399", "sloop", lambda ev, **f: events.append((ev, f))
-        )
+        link = connection.ClusterLink("127.0.0.1:6399", "sloop", events.append)
         monkeypatch.setattr(link, "_connect", connect)
         keeper = asyncio.get_running_loop().create_task(link.keep())
         try:
@@ -286,7 +237,7 @@ def test_a_question_the_cluster_does_not_answer_says_down_then_up_when_it_answer
     assert lost is not None
     assert "did not answer" in lost, lost
     assert back is None
-    kinds = [kind for kind, _ in events]
+    kinds = [type(event).__name__.lower() for event in events]
     assert kinds[0] == "up"
     assert "down" in kinds
     assert kinds[-1] == "up"
