@@ -24,15 +24,12 @@ from pathlib import Path
 from sloopd.git import checkout
 from sloopd.git import runner as git_runner
 from sloopd.git.checkout import CheckoutError
+from sloopd.git.errors import ShippingError as ShippingError
 from sloopd.util import trees
 from sloopd.util.sizes import format_bytes
 
 GIT_TIMEOUT_S = 120.0
 BOUND_NAME = "[executor] max_bundle"
-
-
-class ShippingError(Exception):
-    """A bundle could not be made or taken; the message says why."""
 
 
 def oversized(what: str, size: int, limit: int) -> str | None:

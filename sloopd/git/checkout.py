@@ -22,7 +22,8 @@ objects (``fetch.fsckObjects``) and accepts the tip only if it descends from the
 
 Every git call has a deadline (the function's ``timeout`` covers all its calls) and is
 killed with its process group on timeout or cancellation (``sloopd.git.runner``).  Imports:
-the runner and ``sloopd.proc.sandbox``, whose bubblewrap command line its git runs in.
+the runner, the error family (``sloopd.git.errors``) and ``sloopd.proc.sandbox``, whose
+bubblewrap command line its git runs in.
 
 **Caveats.**  A checkout depends on the main repository keeping the objects it borrows: if
 ``main`` is force-moved and the main repository is pruned, a running checkout's base may
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sloopd.git import runner
+from sloopd.git.errors import CheckoutError as CheckoutError
 from sloopd.proc.sandbox import CHECKOUT_PATH, HOME_PATH, SandboxSpec, command
 from sloopd.util import names, quoting, trees
 
@@ -55,17 +57,6 @@ HARDENING = (
     ("maintenance.auto", "false"),
     ("protocol.allow", "never"),
 )
-
-
-class CheckoutError(Exception):
-    """A checkout operation failed or was refused; the message is a sentence for a person.
-
-    ``said`` is what the failing git printed on standard error (bounded as every daemon
-    git's is), for a caller that knows better what part of it matters."""
-
-    def __init__(self, message: str, said: str = "") -> None:
-        super().__init__(message)
-        self.said = said
 
 
 @dataclass(frozen=True)

@@ -17,16 +17,13 @@ from pathlib import Path
 from sloopd.git import checkout
 from sloopd.git import runner as git_runner
 from sloopd.git.bundles import oversized
+from sloopd.git.errors import CacheError as CacheError
 from sloopd.util import trees
 
 GIT_TIMEOUT_S = 120.0
 HAVE_PREFIX = "refs/sloop/have/"
 # The haves a node reports; older ones are pruned so the list stays short.
 MAX_HAVES = 32
-
-
-class CacheError(Exception):
-    """git failed in the node's cache; the message says what and why."""
 
 
 # The cache is Sloop's own: its git reads no global or system config or attributes

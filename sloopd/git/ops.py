@@ -26,6 +26,9 @@ from pathlib import Path
 
 from sloopd.git import runner
 from sloopd.git.conflicts import Hunks
+from sloopd.git.errors import GitError as GitError
+from sloopd.git.errors import GitInterrupted as GitInterrupted
+from sloopd.git.errors import GitTimeout as GitTimeout
 
 # Fallback identity for the merge commits ``sync`` makes on CI hosts with no git identity
 # (sloopd.git.run_branches.repository_identity).
@@ -46,19 +49,6 @@ class GitResult:
     head: str | None = None  # resulting commit sha when ok (branch tip / new main)
     final: bool = False  # no return_to can mend it: the run ends failed
     hunks: Hunks | None = None  # a sync conflict's marked regions, bounded (git.conflicts)
-
-
-class GitError(Exception):
-    """Git failed in a way that is no verdict on the run (missing repository, ref, lock…)."""
-
-
-class GitTimeout(GitError):
-    """A git call (or a hook it ran) outlived its deadline and was killed."""
-
-
-class GitInterrupted(GitError):
-    """The caller stopped a git call (an abort, a stopping daemon): it and its hooks
-    were killed."""
 
 
 async def _git(

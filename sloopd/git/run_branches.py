@@ -141,6 +141,8 @@ class RunBranches:
         try:
             await checkout.create(repo, facts.worktree, facts.branch, base, timeout=GIT_TIMEOUT_S)
         except CheckoutError as exc:
+            # A plain GitError: the run driver settles a run whose checkout could not be
+            # made (sloopd.runs.disk_full) and lets a CheckoutError of its own through.
             raise gitops.GitError(str(exc)) from exc
         # One transaction: the base pinned, and the branch made only where there is none.
         await gitops.update_refs(
@@ -236,23 +238,21 @@ class RunBranches:
         # The queue's runs ahead are named: main's history says what each merge held.
         queued = f" with {', '.join(ahead)} queued ahead" if ahead else ""
         source = main + queued
-        try:
-            if mode == "merge":
-                doing = f"merging {source} into the branch"
-                merged = await self.scratch.merge(
-                    work,
-                    sha,
-                    f"Merge branch '{main}'{queued} into {facts.branch}",
-                    identity=self.identity,
-                    timeout=GIT_TIMEOUT_S,
-                )
-            else:
-                doing = f"rebasing the branch onto {source}"
-                merged = await self.scratch.rebase(
-                    work, sha, identity=self.identity, timeout=GIT_TIMEOUT_S
-                )
-        except scratch.ScratchError as exc:
-            raise gitops.GitError(str(exc)) from exc
+        # A ScratchError is a GitError: the stage fails with its sentence.
+        if mode == "merge":
+            doing = f"merging {source} into the branch"
+            merged = await self.scratch.merge(
+                work,
+                sha,
+                f"Merge branch '{main}'{queued} into {facts.branch}",
+                identity=self.identity,
+                timeout=GIT_TIMEOUT_S,
+            )
+        else:
+            doing = f"rebasing the branch onto {source}"
+            merged = await self.scratch.rebase(
+                work, sha, identity=self.identity, timeout=GIT_TIMEOUT_S
+            )
         if merged.commit is None:
             # The marked regions from the tree git wrote; in a rebase main is "ours".
             sides = (WORK_LABEL, source) if mode == "merge" else (source, WORK_LABEL)

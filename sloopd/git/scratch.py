@@ -28,7 +28,7 @@ driver, filter, textconv, ``merge=union`` or renormalisation that anyone named a
 It is also the fast path: a few gits on the host per merge or replayed commit, no
 checkout written, no sandbox started, nothing fetched back.
 
-Imports: ``sloopd.git.runner`` only.
+Imports: ``sloopd.git.runner`` and ``sloopd.git.errors`` only.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sloopd.git import runner
+from sloopd.git.errors import ScratchError as ScratchError
 
 # The scratch's git reads config and attributes from nowhere but the daemon's -c (no
 # global or system config: runner.environment, as every daemon git).
@@ -53,10 +54,6 @@ _SETTINGS = ("-c", "core.attributesFile=/dev/null", "-c", "merge.renormalize=fal
 # conversion or ``$Id$`` expansion.  Not ``-merge``: that makes every change both sides
 # made to one file a conflict, however far apart.
 PINNED_ATTRIBUTES = "* merge -filter -text -eol -ident -working-tree-encoding\n"
-
-
-class ScratchError(Exception):
-    """git failed in the scratch repository for a reason that is no conflict."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from sloopd.git import checkout
 from sloopd.git.checkout import Isolation
+from sloopd.git.errors import GitError
 from sloopd.git.node_cache import HAVE_PREFIX, Cache, CacheError
 from sloopd.git.workspace import take_back
 from sloopd.util import trees
@@ -55,8 +56,9 @@ def _sweep_orphans(rooms: Path) -> None:
                 trees.remove_blocking(room)
 
 
-class RoomError(Exception):
-    """The node could not prepare or collect a stage; the message says why."""
+class RoomError(GitError):
+    """The node could not prepare or collect a stage; the message says why.  One of the
+    git layer's family (``sloopd.git.errors``): what failed is the node's git."""
 
 
 def node_dir() -> Path:

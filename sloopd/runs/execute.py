@@ -23,7 +23,6 @@ from sloopd.flows.results import (
     daemon_diagnosis,
 )
 from sloopd.git import ops as gitops
-from sloopd.git.checkout import CheckoutError
 from sloopd.git.run_branches import RunBranches
 from sloopd.git.workspace import Workspace
 from sloopd.landing.merge_slot import MergeSlot
@@ -73,7 +72,7 @@ class StageExecutor:
             if stage.action in ("agent", "command"):
                 return await self._run_child(active, facts, stage, attempt)
             return await self._run_git(active, facts, stage, attempt)
-        except (gitops.GitError, CheckoutError, OSError) as exc:
+        except (gitops.GitError, OSError) as exc:  # the git layer's errors, every kind
             # No room for a checkout or a bring-back: transient, queued again.
             full = disk_full.cause(exc, self.branches.places(facts))
             if full is not None:
