@@ -26,9 +26,6 @@ from sloopd.git.conflicts import Hunks
 from sloopd.util import quoting, trees
 from sloopd.util.trash import Trash
 
-# Every git call on a checkout or for it has this deadline; a hook or a huge
-# repository that takes longer fails the stage with a reason instead of hanging it.
-GIT_TIMEOUT_S = 300.0
 # How a sync conflict's hunks name the run's side (the other is main, or the candidate).
 WORK_LABEL = "the run's work"
 
@@ -123,7 +120,7 @@ class RunBranches:
         facts: RunPlace,
         main: str,
         *,
-        timeout: float = GIT_TIMEOUT_S,
+        timeout: float = runner.HOOK_DEFAULT_S,
         interrupt: asyncio.Event | None = None,
     ) -> str:
         """The run's checkout and branch at main's tip now; returns that base commit.
@@ -139,7 +136,9 @@ class RunBranches:
         if await gitops.rev_parse(repo, branch) is not None:
             raise gitops.GitError(f"cannot start the run: branch {facts.branch} already exists")
         try:
-            await checkout.create(repo, facts.worktree, facts.branch, base, timeout=GIT_TIMEOUT_S)
+            await checkout.create(
+                repo, facts.worktree, facts.branch, base, timeout=runner.CHECKOUT_S
+            )
         except CheckoutError as exc:
             # A plain GitError: the run driver settles a run whose checkout could not be
             # made (sloopd.runs.disk_full) and lets a CheckoutError of its own through.
@@ -167,7 +166,7 @@ class RunBranches:
         if not self._set_aside(facts.worktree):
             await checkout.remove(facts.worktree)
         await checkout.create(
-            self.repo, facts.worktree, facts.branch, commit, timeout=GIT_TIMEOUT_S
+            self.repo, facts.worktree, facts.branch, commit, timeout=runner.CHECKOUT_S
         )
 
     def untouched(self, facts: RunPlace, commit: str) -> None:
@@ -246,12 +245,12 @@ class RunBranches:
                 sha,
                 f"Merge branch '{main}'{queued} into {facts.branch}",
                 identity=self.identity,
-                timeout=GIT_TIMEOUT_S,
+                timeout=runner.CHECKOUT_S,
             )
         else:
             doing = f"rebasing the branch onto {source}"
             merged = await self.scratch.rebase(
-                work, sha, identity=self.identity, timeout=GIT_TIMEOUT_S
+                work, sha, identity=self.identity, timeout=runner.CHECKOUT_S
             )
         if merged.commit is None:
             # The marked regions from the tree git wrote; in a rebase main is "ours".
@@ -276,7 +275,7 @@ class RunBranches:
         for path in merged.conflicts[: conflicts.FILES_READ]:
             try:
                 text = await self.scratch.blob(
-                    merged.tree, path, conflicts.FILE_BYTES, GIT_TIMEOUT_S
+                    merged.tree, path, conflicts.FILE_BYTES, runner.CHECKOUT_S
                 )
             except scratch.ScratchError:
                 break  # the paths still say what conflicted

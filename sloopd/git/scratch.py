@@ -104,13 +104,16 @@ class ScratchRepository:
                 extra[f"GIT_{role}_NAME"], extra[f"GIT_{role}_EMAIL"] = identity
         where = ["--git-dir", str(self.path)] if args[0] != "init" else []
         argv = ["git", *_SETTINGS, *where, *args]
-        try:
-            env = runner.environment(extra)
-            return await runner.run(
-                argv, timeout=timeout, env=env, stdin=stdin, stdout_limit=stdout_limit
-            )
-        except runner.TimedOut:
-            raise ScratchError(f"{shlex.join(argv)} did not finish within {timeout:g} s") from None
+        return await runner.run_or_raise(
+            argv,
+            timeout=timeout,
+            timed_out=lambda: ScratchError(
+                f"{shlex.join(argv)} did not finish within {timeout:g} s"
+            ),
+            env=runner.environment(extra),
+            stdin=stdin,
+            stdout_limit=stdout_limit,
+        )
 
     async def _merge_base(self, ours: str, theirs: str, timeout: float) -> str | None:
         done = await self._git(["merge-base", ours, theirs], timeout, None)
