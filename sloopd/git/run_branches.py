@@ -218,6 +218,8 @@ class RunBranches:
         work: str,
         name: str,
         onto: tuple[str, tuple[str, ...]] | None = None,
+        *,
+        timeout: float,
     ) -> gitops.GitResult:
         """Bring main into the work (commit ``work``); the result's ``head`` is the commit
         recorded as execution ``name`` and now the run's branch.
@@ -229,6 +231,10 @@ class RunBranches:
         (``sloopd.git.scratch``): no checkout, so nothing an agent left in one applies,
         and no driver, filter or attribute anyone named either, a ``.gitattributes`` the
         agent committed included.
+
+        ``timeout`` (the run's ``repo.git_timeout``) bounds the merge or the rebase (the
+        whole replay) and the ``update-ref`` that records it, which runs the
+        repository's ``reference-transaction`` hook; past it the sync fails with a reason.
         """
         sha = onto[0] if onto is not None else await gitops.rev_parse(self.repo, main)
         if sha is None:
@@ -245,13 +251,11 @@ class RunBranches:
                 sha,
                 f"Merge branch '{main}'{queued} into {facts.branch}",
                 identity=self.identity,
-                timeout=runner.CHECKOUT_S,
+                timeout=timeout,
             )
         else:
             doing = f"rebasing the branch onto {source}"
-            merged = await self.scratch.rebase(
-                work, sha, identity=self.identity, timeout=runner.CHECKOUT_S
-            )
+            merged = await self.scratch.rebase(work, sha, identity=self.identity, timeout=timeout)
         if merged.commit is None:
             # The marked regions from the tree git wrote; in a rebase main is "ours".
             sides = (WORK_LABEL, source) if mode == "merge" else (source, WORK_LABEL)
@@ -262,7 +266,7 @@ class RunBranches:
             self.ref(facts, name): merged.commit,
             f"refs/heads/{facts.branch}": merged.commit,
         }
-        await gitops.update_refs(self.repo, moves, "sloop: sync")
+        await gitops.update_refs(self.repo, moves, "sloop: sync", timeout=timeout)
         # Either way the result descends from ``sha``: ff_only need not ask again.
         self._merged_onto[facts.run_id] = (merged.commit, sha)
         return gitops.GitResult(ok=True, head=merged.commit)
