@@ -6,7 +6,7 @@ are the walk's operations on the main repository (rev-parse, ``sync``, the
 ``ff_only`` merge, worktrees, stale locks); ``checkout`` is a run's isolated
 checkout, the sandboxed git in it and the bring-back of its branch;
 ``checkout_edits`` the daemon's own edits there (commits, resets).  No other module
-of ``sloopd`` starts git.
+of ``sloopd`` starts git.  Every error the layer raises is a ``errors.GitError``.
 
 May import: ``sloopd.util`` and ``sloopd.proc`` (the sandbox a checkout's git runs in).
 """

@@ -24,15 +24,13 @@ from pathlib import Path
 from sloopd.git import checkout
 from sloopd.git import runner as git_runner
 from sloopd.git.checkout import CheckoutError
+from sloopd.git.errors import ShippingError as ShippingError
 from sloopd.util import trees
 from sloopd.util.sizes import format_bytes
 
-GIT_TIMEOUT_S = 120.0
+# Its one deadline (runner.SHIPPING_S: why it is fixed) and kind of error.
+_GIT = git_runner.Git(ShippingError, git_runner.SHIPPING_S)
 BOUND_NAME = "[executor] max_bundle"
-
-
-class ShippingError(Exception):
-    """A bundle could not be made or taken; the message says why."""
 
 
 def oversized(what: str, size: int, limit: int) -> str | None:
@@ -42,20 +40,11 @@ def oversized(what: str, size: int, limit: int) -> str | None:
     return f"{what} is {format_bytes(size)}, more than {BOUND_NAME} ({format_bytes(limit)})"
 
 
-async def _git(repo: Path, *args: str, stdin: bytes | None = None) -> git_runner.Finished:
-    try:
-        return await git_runner.run(
-            ["git", "-C", str(repo), *args], timeout=GIT_TIMEOUT_S, stdin=stdin
-        )
-    except git_runner.TimedOut:
-        raise ShippingError(f"git {args[0]} did not finish within {GIT_TIMEOUT_S:.0f} s") from None
-
-
 async def _known(repo: Path, shas: list[str]) -> list[str]:
     """The ones of ``shas`` that name commits in ``repo`` (a node may hold others)."""
     if not shas:
         return []
-    done = await _git(
+    done = await _GIT.run(
         repo, "cat-file", "--batch-check=%(objectname) %(objecttype)",
         stdin="".join(f"{sha}\n" for sha in shas).encode(),
     )  # fmt: skip
@@ -79,11 +68,13 @@ async def bundle_for(
     name = uuid.uuid4().hex
     ref = f"refs/sloop/ship/{name}"
     path = folder / f"{name}.bundle"
-    done = await _git(repo, "update-ref", ref, commit)
+    done = await _GIT.run(repo, "update-ref", ref, commit)
     if done.returncode != 0:
         raise ShippingError(f"cannot name {commit[:12]} to ship it: {done.stderr.strip()}")
     try:
-        done = await _git(repo, "bundle", "create", "-q", str(path), ref, *(f"^{h}" for h in known))
+        done = await _GIT.run(
+            repo, "bundle", "create", "-q", str(path), ref, *(f"^{h}" for h in known)
+        )
         if done.returncode != 0:
             if "empty bundle" in done.stderr:
                 return None  # every object is on the node already
@@ -94,7 +85,7 @@ async def bundle_for(
             raise ShippingError(refused)
         return path
     finally:
-        await _git(repo, "update-ref", "-d", ref)
+        await _GIT.run(repo, "update-ref", "-d", ref)
 
 
 async def adopt(
@@ -106,23 +97,25 @@ async def adopt(
     if refused is not None:
         bundle.unlink(missing_ok=True)
         raise ShippingError(refused)
-    objects = await _git(repo, "rev-parse", "--path-format=absolute", "--git-path", "objects")
+    objects = await _GIT.run(repo, "rev-parse", "--path-format=absolute", "--git-path", "objects")
     if objects.returncode != 0:
         raise ShippingError(f"cannot read {repo}: {objects.stderr.strip()}")
     landing = folder / f"landing-{uuid.uuid4().hex}.git"
     try:
+        # Not _GIT: a timed-out init has always ended in the runner's TimedOut.
         done = await git_runner.run(
-            ["git", "init", "-q", "--bare", "--template=", str(landing)], timeout=GIT_TIMEOUT_S
+            ["git", "init", "-q", "--bare", "--template=", str(landing)],
+            timeout=git_runner.SHIPPING_S,
         )
         if done.returncode != 0:
             raise ShippingError(f"cannot make a landing repository: {done.stderr.strip()}")
         alternates = landing / "objects" / "info" / "alternates"
         alternates.write_text(objects.stdout.strip() + "\n", encoding="utf-8")
-        heads = await _git(landing, "bundle", "list-heads", str(bundle))
+        heads = await _GIT.run(landing, "bundle", "list-heads", str(bundle))
         names = [line.split()[1] for line in heads.stdout.splitlines() if len(line.split()) == 2]
         if heads.returncode != 0 or len(names) != 1:
             raise ShippingError("the node's bundle does not hold exactly one branch")
-        done = await _git(
+        done = await _GIT.run(
             landing, "fetch", "-q", "--no-tags", "--no-write-fetch-head", "--no-auto-gc",
             str(bundle), f"+{names[0]}:refs/heads/{branch}",
         )  # fmt: skip
@@ -130,7 +123,13 @@ async def adopt(
             raise ShippingError(f"the node's bundle was refused: {done.stderr.strip()[-400:]}")
         try:
             return await checkout.bring_back(
-                repo, landing, branch, ref, base, sandboxed_upload_pack=None, timeout=GIT_TIMEOUT_S
+                repo,
+                landing,
+                branch,
+                ref,
+                base,
+                sandboxed_upload_pack=None,
+                timeout=git_runner.SHIPPING_S,
             )
         except CheckoutError as exc:
             raise ShippingError(str(exc)) from exc
@@ -142,10 +141,10 @@ async def adopt(
 
 async def record(repo: Path, ref: str, tip: str, base: str) -> str:
     """The node made no commit: ``tip`` is a commit the daemon has; record it as ``ref``."""
-    done = await _git(repo, "merge-base", "--is-ancestor", base, tip)
+    done = await _GIT.run(repo, "merge-base", "--is-ancestor", base, tip)
     if done.returncode != 0:
         raise ShippingError(f"{tip[:12]} does not descend from the run's base {base[:12]}")
-    done = await _git(repo, "update-ref", ref, tip)
+    done = await _GIT.run(repo, "update-ref", ref, tip)
     if done.returncode != 0:
         raise ShippingError(f"cannot record {ref}: {done.stderr.strip()}")
     return tip

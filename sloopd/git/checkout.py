@@ -22,7 +22,8 @@ objects (``fetch.fsckObjects``) and accepts the tip only if it descends from the
 
 Every git call has a deadline (the function's ``timeout`` covers all its calls) and is
 killed with its process group on timeout or cancellation (``sloopd.git.runner``).  Imports:
-the runner and ``sloopd.proc.sandbox``, whose bubblewrap command line its git runs in.
+the runner, the error family (``sloopd.git.errors``) and ``sloopd.proc.sandbox``, whose
+bubblewrap command line its git runs in.
 
 **Caveats.**  A checkout depends on the main repository keeping the objects it borrows: if
 ``main`` is force-moved and the main repository is pruned, a running checkout's base may
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sloopd.git import runner
+from sloopd.git.errors import CheckoutError as CheckoutError
 from sloopd.proc.sandbox import CHECKOUT_PATH, HOME_PATH, SandboxSpec, command
 from sloopd.util import names, quoting, trees
 
@@ -55,17 +57,6 @@ HARDENING = (
     ("maintenance.auto", "false"),
     ("protocol.allow", "never"),
 )
-
-
-class CheckoutError(Exception):
-    """A checkout operation failed or was refused; the message is a sentence for a person.
-
-    ``said`` is what the failing git printed on standard error (bounded as every daemon
-    git's is), for a caller that knows better what part of it matters."""
-
-    def __init__(self, message: str, said: str = "") -> None:
-        super().__init__(message)
-        self.said = said
 
 
 @dataclass(frozen=True)
@@ -113,9 +104,10 @@ class _Deadline:
 REASON_LINE_CHARS = 300
 
 
-def _reason(text: str) -> str:
-    """git's own reason: its first ``fatal:`` line (what made it give up), else its first
-    ``error:`` line, else its last line; cut in its middle if long."""
+def git_reason(text: str) -> str:
+    """git's own reason, for a ``CheckoutError``'s sentence: its first ``fatal:`` line
+    (what made it give up), else its first ``error:`` line, else its last line; cut in
+    its middle if long."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     fatal = [ln for ln in lines if ln.startswith("fatal:")]
     errors = [ln for ln in lines if ln.startswith("error:")]
@@ -123,7 +115,7 @@ def _reason(text: str) -> str:
     return quoting.clip_middle(said, REASON_LINE_CHARS)
 
 
-async def _run(
+async def run_bounded(
     argv: Sequence[str],
     *,
     timeout: float,
@@ -133,27 +125,32 @@ async def _run(
     cwd: Path | None = None,
     stdout_limit: int | None = None,
 ) -> GitRun:
-    """Run ``argv`` (never through a shell); on timeout or cancellation kill its tree.
+    """Run ``argv`` (git, or a sandbox running git; never through a shell); the caller
+    reads the exit status.  Past ``timeout`` or on cancellation its tree is killed, and
+    a ``CheckoutError`` says ``what`` did not finish in time.
 
     A sandboxed command dies with it too: bwrap runs with --die-with-parent.
     ``stdout_limit``: as ``runner.run``'s (the output is cut there, the command killed).
     """
-    try:
-        done = await runner.run(
-            argv, timeout=timeout, env=env, stdin=stdin, cwd=cwd, stdout_limit=stdout_limit
-        )
-    except runner.TimedOut:
-        raise CheckoutError(f"{what} did not finish within {timeout:.3g} s.") from None
+    done = await runner.run_or_raise(
+        argv,
+        timeout=timeout,
+        timed_out=lambda: CheckoutError(f"{what} did not finish within {timeout:.3g} s."),
+        env=env,
+        stdin=stdin,
+        cwd=cwd,
+        stdout_limit=stdout_limit,
+    )
     return GitRun(done.returncode, done.stdout, done.stderr, done.truncated)
 
 
 async def _git(repo: Path | None, *args: str, deadline: _Deadline, what: str) -> str:
     """``git -C repo args`` on the host (main repository or a fresh checkout); stdout."""
     where = ["-C", str(repo)] if repo is not None else []
-    done = await _run(["git", *where, *args], timeout=deadline.left(what), what=what)
+    done = await run_bounded(["git", *where, *args], timeout=deadline.left(what), what=what)
     if done.returncode != 0:
         said = done.stderr or done.stdout
-        raise CheckoutError(f"{what} failed: {_reason(said)}.", said)
+        raise CheckoutError(f"{what} failed: {git_reason(said)}.", said)
     return done.stdout.strip()
 
 
@@ -169,7 +166,9 @@ async def _check_ref(ref: str, deadline: _Deadline) -> None:
         raise CheckoutError(f"{ref!r} is not a valid full ref name.")
     if _PLAIN_REF.match(ref) and names.ref_problem(ref) is None:
         return
-    done = await _run(["git", "check-ref-format", ref], timeout=deadline.left(what), what=what)
+    done = await run_bounded(
+        ["git", "check-ref-format", ref], timeout=deadline.left(what), what=what
+    )
     if done.returncode != 0:
         raise CheckoutError(f"{ref!r} is not a valid ref name.")
 
@@ -248,7 +247,8 @@ async def create(repo: Path, checkout: Path, branch: str, base_sha: str, *, time
         raise
 
 
-def _hardened_git() -> list[str]:
+def hardened_git() -> list[str]:
+    """``git`` with ``HARDENING``'s settings: the argv every git in a checkout starts with."""
     argv = ["git"]
     for key, value in HARDENING:
         argv += ["-c", f"{key}={value}"]
@@ -283,10 +283,11 @@ def _spec(
     )
 
 
-def _in_checkout(
+def in_checkout(
     checkout: Path, argv: Sequence[str], isolation: Isolation, env: Mapping[str, str] | None
 ) -> tuple[list[str], dict[str, str], Path | None]:
-    """(argv, environment, cwd) running ``argv`` in the checkout, sandboxed unless told not."""
+    """(argv, environment, cwd) running ``argv`` in the checkout, sandboxed unless told not
+    (``isolation.bwrap`` None): what ``run_bounded`` is handed for a command in it."""
     if isolation.bwrap is None:
         host = {**runner.environment(), **_sandbox_env(env), "HOME": str(isolation.home)}
         host["PATH"] = os.environ.get("PATH", host["PATH"])
@@ -311,7 +312,7 @@ def upload_pack_command(
     (reading nothing from standard input, writing nothing to standard output: those are
     the fetch's), with ``env`` on top of the sandbox's own environment.
     """
-    script = f'{before}exec {shlex.join(_hardened_git())} upload-pack --strict "$0"'
+    script = f'{before}exec {shlex.join(hardened_git())} upload-pack --strict "$0"'
     spec = _spec(checkout, isolation, env, writable=False)
     argv = ["sh", "-c", script, f"{CHECKOUT_PATH}/.git"]
     assert isolation.bwrap is not None, "without a sandbox, bring_back uses git's own"
@@ -328,9 +329,9 @@ async def run_in_checkout(
     stdout_limit: int | None = None,
 ) -> GitRun:
     """Run hardened git in the sandboxed checkout; the caller reads the exit status."""
-    argv, run_env, cwd = _in_checkout(checkout, [*_hardened_git(), *git_args], isolation, env)
+    argv, run_env, cwd = in_checkout(checkout, [*hardened_git(), *git_args], isolation, env)
     what = f"git {shlex.join(git_args)} in {checkout}"
-    return await _run(
+    return await run_bounded(
         argv, timeout=timeout, what=what, env=run_env, cwd=cwd, stdout_limit=stdout_limit
     )
 
@@ -372,7 +373,7 @@ async def bring_back(
         sha = await _git(
             repo, "rev-parse", "--verify", f"{incoming}^{{commit}}", deadline=deadline, what=what
         )
-        done = await _run(
+        done = await run_bounded(
             ["git", "-C", str(repo), "merge-base", "--is-ancestor", base_sha, sha],
             timeout=deadline.left(what),
             what=what,
@@ -383,27 +384,27 @@ async def bring_back(
                 f"its base {base_sha[:12]}, so it was not brought back."
             )
         if done.returncode != 0:
-            raise CheckoutError(f"{what} failed: {_reason(done.stderr)}.")
+            raise CheckoutError(f"{what} failed: {git_reason(done.stderr)}.")
         # One transaction: private_ref moves and the temporary ref goes, or neither.
         moves = "".join(f"update {ref} {sha}\n" for ref in (private_ref, *also))
         moves += f"delete {incoming}\n"
         what = f"recording {private_ref}"
-        done = await _run(
+        done = await run_bounded(
             ["git", "-C", str(repo), "update-ref", "-m", f"sloop: bring back {branch}", "--stdin"],
             timeout=deadline.left(what),
             what=what,
             stdin=moves.encode(),
         )
         if done.returncode != 0:
-            raise CheckoutError(f"{what} failed: {_reason(done.stderr)}.")
+            raise CheckoutError(f"{what} failed: {git_reason(done.stderr)}.")
         recorded = True
         return sha
     finally:
         if not recorded:
             # Not bound to the deadline: the temporary ref must go even after a timeout.
-            await _run(
+            await run_bounded(
                 ["git", "-C", str(repo), "update-ref", "-d", incoming],
-                timeout=10.0,
+                timeout=runner.CLEANUP_S,
                 what=f"deleting {incoming}",
             )
 

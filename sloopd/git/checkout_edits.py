@@ -18,10 +18,10 @@ from pathlib import Path
 from sloopd.git.checkout import (
     CheckoutError,
     Isolation,
-    _hardened_git,
-    _in_checkout,
-    _reason,
-    _run,
+    git_reason,
+    hardened_git,
+    in_checkout,
+    run_bounded,
     upload_pack_command,
 )
 
@@ -50,7 +50,7 @@ commit=$(view commit-tree "$(view write-tree)" -p "$parent" -m "$3")
 
 
 def _shadow_script() -> str:
-    return _SHADOW.format(git=shlex.join(_hardened_git()))
+    return _SHADOW.format(git=shlex.join(hardened_git()))
 
 
 async def uncommitted(
@@ -59,12 +59,14 @@ async def uncommitted(
     """Paths that differ from the branch tip (untracked included, ignored not), as the
     daemon's own index sees them; the checkout's config, excludes and index play no part."""
     require_present(checkout)
-    argv, run_env, cwd = _in_checkout(
+    argv, run_env, cwd = in_checkout(
         checkout, ["sh", "-c", _shadow_script(), "sh", "list", branch], isolation, None
     )
-    done = await _run(argv, timeout=timeout, what=f"reading {checkout}", env=run_env, cwd=cwd)
+    done = await run_bounded(
+        argv, timeout=timeout, what=f"reading {checkout}", env=run_env, cwd=cwd
+    )
     if done.returncode != 0:
-        raise CheckoutError(f"cannot read the files of {checkout}: {_reason(done.stderr)}.")
+        raise CheckoutError(f"cannot read the files of {checkout}: {git_reason(done.stderr)}.")
     return [item for item in done.stdout.split("\0") if item]
 
 
@@ -134,7 +136,7 @@ def listing_upload_pack(checkout: Path, branch: str, isolation: Isolation) -> li
     """``checkout.upload_pack_command`` that lists what differs from ``branch``'s tip first
     (``uncommitted``'s answer, read back by ``listed``); call ``unlisted`` before it runs."""
     before = _LISTING.format(
-        git=shlex.join(_hardened_git()), listed=_LISTED, whole=_WHOLE, cap=LISTED_BYTES
+        git=shlex.join(hardened_git()), listed=_LISTED, whole=_WHOLE, cap=LISTED_BYTES
     )
     return upload_pack_command(checkout, isolation, before=before, env={"SLOOP_BRANCH": branch})
 
@@ -152,7 +154,7 @@ def listed(checkout: Path, isolation: Isolation, said: str = "") -> list[str]:
     found = _read_own(isolation.home / _LISTED) if whole else None
     if found is None:
         require_present(checkout)
-        raise CheckoutError(f"cannot read the files of {checkout}: {_reason(said)}.")
+        raise CheckoutError(f"cannot read the files of {checkout}: {git_reason(said)}.")
     items = found.decode(errors="replace").split("\0")
     if len(found) >= LISTED_BYTES:
         items.pop()  # cut at the cap: the last name is a part of one
@@ -191,10 +193,12 @@ async def commit_all(
     index and config; False when there was nothing to commit."""
     require_present(checkout)
     script = ["sh", "-c", _shadow_script(), "sh", "commit", branch, message]
-    argv, run_env, cwd = _in_checkout(checkout, script, isolation, _identity_env(identity))
-    done = await _run(argv, timeout=timeout, what=f"committing in {checkout}", env=run_env, cwd=cwd)
+    argv, run_env, cwd = in_checkout(checkout, script, isolation, _identity_env(identity))
+    done = await run_bounded(
+        argv, timeout=timeout, what=f"committing in {checkout}", env=run_env, cwd=cwd
+    )
     if done.returncode == 3:
         return False
     if done.returncode != 0:
-        raise CheckoutError(f"cannot commit in {checkout}: {_reason(done.stderr)}.")
+        raise CheckoutError(f"cannot commit in {checkout}: {git_reason(done.stderr)}.")
     return True

@@ -17,38 +17,24 @@ from pathlib import Path
 from sloopd.git import checkout
 from sloopd.git import runner as git_runner
 from sloopd.git.bundles import oversized
+from sloopd.git.errors import CacheError as CacheError
 from sloopd.util import trees
 
-GIT_TIMEOUT_S = 120.0
 HAVE_PREFIX = "refs/sloop/have/"
 # The haves a node reports; older ones are pruned so the list stays short.
 MAX_HAVES = 32
 
 
-class CacheError(Exception):
-    """git failed in the node's cache; the message says what and why."""
-
-
 # The cache is Sloop's own: its git reads no global or system config or attributes
 # (runner.environment, as every daemon git), and runs no hook (HARDENING).
-_SETTINGS = [part for key, value in checkout.HARDENING for part in ("-c", f"{key}={value}")]
-
-
-async def _run(repo: Path | None, *args: str, stdin: bytes | None = None) -> git_runner.Finished:
-    where = ["-C", str(repo)] if repo is not None else []
-    try:
-        return await git_runner.run(
-            ["git", *where, *_SETTINGS, *args],
-            timeout=GIT_TIMEOUT_S,
-            env=git_runner.environment(),
-            stdin=stdin,
-        )
-    except git_runner.TimedOut:
-        raise CacheError(f"git {args[0]} did not finish within {GIT_TIMEOUT_S:.0f} s") from None
+_SETTINGS = tuple(part for key, value in checkout.HARDENING for part in ("-c", f"{key}={value}"))
+# Its one deadline (runner.SHIPPING_S: why it is fixed) and kind of error.
+_GIT = git_runner.Git(CacheError, git_runner.SHIPPING_S, _SETTINGS)
 
 
 async def _git(repo: Path, *args: str, stdin: bytes | None = None, what: str) -> str:
-    done = await _run(repo, *args, stdin=stdin)
+    """stdout of ``git args`` in the cache; its failure is a ``CacheError`` naming ``what``."""
+    done = await _GIT.run(repo, *args, stdin=stdin)
     if done.returncode != 0:
         raise CacheError(f"{what} failed: {done.stderr.strip()[-500:]}")
     return done.stdout.strip()
@@ -67,7 +53,7 @@ class Cache:
         path = root / "cache.git"
         if not (path / "HEAD").exists():
             staging = root / f"cache-{uuid.uuid4().hex}.git"
-            done = await _run(None, "init", "-q", "--bare", "--template=", str(staging))
+            done = await _GIT.run(None, "init", "-q", "--bare", "--template=", str(staging))
             if done.returncode != 0:
                 raise CacheError(f"cannot make the node's cache: {done.stderr.strip()}")
             try:
@@ -117,7 +103,7 @@ class Cache:
         await self.keep(commit)
 
     async def has(self, commit: str) -> bool:
-        done = await _run(self.path, "cat-file", "-e", f"{commit}^{{commit}}")
+        done = await _GIT.run(self.path, "cat-file", "-e", f"{commit}^{{commit}}")
         return done.returncode == 0
 
     async def keep(self, commit: str) -> None:
@@ -146,7 +132,9 @@ class Cache:
         try:
             with tempfile.TemporaryDirectory(dir=self.path) as scratch:
                 out = Path(scratch) / "work.bundle"
-                done = await _run(self.path, "bundle", "create", "-q", str(out), ref, f"^{start}")
+                done = await _GIT.run(
+                    self.path, "bundle", "create", "-q", str(out), ref, f"^{start}"
+                )
                 if done.returncode != 0 and "empty bundle" in done.stderr:
                     # The tip is an ancestor of the start: the daemon has every commit of
                     # it already (it records the tip after its descends-from-base check).

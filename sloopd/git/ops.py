@@ -26,16 +26,18 @@ from pathlib import Path
 
 from sloopd.git import runner
 from sloopd.git.conflicts import Hunks
+from sloopd.git.errors import GitError as GitError
+from sloopd.git.errors import GitInterrupted as GitInterrupted
+from sloopd.git.errors import GitTimeout as GitTimeout
 
 # Fallback identity for the merge commits ``sync`` makes on CI hosts with no git identity
 # (sloopd.git.run_branches.repository_identity).
 FALLBACK_NAME = "sloop"
 FALLBACK_EMAIL = "sloop@localhost"
 
-# The deadline of a git call that runs no hook (rev-parse, worktree list, …).
-QUICK_TIMEOUT = 60.0
-# The deadline of a call that may run hooks (merge, update-ref), unless the caller says.
-HOOK_TIMEOUT = 120.0
+# Deadlines: runner.QUICK_S unless the caller says; a run says for the calls its start,
+# sync and merge make that may run hooks: its ``repo.git_timeout`` (ff_only's default,
+# for a caller with no run, is that setting's own: runner.HOOK_DEFAULT_S).
 
 
 @dataclass(frozen=True)
@@ -48,47 +50,38 @@ class GitResult:
     hunks: Hunks | None = None  # a sync conflict's marked regions, bounded (git.conflicts)
 
 
-class GitError(Exception):
-    """Git failed in a way that is no verdict on the run (missing repository, ref, lock…)."""
-
-
-class GitTimeout(GitError):
-    """A git call (or a hook it ran) outlived its deadline and was killed."""
-
-
-class GitInterrupted(GitError):
-    """The caller stopped a git call (an abort, a stopping daemon): it and its hooks
-    were killed."""
-
-
 async def _git(
     cwd: Path,
     *args: str,
     check: bool = True,
-    timeout: float = QUICK_TIMEOUT,
+    timeout: float = runner.QUICK_S,
     interrupt: asyncio.Event | None = None,
     settings: tuple[str, ...] = (),
 ) -> tuple[int, str, str]:
     """Run ``git -C cwd args``; raise ``GitError`` on a non-zero exit when ``check``.
     ``settings`` are ``key=value`` pairs given as ``-c`` before ``args``."""
-    env = runner.environment()
     config = [part for setting in settings for part in ("-c", setting)]
     argv = runner.git(cwd, *config, *args)
-    try:
-        done = await runner.run(argv, timeout=timeout, env=env, interrupt=interrupt)
-    except runner.TimedOut:
-        raise GitTimeout(
+    done = await runner.run_or_raise(
+        argv,
+        timeout=timeout,
+        interrupt=interrupt,
+        timed_out=lambda: GitTimeout(
             f"{shlex.join(argv)} did not finish within {timeout:.3g} s and was killed "
             "(a hook that waits for input or hangs?)"
-        ) from None
-    except runner.Interrupted:
-        raise GitInterrupted(
-            f"{shlex.join(argv)} was killed, with the hooks it ran, when the run was stopped"
-        ) from None
+        ),
+        interrupted=lambda: _interrupted(argv),
+    )
     code, stdout, stderr = done.returncode, done.stdout, done.stderr
     if check and code != 0:
         raise GitError(f"{shlex.join(argv)} exited {code}: {stderr.strip() or stdout.strip()}")
     return code, stdout, stderr
+
+
+def _interrupted(argv: list[str]) -> GitInterrupted:
+    return GitInterrupted(
+        f"{shlex.join(argv)} was killed, with the hooks it ran, when the run was stopped"
+    )
 
 
 def _nul_split(text: str) -> list[str]:
@@ -174,7 +167,7 @@ async def update_refs(
     message: str = "sloop",
     *,
     created: dict[str, str] | None = None,
-    timeout: float = QUICK_TIMEOUT,
+    timeout: float = runner.QUICK_S,
     interrupt: asyncio.Event | None = None,
 ) -> None:
     """Point every ref at its sha in one transaction: all move, or none does.
@@ -190,15 +183,19 @@ async def update_refs(
     argv = runner.git(repo, "update-ref", "-m", message, "--stdin")
     started_ms = int(time.time() * 1000)
     try:
-        done = await runner.run(argv, timeout=timeout, stdin=lines.encode(), interrupt=interrupt)
-    except (runner.TimedOut, runner.Interrupted) as exc:
+        done = await runner.run_or_raise(
+            argv,
+            timeout=timeout,
+            stdin=lines.encode(),
+            interrupt=interrupt,
+            timed_out=lambda: GitTimeout(f"{shlex.join(argv)} did not finish within {timeout:g} s"),
+            interrupted=lambda: _interrupted(argv),
+        )
+    except (GitTimeout, GitInterrupted):
+        # git and its hooks are dead: the locks they held can only be stale.
         for ref in (*moves, *(created or {})):
             await release_stale_locks(repo, ref, since_ms=started_ms, wait=0.0)
-        if isinstance(exc, runner.TimedOut):
-            raise GitTimeout(f"{shlex.join(argv)} did not finish within {timeout:g} s") from None
-        raise GitInterrupted(
-            f"{shlex.join(argv)} was killed, with the hooks it ran, when the run was stopped"
-        ) from None
+        raise
     if done.returncode != 0:
         raise GitError(f"{shlex.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
 
@@ -260,7 +257,7 @@ async def ff_only(
     main: str,
     *,
     allow_empty: bool = False,
-    timeout: float = HOOK_TIMEOUT,
+    timeout: float = runner.HOOK_DEFAULT_S,
     before_move: BeforeMove | None = None,
     interrupt: asyncio.Event | None = None,
     descends_from: str | None = None,

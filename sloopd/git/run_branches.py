@@ -26,9 +26,6 @@ from sloopd.git.conflicts import Hunks
 from sloopd.util import quoting, trees
 from sloopd.util.trash import Trash
 
-# Every git call on a checkout or for it has this deadline; a hook or a huge
-# repository that takes longer fails the stage with a reason instead of hanging it.
-GIT_TIMEOUT_S = 300.0
 # How a sync conflict's hunks name the run's side (the other is main, or the candidate).
 WORK_LABEL = "the run's work"
 
@@ -123,7 +120,7 @@ class RunBranches:
         facts: RunPlace,
         main: str,
         *,
-        timeout: float = GIT_TIMEOUT_S,
+        timeout: float = runner.HOOK_DEFAULT_S,
         interrupt: asyncio.Event | None = None,
     ) -> str:
         """The run's checkout and branch at main's tip now; returns that base commit.
@@ -139,8 +136,12 @@ class RunBranches:
         if await gitops.rev_parse(repo, branch) is not None:
             raise gitops.GitError(f"cannot start the run: branch {facts.branch} already exists")
         try:
-            await checkout.create(repo, facts.worktree, facts.branch, base, timeout=GIT_TIMEOUT_S)
+            await checkout.create(
+                repo, facts.worktree, facts.branch, base, timeout=runner.CHECKOUT_S
+            )
         except CheckoutError as exc:
+            # A plain GitError: the run driver settles a run whose checkout could not be
+            # made (sloopd.runs.disk_full) and lets a CheckoutError of its own through.
             raise gitops.GitError(str(exc)) from exc
         # One transaction: the base pinned, and the branch made only where there is none.
         await gitops.update_refs(
@@ -165,7 +166,7 @@ class RunBranches:
         if not self._set_aside(facts.worktree):
             await checkout.remove(facts.worktree)
         await checkout.create(
-            self.repo, facts.worktree, facts.branch, commit, timeout=GIT_TIMEOUT_S
+            self.repo, facts.worktree, facts.branch, commit, timeout=runner.CHECKOUT_S
         )
 
     def untouched(self, facts: RunPlace, commit: str) -> None:
@@ -217,6 +218,8 @@ class RunBranches:
         work: str,
         name: str,
         onto: tuple[str, tuple[str, ...]] | None = None,
+        *,
+        timeout: float,
     ) -> gitops.GitResult:
         """Bring main into the work (commit ``work``); the result's ``head`` is the commit
         recorded as execution ``name`` and now the run's branch.
@@ -228,6 +231,10 @@ class RunBranches:
         (``sloopd.git.scratch``): no checkout, so nothing an agent left in one applies,
         and no driver, filter or attribute anyone named either, a ``.gitattributes`` the
         agent committed included.
+
+        ``timeout`` (the run's ``repo.git_timeout``) bounds the merge or the rebase (the
+        whole replay) and the ``update-ref`` that records it, which runs the
+        repository's ``reference-transaction`` hook; past it the sync fails with a reason.
         """
         sha = onto[0] if onto is not None else await gitops.rev_parse(self.repo, main)
         if sha is None:
@@ -236,23 +243,19 @@ class RunBranches:
         # The queue's runs ahead are named: main's history says what each merge held.
         queued = f" with {', '.join(ahead)} queued ahead" if ahead else ""
         source = main + queued
-        try:
-            if mode == "merge":
-                doing = f"merging {source} into the branch"
-                merged = await self.scratch.merge(
-                    work,
-                    sha,
-                    f"Merge branch '{main}'{queued} into {facts.branch}",
-                    identity=self.identity,
-                    timeout=GIT_TIMEOUT_S,
-                )
-            else:
-                doing = f"rebasing the branch onto {source}"
-                merged = await self.scratch.rebase(
-                    work, sha, identity=self.identity, timeout=GIT_TIMEOUT_S
-                )
-        except scratch.ScratchError as exc:
-            raise gitops.GitError(str(exc)) from exc
+        # A ScratchError is a GitError: the stage fails with its sentence.
+        if mode == "merge":
+            doing = f"merging {source} into the branch"
+            merged = await self.scratch.merge(
+                work,
+                sha,
+                f"Merge branch '{main}'{queued} into {facts.branch}",
+                identity=self.identity,
+                timeout=timeout,
+            )
+        else:
+            doing = f"rebasing the branch onto {source}"
+            merged = await self.scratch.rebase(work, sha, identity=self.identity, timeout=timeout)
         if merged.commit is None:
             # The marked regions from the tree git wrote; in a rebase main is "ours".
             sides = (WORK_LABEL, source) if mode == "merge" else (source, WORK_LABEL)
@@ -263,7 +266,7 @@ class RunBranches:
             self.ref(facts, name): merged.commit,
             f"refs/heads/{facts.branch}": merged.commit,
         }
-        await gitops.update_refs(self.repo, moves, "sloop: sync")
+        await gitops.update_refs(self.repo, moves, "sloop: sync", timeout=timeout)
         # Either way the result descends from ``sha``: ff_only need not ask again.
         self._merged_onto[facts.run_id] = (merged.commit, sha)
         return gitops.GitResult(ok=True, head=merged.commit)
@@ -276,7 +279,7 @@ class RunBranches:
         for path in merged.conflicts[: conflicts.FILES_READ]:
             try:
                 text = await self.scratch.blob(
-                    merged.tree, path, conflicts.FILE_BYTES, GIT_TIMEOUT_S
+                    merged.tree, path, conflicts.FILE_BYTES, runner.CHECKOUT_S
                 )
             except scratch.ScratchError:
                 break  # the paths still say what conflicted

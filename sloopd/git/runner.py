@@ -29,6 +29,11 @@ and the call that moves ``main`` honoured an inherited ``GIT_OBJECT_DIRECTORY``)
   first and last part, the rest counted (``sloopd.util.subproc``); a tighter one on
   standard output for callers whose output is unbounded (a diff).
 
+- **The layer's errors** (``sloopd.git.errors``): ``run_or_raise`` turns a deadline
+  passed (or an interrupt) into the caller's kind of ``GitError``, worded by the caller;
+  ``Git`` is that for a part of the layer with one kind and one fixed deadline.
+- **The fixed deadlines, in one place** (below), each with why it is not configurable.
+
 A caller that runs git inside the sandbox hands ``run`` the whole command line (bwrap
 wrapping git) and its own environment; ``environment`` is the host one.  The blocking
 ``run_blocking`` is for the callers that need an answer before the loop runs (locating
@@ -40,11 +45,40 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from sloopd.git.errors import GitError
 from sloopd.util import subproc
+
+# The git layer's fixed deadlines.  ``repo.git_timeout`` (the run's admitted
+# configuration, handed to the layer by its callers: the layer reads no config) bounds
+# the calls that run the main repository's hooks while a run starts, syncs or merges
+# (docs/configuration.md).  Every other git has one of these:
+#
+# Reading refs or config, moving a ref outside those three: no work in proportion to
+# the repository; a git that takes a minute for it is stuck, a setting would not help.
+QUICK_S: Final = 60.0
+# ``repo.git_timeout``'s own default (``git_timeout_ms`` in sloopd.core.config), for a
+# caller with no run's configuration (a tool, a test); a run passes its admitted value.
+HOOK_DEFAULT_S: Final = 120.0
+# A run's checkout made, read (its status, the auto-commit) and brought back, and a
+# sync conflict's files read: work in proportion to the repository's size, by the
+# daemon's own git and the checkout's sandboxed git with hooks off (the bring-back's
+# ref update in the main repository excepted).  Generous instead of configurable, so
+# that ``git_timeout``, which is about hooks, need not grow with the repository.
+CHECKOUT_S: Final = 300.0
+# A stage on a Ray node: its bundles made and taken here (git.bundles), the node's
+# cache and checkout (git.node_cache, remote.room).  A node reads no sloop.toml and its
+# launch message (sloopd.remote.messages) carries no deadline; the daemon's side of the
+# same bundles keeps the same one.
+SHIPPING_S: Final = 120.0
+# Removing the temporary ref a failed bring-back left: after its deadline passed too.
+CLEANUP_S: Final = 10.0
+# The operator's ``safe.directory`` entries, read once at start-up outside any repository.
+TRUST_READ_S: Final = 30.0
 
 # Inherited from a hook, a wrapper or a shell in another repository, these would point
 # the daemon's git elsewhere than -C: another repository, index, object store,
@@ -115,7 +149,7 @@ def _trusted_directories() -> tuple[str, ...]:
     try:
         done = subproc.run_blocking(
             ["git", "config", "--show-scope", "--get-all", "safe.directory"],
-            timeout=30.0,
+            timeout=TRUST_READ_S,
             env={**_scrubbed(), "GIT_DIR": "/dev/null"},
             cwd=Path("/"),
         )
@@ -134,7 +168,7 @@ def config_value(repo: Path, key: str) -> str:
     and system config included: the one read of them (the identity agents commit as).
     ``git config --get`` runs no filter, hook or driver.  Empty when unset."""
     done = subproc.run_blocking(
-        git(repo, "config", "--get", key), timeout=60.0, env={**_scrubbed(), **_NO_PROMPT}
+        git(repo, "config", "--get", key), timeout=QUICK_S, env={**_scrubbed(), **_NO_PROMPT}
     )
     return done.stdout.strip() if done.returncode == 0 else ""
 
@@ -171,8 +205,64 @@ async def run(
     )
 
 
+async def run_or_raise(
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    timed_out: Callable[[], GitError],
+    interrupted: Callable[[], GitError] | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: bytes | None = None,
+    cwd: Path | None = None,
+    stdout_limit: int | None = None,
+    interrupt: asyncio.Event | None = None,
+) -> Finished:
+    """``run``, ending in the git layer's errors: past ``timeout`` ``timed_out()`` is
+    raised, once ``interrupt`` is set ``interrupted()`` (``Interrupted`` itself when the
+    caller gave none); git and its hooks are killed either way.  The caller words both:
+    stage reasons, logs and tests quote them as they are."""
+    try:
+        return await run(
+            argv,
+            timeout=timeout,
+            env=env,
+            stdin=stdin,
+            cwd=cwd,
+            stdout_limit=stdout_limit,
+            interrupt=interrupt,
+        )
+    except TimedOut:
+        raise timed_out() from None
+    except Interrupted:
+        if interrupted is None:
+            raise
+        raise interrupted() from None
+
+
+@dataclass(frozen=True, slots=True)
+class Git:
+    """The git of one part of the layer: ``git -C repo <settings> args`` on the host, in
+    the daemon's environment, with that part's kind of error and fixed deadline."""
+
+    error: Callable[[str], GitError]
+    timeout: float
+    settings: tuple[str, ...] = ()
+
+    async def run(self, repo: Path | None, *args: str, stdin: bytes | None = None) -> Finished:
+        """Its exit status is the caller's to read; past the deadline, this part's error
+        says ``git <args[0]> did not finish within <timeout> s``."""
+        return await run_or_raise(
+            git(repo, *self.settings, *args),
+            timeout=self.timeout,
+            timed_out=lambda: self.error(
+                f"git {args[0]} did not finish within {self.timeout:.0f} s"
+            ),
+            stdin=stdin,
+        )
+
+
 def run_blocking(
-    argv: Sequence[str], *, cwd: Path | None = None, timeout: float = 60.0
+    argv: Sequence[str], *, cwd: Path | None = None, timeout: float = QUICK_S
 ) -> Finished:
     """The same rules, blocking: for start-up, before the event loop serves anything.
 

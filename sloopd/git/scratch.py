@@ -28,7 +28,7 @@ driver, filter, textconv, ``merge=union`` or renormalisation that anyone named a
 It is also the fast path: a few gits on the host per merge or replayed commit, no
 checkout written, no sandbox started, nothing fetched back.
 
-Imports: ``sloopd.git.runner`` only.
+Imports: ``sloopd.git.runner`` and ``sloopd.git.errors`` only.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sloopd.git import runner
+from sloopd.git.errors import ScratchError as ScratchError
 
 # The scratch's git reads config and attributes from nowhere but the daemon's -c (no
 # global or system config: runner.environment, as every daemon git).
@@ -53,10 +54,6 @@ _SETTINGS = ("-c", "core.attributesFile=/dev/null", "-c", "merge.renormalize=fal
 # conversion or ``$Id$`` expansion.  Not ``-merge``: that makes every change both sides
 # made to one file a conflict, however far apart.
 PINNED_ATTRIBUTES = "* merge -filter -text -eol -ident -working-tree-encoding\n"
-
-
-class ScratchError(Exception):
-    """git failed in the scratch repository for a reason that is no conflict."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,13 +104,16 @@ class ScratchRepository:
                 extra[f"GIT_{role}_NAME"], extra[f"GIT_{role}_EMAIL"] = identity
         where = ["--git-dir", str(self.path)] if args[0] != "init" else []
         argv = ["git", *_SETTINGS, *where, *args]
-        try:
-            env = runner.environment(extra)
-            return await runner.run(
-                argv, timeout=timeout, env=env, stdin=stdin, stdout_limit=stdout_limit
-            )
-        except runner.TimedOut:
-            raise ScratchError(f"{shlex.join(argv)} did not finish within {timeout:g} s") from None
+        return await runner.run_or_raise(
+            argv,
+            timeout=timeout,
+            timed_out=lambda: ScratchError(
+                f"{shlex.join(argv)} did not finish within {timeout:g} s"
+            ),
+            env=runner.environment(extra),
+            stdin=stdin,
+            stdout_limit=stdout_limit,
+        )
 
     async def _merge_base(self, ours: str, theirs: str, timeout: float) -> str | None:
         done = await self._git(["merge-base", ours, theirs], timeout, None)

@@ -26,7 +26,8 @@ from typing import Protocol
 
 from sloopd.git import checkout, checkout_edits
 from sloopd.git.checkout import CheckoutError, Isolation
-from sloopd.git.run_branches import GIT_TIMEOUT_S, RunBranches, RunPlace
+from sloopd.git.run_branches import RunBranches, RunPlace
+from sloopd.git.runner import CHECKOUT_S
 from sloopd.proc.stage_io import Collected, Exited, Placement
 
 
@@ -113,7 +114,7 @@ class LocalWorkspace:
             branches.repo, run.worktree, run.branch, plan.ref, plan.base,
             branches.isolation(run),
             listing=plan.listing, auto_commit=plan.auto_commit, identity=plan.identity,
-            timeout=GIT_TIMEOUT_S,
+            timeout=CHECKOUT_S,
             also=(f"refs/heads/{run.branch}",) if plan.advance else (),
         )  # fmt: skip
 

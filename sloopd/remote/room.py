@@ -25,11 +25,11 @@ from pathlib import Path
 
 from sloopd.git import checkout
 from sloopd.git.checkout import Isolation
+from sloopd.git.errors import GitError
 from sloopd.git.node_cache import HAVE_PREFIX, Cache, CacheError
+from sloopd.git.runner import SHIPPING_S
 from sloopd.git.workspace import take_back
 from sloopd.util import trees
-
-GIT_TIMEOUT_S = 120.0
 
 
 def _owner_of(pid: int) -> str:
@@ -55,8 +55,9 @@ def _sweep_orphans(rooms: Path) -> None:
                 trees.remove_blocking(room)
 
 
-class RoomError(Exception):
-    """The node could not prepare or collect a stage; the message says why."""
+class RoomError(GitError):
+    """The node could not prepare or collect a stage; the message says why.  One of the
+    git layer's family (``sloopd.git.errors``): what failed is the node's git."""
 
 
 def node_dir() -> Path:
@@ -121,7 +122,7 @@ class Room:
         (root / "owner").write_text(_owner_of(os.getpid()), encoding="ascii")
         room = cls(cache, root, branch)
         room.files.mkdir(mode=0o700)
-        await checkout.create(cache.path, room.checkout, branch, commit, timeout=GIT_TIMEOUT_S)
+        await checkout.create(cache.path, room.checkout, branch, commit, timeout=SHIPPING_S)
         return room
 
     async def collect(
@@ -136,7 +137,7 @@ class Room:
             work = await take_back(
                 self.cache.path, self.checkout, self.branch,
                 f"{HAVE_PREFIX}work-{uuid.uuid4().hex}", base, isolation,
-                listing=True, auto_commit=auto_commit, identity=identity, timeout=GIT_TIMEOUT_S,
+                listing=True, auto_commit=auto_commit, identity=identity, timeout=SHIPPING_S,
             )  # fmt: skip
             tip, dirty = work.tip, list(work.uncommitted)
             bundle = b"" if tip == start else await self.cache.bundle(tip, start, max_bundle)

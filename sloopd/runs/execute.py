@@ -23,7 +23,6 @@ from sloopd.flows.results import (
     daemon_diagnosis,
 )
 from sloopd.git import ops as gitops
-from sloopd.git.checkout import CheckoutError
 from sloopd.git.run_branches import RunBranches
 from sloopd.git.workspace import Workspace
 from sloopd.landing.merge_slot import MergeSlot
@@ -73,7 +72,7 @@ class StageExecutor:
             if stage.action in ("agent", "command"):
                 return await self._run_child(active, facts, stage, attempt)
             return await self._run_git(active, facts, stage, attempt)
-        except (gitops.GitError, CheckoutError, OSError) as exc:
+        except (gitops.GitError, OSError) as exc:  # the git layer's errors, every kind
             # No room for a checkout or a bring-back: transient, queued again.
             full = disk_full.cause(exc, self.branches.places(facts))
             if full is not None:
@@ -102,7 +101,7 @@ class StageExecutor:
         main = active.config.repo.main
         name = facts.execution_name(stage.name, attempt, None)
         if stage.action == "sync":
-            return await self._sync(facts, stage, main, name)
+            return await self._sync(active, facts, stage, main, name)
         tip = self._pinned(facts, await self.branches.base(facts))
 
         def announce(old: str, new: str) -> bool:
@@ -139,7 +138,9 @@ class StageExecutor:
             self.merge_slot.give_back(facts.run_id)
         return outcomes.git_result(outcome).but(commit=tip)
 
-    async def _sync(self, facts: RunFacts, stage: Stage, main: str, name: str) -> StageResult:
+    async def _sync(
+        self, active: ActiveRun, facts: RunFacts, stage: Stage, main: str, name: str
+    ) -> StageResult:
         """The run's own work merged with main, or, at a landing, with the merge-queue
         candidate ahead (``main + A + …``, sloopd.landing): its candidate.  A sync right
         before its ``ff_only`` keeps main's slot across that one boundary instead
@@ -155,7 +156,9 @@ class StageExecutor:
         kept = False
         try:
             onto = None if build is None else (build.onto, build.ahead)
-            outcome = await self.branches.sync(facts, main, mode, work, name, onto)
+            # The run's admitted repo.git_timeout bounds the merge or rebase and its record.
+            timeout = active.config.repo.git_timeout_ms / 1000
+            outcome = await self.branches.sync(facts, main, mode, work, name, onto, timeout=timeout)
             kept = keeps_slot and outcome.ok
         finally:
             if not kept:

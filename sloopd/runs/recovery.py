@@ -17,6 +17,7 @@ from typing import Any
 
 from sloopd.flows.results import StageResult
 from sloopd.git import ops as gitops
+from sloopd.git.errors import CheckoutError
 from sloopd.runs.records import RunRecords
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,8 @@ class Recovery:
         if state.main_moved():
             try:
                 await self.remove_worktree(run_id)
+            except CheckoutError:
+                raise  # not git's failure to remove it: the daemon's, as it always was
             except gitops.GitError as exc:
                 log.warning("%s merged but its worktree stays: %s", run_id, exc)
             records.settle(run_id, "merged", None, None, state=state)

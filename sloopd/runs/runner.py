@@ -21,6 +21,7 @@ from sloopd.flows.diagnosed import REFUSED, is_transient
 from sloopd.flows.flow import Stage
 from sloopd.flows.results import StageResult
 from sloopd.git import ops as gitops
+from sloopd.git.errors import CheckoutError
 from sloopd.git.run_branches import RunBranches
 from sloopd.landing.steps import LandingSteps
 from sloopd.proc.stage_io import Launcher
@@ -127,6 +128,8 @@ class RunManager:
                     run_id, "aborted", None, stop.reason, requeue=stop.requeue
                 )
                 return
+            except CheckoutError:
+                raise  # no git failure to start the run: the daemon's, as it always was
             except (gitops.GitError, OSError) as exc:
                 # Failed; for want of space, queued again (sloopd.runs.disk_full).
                 places = self.branches.places(facts)
@@ -248,6 +251,8 @@ class RunManager:
         # holds a worktree.
         try:
             await self.remove_worktree(run_id)
+        except CheckoutError:
+            raise  # not git's failure to remove it: the daemon's, as it always was
         except gitops.GitError as exc:
             log.warning("%s merged but its worktree stays: %s", run_id, exc)
 
