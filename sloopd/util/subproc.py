@@ -223,16 +223,20 @@ async def _start(
 
     if mask is None:
         return popen()  # no way to read it: started here, where it is right
-    starting = asyncio.get_running_loop().run_in_executor(_STARTER, popen)
+    starting = _STARTER.submit(popen)
     try:
-        return await asyncio.shield(starting)
+        return await asyncio.shield(asyncio.wrap_future(starting))
     except asyncio.CancelledError:
+        # Told by the starter's own future, not the loop's: a caller cancelled as its
+        # loop closes (asyncio.run's end) would otherwise never hear of the start, and
+        # the tool ran on with its pipes open, unwaited.
         starting.add_done_callback(_abandoned)
         raise
 
 
-def _abandoned(starting: asyncio.Future[subprocess.Popen[bytes]]) -> None:
-    """A tool whose caller was cancelled while it started: killed, and collected."""
+def _abandoned(starting: concurrent.futures.Future[subprocess.Popen[bytes]]) -> None:
+    """A tool whose caller was cancelled while it started: killed, and collected (in the
+    starter's thread, or at once when it had started already)."""
     if starting.cancelled() or starting.exception() is not None:
         return
     popen = starting.result()
