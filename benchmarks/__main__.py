@@ -1,7 +1,7 @@
 """``python -m benchmarks [NAME ...] [--quick] [--markdown FILE]``: run, print one table each.
 
 Names: ingest, logs, events, throughput, dashboard, sandbox, memory, longpoll, rss,
-stagestart, drain, ray, queue (or their numbers 1-13; ray needs
+stagestart, drain, ray, queue, treesize (or their numbers 1-14; ray needs
 ``scripts/in-netns``); none = all.  After the tables, issue 15's
 table gathered from them.
 ``--quick`` shrinks sizes and windows for a smoke run (about a minute).
@@ -32,6 +32,7 @@ from benchmarks import (
     sandbox_start,
     stagestart,
     throughput,
+    treesize,
 )
 from benchmarks.common import Table, load_average, machine
 from benchmarks.summary import summary
@@ -50,6 +51,7 @@ BENCHMARKS: dict[str, Callable[[bool], Table]] = {
     "drain": drain.run,
     "ray": ray_stages.run,
     "queue": queue.run,
+    "treesize": treesize.run,
 }
 NUMBERS = {str(i): name for i, name in enumerate(BENCHMARKS, 1)}
 
