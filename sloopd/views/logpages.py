@@ -126,7 +126,7 @@ class LogPages:
         self, store: Store, facts: RunFacts, selector: Selector, after: int, tail: int | None
     ) -> LogPage:
         terminal = facts.terminal
-        if terminal:
+        if terminal and not self.sink.idle:
             # The settling record may still sit in the batch; a follower must
             # never see terminal+complete while a record is missing.
             self.sink.flush()
