@@ -92,6 +92,11 @@ class LogWriter:
 
     # -- writing -------------------------------------------------------------------------
 
+    @property
+    def idle(self) -> bool:
+        """Nothing is buffered, held or counted as lost: a flush would write nothing."""
+        return not self._pending and not self.losses and self.held is None
+
     def stored_through(self, run: str) -> int | None:
         """The last position of ``run`` committed by this sink; None if it wrote none."""
         return self._stored.get(run)

@@ -2,8 +2,9 @@
 
 Owns the SQLite file through apsw (``db``: one writer, read-only readers,
 named queries from ``queries.sql``, answered as the named rows of
-``rowtypes`` where a query makes a row kind), the exclusive lock (``lock``) and the
-schema with its migrations (``migrations``).
+``rowtypes`` where a query makes a row kind; ``transaction``: the queries of one
+write transaction), the exclusive lock (``lock``) and the schema with its
+migrations (``migrations``).
 
 May import: nothing of ``sloopd``; the layers above it import it to read and write.
 """

@@ -26,6 +26,7 @@ from sloopd.views.logpages import (
     MAX_CURSOR_DIGITS,
     LogPages,
     Selector,
+    Wrap,
     parse_selector,
 )
 from sloopd.views.logpages import LOGS_PAGE_RECORDS as LOGS_PAGE_RECORDS
@@ -42,12 +43,13 @@ class Logs:
         self.runs = RunLookup(daemon)
         self.pages = LogPages(sink)
 
-    def fast(self, args: dict[str, Any]) -> orjson.Fragment | None:
+    def fast(self, args: dict[str, Any], wrap: Wrap) -> bytes | None:
         """The hot request: ``{run, after?}`` naming a run already looked up.
 
-        Its page, with the checks ``page`` would make of exactly these arguments
-        (a cached reference passed them when it was first resolved); None for
-        anything else, which ``page`` then answers (wire.dispatch's fast path).
+        Its page inside ``wrap`` (the reply line around the data), with the checks
+        ``page`` would make of exactly these arguments (a cached reference passed
+        them when it was first resolved); None for anything else, which ``page``
+        then answers (wire.dispatch's fast path).
         """
         store = self.daemon.store
         if store is None or not args.keys() <= _FAST_ARGS:
@@ -63,7 +65,7 @@ class Logs:
             if len(after) > MAX_CURSOR_DIGITS:
                 return None
             cursor = int(after)
-        return self.pages.page(store, facts, EVERY_RECORD, cursor, None).data
+        return self.pages.page(store, facts, EVERY_RECORD, cursor, None, wrap).data
 
     def page(self, args: dict[str, Any]) -> orjson.Fragment | Hold:
         store = self.daemon.require_store()
@@ -76,10 +78,10 @@ class Logs:
         page = self.pages.page(store, facts, selector, after, tail)
         wait_ms = args.get("wait_ms")
         if not wait_ms or page.records or facts.terminal:
-            return page.data
+            return orjson.Fragment(page.data)
         waiter = self.daemon.feed_notices.hold_logs(facts.run_id, wait_ms / 1000)
         if waiter is None:  # as many held as the daemon allows: answer as things are
-            return page.data
+            return orjson.Fragment(page.data)
         return Hold(self._held(waiter, store, facts, selector, after, tail), waiter)
 
     async def _held(
@@ -97,7 +99,7 @@ class Logs:
                 page = self.pages.page(store, facts, selector, after, tail)
                 # Records of another stage, say, are no news for this page: wait on.
                 if not news or page.records or facts.terminal:
-                    return page.data
+                    return orjson.Fragment(page.data)
         finally:
             waiter.release()
 

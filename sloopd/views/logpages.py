@@ -27,7 +27,13 @@ from sloopd.wire.api import invalid_arguments
 
 LOGS_PAGE_RECORDS: Final = 100
 MAX_CURSOR_DIGITS: Final = 18  # a cursor is a position: it fits SQLite's 64-bit integers
-_JSON_BOOL: Final = ("false", "true")
+_JSON_BOOL: Final = (b"false", b"true")
+_RECORDS: Final = b'{"records":['
+
+# What a page's bytes carry around its data: nothing (the data alone), or on the hot
+# path the reply line's envelope, so the line is made in the one copy SQLite makes.
+Wrap = tuple[bytes, bytes]
+DATA_ONLY: Final[Wrap] = (b"", b"")
 
 
 def parse_cursor(field: str, value: str | None) -> int:
@@ -99,23 +105,30 @@ LOG_QUERIES: Final = {
 
 
 class LogPage(NamedTuple):
-    data: orjson.Fragment  # the reply's data, whole
+    data: bytes  # the reply's data, whole (inside the page's ``Wrap``)
     records: int
 
 
-def _rest(next_position: int, complete: bool, elided: int, terminal: bool) -> str:
+def _rest(next_position: int, complete: bool, elided: int, terminal: bool) -> bytes:
     """What follows a page's records in its data (the order docs/protocol.md shows)."""
-    return (
-        f'],"next_cursor":"{next_position}","complete":{_JSON_BOOL[complete]},'
-        f'"elided":{elided},"terminal":{_JSON_BOOL[terminal]}}}'
+    return b'],"next_cursor":"%d","complete":%s,"elided":%d,"terminal":%s}' % (
+        next_position,
+        _JSON_BOOL[complete],
+        elided,
+        _JSON_BOOL[terminal],
     )
 
 
 def _data(
-    joined: bytes | None, next_position: int, complete: bool, elided: int, terminal: bool
-) -> orjson.Fragment:
+    joined: bytes | None,
+    next_position: int,
+    complete: bool,
+    elided: int,
+    terminal: bool,
+    wrap: Wrap,
+) -> bytes:
     rest = _rest(next_position, complete, elided, terminal)
-    return orjson.Fragment(b'{"records":[' + (joined or b"") + rest.encode())
+    return b"".join((wrap[0], _RECORDS, joined or b"", rest, wrap[1]))
 
 
 class LogPages:
@@ -123,20 +136,26 @@ class LogPages:
         self.sink = sink
 
     def page(
-        self, store: Store, facts: RunFacts, selector: Selector, after: int, tail: int | None
+        self,
+        store: Store,
+        facts: RunFacts,
+        selector: Selector,
+        after: int,
+        tail: int | None,
+        wrap: Wrap = DATA_ONLY,
     ) -> LogPage:
         terminal = facts.terminal
-        if terminal:
+        if terminal and not self.sink.idle:
             # The settling record may still sit in the batch; a follower must
             # never see terminal+complete while a record is missing.
             self.sink.flush()
         if selector is EVERY_RECORD:
-            page = self._range(store, facts, after, tail, terminal)
+            page = self._range(store, facts, after, tail, terminal, wrap)
             if page is not None:
                 return page
         elif _claims_unstaged(facts.flow(), selector) and facts.unstaged(store):
-            return self._legacy(store, facts, selector, after, tail, terminal)
-        return self._indexed(store, facts, selector, after, tail, terminal)
+            return self._legacy(store, facts, selector, after, tail, terminal, wrap)
+        return self._indexed(store, facts, selector, after, tail, terminal, wrap)
 
     def end(self, store: Store, run: str, facts: RunFacts) -> int:
         """The run's last stored position: from the sink, or the store once per flush."""
@@ -149,7 +168,13 @@ class LogPages:
         return facts.end
 
     def _range(
-        self, store: Store, facts: RunFacts, after: int, tail: int | None, terminal: bool
+        self,
+        store: Store,
+        facts: RunFacts,
+        after: int,
+        tail: int | None,
+        terminal: bool,
+        wrap: Wrap,
     ) -> LogPage | None:
         """Every record: a range of positions, or None when the range has a gap."""
         run = facts.run_id
@@ -162,15 +187,15 @@ class LogPages:
         upto = min(start + size, end)
         if upto <= start:
             # Nothing after the cursor: the cursor stays, or moves to the end.
-            return LogPage(_data(None, max(after, end), True, elided, terminal), 0)
-        rest = _rest(upto, upto >= end, elided, terminal)
-        row = store.one("logs_range", (run, start, upto, rest))
+            return LogPage(_data(None, max(after, end), True, elided, terminal, wrap), 0)
+        head, rest = wrap[0] + _RECORDS, _rest(upto, upto >= end, elided, terminal) + wrap[1]
+        row = store.one("logs_range", (run, start, upto, head, rest))
         if row is None:
             return None
         data, count = row
         if count != upto - start:
             return None  # a position is missing: read by the index instead
-        return LogPage(orjson.Fragment(data), int(count))
+        return LogPage(data, count)
 
     def _indexed(
         self,
@@ -180,6 +205,7 @@ class LogPages:
         after: int,
         tail: int | None,
         terminal: bool,
+        wrap: Wrap,
     ) -> LogPage:
         run = facts.run_id
         if selector.stage is None:
@@ -212,7 +238,9 @@ class LogPages:
         complete = count < size or (tail is not None and tail <= LOGS_PAGE_RECORDS)
         if not complete:
             complete = store.one(queries.more, (*key, last)) is None
-        return self._reply(store, facts, joined, count, last, after, complete, elided, terminal)
+        return self._reply(
+            store, facts, joined, count, last, after, complete, elided, terminal, wrap
+        )
 
     def _reply(
         self,
@@ -225,6 +253,7 @@ class LogPages:
         complete: bool,
         elided: int,
         terminal: bool,
+        wrap: Wrap,
     ) -> LogPage:
         if last is not None and not complete:
             next_position = last
@@ -232,7 +261,7 @@ class LogPages:
             # Nothing more matches: advance over everything the filter skipped.
             end = self.end(store, facts.run_id, facts)
             next_position = max(after, last or 0, end)
-        return LogPage(_data(joined, next_position, complete, elided, terminal), count)
+        return LogPage(_data(joined, next_position, complete, elided, terminal, wrap), count)
 
     def _legacy(
         self,
@@ -242,6 +271,7 @@ class LogPages:
         after: int,
         tail: int | None,
         terminal: bool,
+        wrap: Wrap,
     ) -> LogPage:
         """The slow, rare path: a run holding records without stage fields."""
         everything = store.all("logs_rows_after", (facts.run_id, after))
@@ -257,7 +287,7 @@ class LogPages:
         joined = b",".join(_bytes(b) for _, b in page)
         last = page[-1][0] if page else None
         return self._reply(
-            store, facts, joined or None, len(page), last, after, complete, elided, terminal
+            store, facts, joined or None, len(page), last, after, complete, elided, terminal, wrap
         )
 
 
