@@ -167,6 +167,9 @@ class StageRoom:
         self.root = node_dir()
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._stage: _Stage | None = None
+        # The node's kernel lets a sandbox start: asked at this actor's first stage (a
+        # bwrap spawn), not again at each later one.  A refusal is asked again.
+        self._sandbox_ok = False
 
     async def ready(self) -> bytes:
         """The actor's worker process is up: ``Ready``."""
@@ -216,9 +219,11 @@ class StageRoom:
         if launch.worker_socket is not None:
             held.relay = SocketRelay(room.socket, outbox)
             await held.relay.open()
-        problem = sandbox.probe()
-        if problem is not None:
-            raise LaunchRefused(f"the sandbox cannot start on this node: {problem}")
+        if not self._sandbox_ok:
+            problem = sandbox.probe()
+            if problem is not None:
+                raise LaunchRefused(f"the sandbox cannot start on this node: {problem}")
+            self._sandbox_ok = True
         child = held.child = await launcher.start(launch, outbox.lines)
         held.waiter = asyncio.get_running_loop().create_task(_wait(held, child))
         return messages.encode(messages.Began(child.child.pid))
@@ -333,7 +338,9 @@ async def _clear(held: _Stage) -> list[str]:
     child = held.child
     if child is not None:
         if held.end is None:
-            await child.stop()  # stopped before its end was seen: SIGTERM, then SIGKILL
+            # Stopped before its end was seen: SIGTERM, then SIGKILL (checked below).
+            with contextlib.suppress(Exception):
+                await child.stop()
         if held.waiter is not None:
             with contextlib.suppress(TimeoutError, Exception):
                 await asyncio.wait_for(asyncio.shield(held.waiter), RELEASE_WAIT_S)
