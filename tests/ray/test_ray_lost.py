@@ -42,7 +42,7 @@ def lossy_node(ray_cluster: RayCluster) -> Iterator[str]:
         shutil.copytree(
             REPO_ROOT / "sloopd", root / "sloopd", ignore=shutil.ignore_patterns("__pycache__")
         )
-        launch = root / "sloopd" / "runs" / "launch.py"
+        launch = root / "sloopd" / "proc" / "launchers.py"  # LocalChild.end
         text = launch.read_text(encoding="utf-8")
         marker = "        code = await self.child.wait()\n"
         assert text.count(marker) == 1
