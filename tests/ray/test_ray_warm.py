@@ -33,7 +33,11 @@ ON_W1 = {"custom": {"w1": 1}}
 
 def _tag(bench: Bench, name: str) -> str:
     path = bench.path(name)
-    text: str = wait_for(lambda: path.exists() and path.read_text().strip(), what=name)
+    try:
+        text: str = wait_for(lambda: path.exists() and path.read_text().strip(), what=name)
+    except AssertionError as exc:
+        runs = [bench.show_run(f"R{n}") for n in (1, 2, 3)]
+        raise AssertionError(f"{exc}: {runs}\n{bench.log()[-4000:]}") from None
     return text.removeprefix("tag:")
 
 
@@ -61,21 +65,29 @@ def test_a_second_stage_on_the_same_warm_actor_finds_nothing_of_the_first(
     bench: Bench, ray_cluster: RayCluster
 ) -> None:
     flags = bench.root / "flags"
-    agent = " ".join(bench.argv())
+    # The agent's path must be in the child's argv: the sandbox shows what it names.
     left = f"LEFT_BY_FIRST_PROCESS={secrets.token_hex(8)}"  # a process it leaves running
-    first = (
+    first = [
+        "sh",
+        "-c",
         'echo first > "$HOME/left-by-first"; echo first > left-by-first.txt; '
-        f"export LEFT_BY_FIRST=yes; env {left} sleep 600 & "
-        f"exec {agent} --pidfile {flags}/first.pid --wait-for {flags}/go1 --wait-limit 300"
-    )
-    second = (
+        f'export LEFT_BY_FIRST=yes; env {left} sleep 600 & exec "$@"',
+        "sh",
+        *bench.argv(
+            "--pidfile", f"{flags}/first.pid", "--wait-for", f"{flags}/go1", "--wait-limit", "300"
+        ),
+    ]
+    second = [
+        "sh", "-c",
         f'{{ ls -a "$HOME"; echo ---; ls -a .; echo ---; env; }} > {flags}/second-saw.txt; '
-        f"exec {agent} --pidfile {flags}/second.pid --wait-for {flags}/go2 --wait-limit 300"
-    )
+        'exec "$@"',
+        "sh", *bench.argv("--pidfile", f"{flags}/second.pid", "--wait-for", f"{flags}/go2",
+                          "--wait-limit", "300"),
+    ]  # fmt: skip
     stages: list[dict[str, Any]] = [
-        {"name": "first", "action": "command", "command": ["sh", "-c", first],
+        {"name": "first", "action": "command", "command": first,
          "network": False, "resources": ON_W1},
-        {"name": "second", "action": "command", "command": ["sh", "-c", second],
+        {"name": "second", "action": "command", "command": second,
          "network": False, "resources": ON_W1},
         SYNC, MERGE,
     ]  # fmt: skip
