@@ -13,8 +13,13 @@ floor of every figure.  All times are the daemon's own, read from its store afte
 (read-only): a stage's ``stage_started`` → ``stage_finished`` (its ``duration_ms`` in
 ``show``), a run's ``claimed_at_ms``/``finished_at_ms``.
 
-1. **stage start**: N one-stage runs of a ``true`` command stage, one at a time; the
-   stage's duration, p50 and p99, Ray against local.
+1. **stage start**: N one-stage runs of a ``true`` command stage, one at a time, after
+   one untimed run (the page cache; on Ray, the warm pool in use: issue 36); the
+   stage's duration, p50 and p99, on a warm worker (``[executor] warm_actors = 1``, the
+   default) against local, against the floor of any sandboxed stage (one bwrap spawn of
+   ``true``, network off, on this host, timed in the same run: benchmark 6's
+   ``stage_start``) and against a daemon with ``warm_actors = 0`` (an actor made and
+   killed per stage, as 0.8.0 did).
 2. **lines/s**: one command stage printing ``LINES`` short lines (``seq``); the lines
    stored (``log_records``, the system lines left out) over the stage's duration.
 3. **bytes shipped**: a repository whose history holds a few MB (random, so git cannot
@@ -29,6 +34,10 @@ floor of every figure.  All times are the daemon's own, read from its store afte
    one node), spread over the 3 workers (``cpus = 1`` of each worker's 2: at most two
    per node) and pinned to ``w1`` (``cpus = 0.3333, custom = { w1 = 1 }``: all six fit
    there).  The stages per node are counted from ``stage_finished``'s ``node``.
+   The drain over 3 workers is set against local and against a bare-actor floor: the
+   same number of bare Ray actors over the 3 workers (``cpus = 1``, ``SPREAD``), six at
+   a time, each created, called once and killed, from a process of its own: what
+   Ray alone allows a drain that makes an actor per stage.
 
 Also measured in the same run: a bare Ray actor on ``w1`` (created, called once, killed,
 from a process of its own as the driver is), the part of a stage start that is Ray's
@@ -70,7 +79,9 @@ from benchmarks.common import (
     sandbox,
     start_daemon,
     stop_daemon,
+    verdict,
 )
+from benchmarks.sandbox_start import stage_start as bwrap_start
 from sloopd.proc import sandbox as bwrap_sandbox
 from sloopd.store.db import STORE_FILE
 from tests.support.raycluster import RayCluster, in_loopback_namespace, ray_environment
@@ -98,16 +109,19 @@ def sizes(quick: bool) -> Sizes:
 # --- sloop.toml and tickets ------------------------------------------------------------
 
 
-def toml_config(backend: str, address: str, lines: int) -> str:
+def toml_config(backend: str, address: str, lines: int, warm: int | None = None) -> str:
     """Every flow the benchmark uses; on Ray each stage asks for one ``worker`` unit."""
     executor = f'[executor]\nbackend = "{backend}"\n'
     if backend == "ray":
         executor += (
             f'address = "{address}"\nresources = {{ cpus = 0, custom = {{ worker = 1 }} }}\n'
         )
+    if warm is not None:
+        executor += f"warm_actors = {warm}\n"
     commit = "echo shipped > out.txt && git add out.txt && git commit -q -m out"
     flows = {
         "nop": [("nop", '["true"]', "")],
+        "warmup": [("warmup", '["true"]', "")],
         # 1 CPU of a worker's 2: at most two per node, so six at once take all three.
         "spread": [("nop", '["true"]', "resources = { cpus = 1 }")],
         # A third of a CPU: six at once fit on w1, as six fit on the three.
@@ -311,9 +325,12 @@ class Place:
         stop_daemon(self.box, self.daemon)
 
 
-def open_place(box: Sandbox, backend: str, address: str, lines: int, history: int) -> Place:
+def open_place(
+    box: Sandbox, backend: str, address: str, lines: int, history: int, warm: int | None = None
+) -> Place:
     root = box.tmpdir(f"ry{backend[0]}")
-    files = {"sloop.toml": toml_config(backend, address, lines), ".gitignore": "tickets/\n"}
+    config = toml_config(backend, address, lines, warm)
+    files = {"sloop.toml": config, ".gitignore": "tickets/\n"}
     repo = make_repo(root, files)
     if history:
         add_history(repo, history)
@@ -340,6 +357,8 @@ class Result:
     nodes: dict[str, Counter[str]] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     actor: list[float] = field(default_factory=list)  # bare actor start + call, seconds
+    spawn: list[float] = field(default_factory=list)  # bwrap spawn of true, seconds
+    bare_drain: tuple[int, float] = (0, 0.0)  # bare actors over 3 workers: (n, seconds)
     spans: dict[str, tuple[int, int]] = field(default_factory=dict)  # first/last line ts
 
 
@@ -378,14 +397,60 @@ def actor_floor(cluster: RayCluster, rounds: int) -> list[float]:
     return values
 
 
-def starts_and_lines(place: Place, backend: str, sz: Sizes, result: Result) -> None:
+# N bare actors over the 3 workers, six at a time, each created, called once and
+# killed: the drain Ray alone allows when every stage makes its own actor.
+DRAIN_SCRIPT = """
+import asyncio, json, sys, time, ray
+ray.init(address=sys.argv[1], namespace="bench", logging_level="ERROR", log_to_driver=False)
+@ray.remote
+class Bare:
+    def ping(self):
+        return 1
+async def one(gate):
+    async with gate:
+        actor = Bare.options(num_cpus=1, resources={"worker": 1}, max_restarts=0,
+                             scheduling_strategy="SPREAD").remote()
+        await actor.ping.remote()
+        ray.kill(actor, no_restart=True)
+async def main(n, at_once):
+    gate = asyncio.Semaphore(at_once)
+    start = time.perf_counter()
+    await asyncio.gather(*(one(gate) for _ in range(n)))
+    return time.perf_counter() - start
+print(json.dumps(asyncio.run(main(int(sys.argv[2]), int(sys.argv[3])))))
+"""
+
+
+def bare_drain(cluster: RayCluster, actors: int) -> float:
+    done = subprocess.run(
+        [sys.executable, "-c", DRAIN_SCRIPT, cluster.address, str(actors), str(PARALLEL)],
+        env=cluster.env(),
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the bare actor drain failed: {done.stderr[-2000:]}")
+    seconds: float = orjson.loads(done.stdout.strip().splitlines()[-1])
+    return seconds
+
+
+def starts(place: Place, backend: str, sz: Sizes, result: Result) -> None:
+    """One untimed run (the page cache; on Ray the pool in use), then ``sz.starts``."""
+    place.one("warmup")
     for _ in range(sz.starts):
         place.one("nop")
     result.loads[f"start {backend}"] = load_average()
+    result.durations[backend] = [r.duration_ms for r in read_stages(place.state)
+                                 if r.stage == "nop"]  # fmt: skip
+
+
+def starts_and_lines(place: Place, backend: str, sz: Sizes, result: Result) -> None:
+    starts(place, backend, sz, result)
     place.one("flood")
     result.loads[f"lines {backend}"] = load_average()
     rows = read_stages(place.state)
-    result.durations[backend] = [r.duration_ms for r in rows if r.stage == "nop"]
     flood = next(r for r in rows if r.stage == "flood")
     counted, first, last = stored_lines(place.state, flood.run, "flood")
     result.lines[backend] = (counted, flood.duration_ms)
@@ -497,16 +562,29 @@ def measure(box: Sandbox, sz: Sizes, table: Table) -> tuple[Result, Shipped]:
             try:
                 starts_and_lines(place, backend, sz, result)
                 if backend == "ray":
+                    # The floor of any sandboxed stage, on this host, in the same run.
+                    spawned = bwrap_start(box.tmpdir("bw"), sz.starts * 2)
+                    result.spawn = spawned["net off"]
+                    result.loads["bwrap spawn"] = load_average()
                     result.actor = actor_floor(cluster, sz.starts)
                     result.loads["bare actor"] = load_average()
                     drain(place, "ray, default placement", "nop", sz.drain, result)
                     drain(place, "ray, 3 workers", "spread", sz.drain, result)
                     drain(place, "ray, pinned to w1", "pinned", sz.drain, result)
+                    result.bare_drain = (sz.drain, bare_drain(cluster, sz.drain))
+                    result.loads["bare actor drain"] = load_average()
                 else:
                     drain(place, "local", "nop", sz.drain, result)
                 result.failures += failed_runs(place)
             finally:
                 place.close()
+        # Every stage making and killing its own actor (warm_actors = 0), as in 0.8.0.
+        place = open_place(box, "ray", cluster.address, sz.lines, 0, warm=0)
+        try:
+            starts(place, "cold", sz, result)
+            result.failures += failed_runs(place)
+        finally:
+            place.close()
     finally:
         for name, value in saved.items():
             if value is None:
@@ -524,23 +602,67 @@ def kib(n: int) -> str:
     return f"{n / 1024:.0f} KiB" if n >= 10 * 1024 else f"{n} B"
 
 
-def rows(table: Table, result: Result, shipped: Shipped) -> None:
+GOAL = 2.0  # a warm remote stage against a local one, p50 (issue 36)
+
+
+def start_rows(table: Table, result: Result) -> None:
     local, ray = result.durations["local"], result.durations["ray"]
+    cold, spawn = result.durations["cold"], result.spawn
     for label, q in (("p50", 50), ("p99", 99)):
         mine, floor = percentile(ray, q) / 1000, percentile(local, q) / 1000
+        met = mine <= GOAL * floor
         table.add(
             Row(
-                f"`true` command stage, start to end, on a worker ({label})",
+                f"`true` command stage, start to end, on a warm worker ({label})",
+                millis(mine),
+                f"the same stage, backend local ({label})",
+                millis(floor),
+                ratio(mine, floor),
+                f"<= {GOAL:.0f}x local" if q == 50 else "",
+                verdict(met) if q == 50 else "",
+            )
+        )
+    for label, q in (("p50", 50), ("p99", 99)):
+        for what, values in (("on a warm worker", ray), ("backend local", local)):
+            table.add(
+                Row(
+                    f"`true` command stage, {what} ({label})",
+                    millis(percentile(values, q) / 1000),
+                    f"bwrap spawn of `true`, network off, this host ({label})",
+                    millis(percentile(spawn, q)),
+                    ratio(percentile(values, q) / 1000, percentile(spawn, q)),
+                )
+            )
+    for label, q in (("p50", 50), ("p99", 99)):
+        mine, floor = percentile(cold, q) / 1000, percentile(local, q) / 1000
+        table.add(
+            Row(
+                f"`true` command stage on a worker, warm_actors = 0 ({label})",
                 millis(mine),
                 f"the same stage, backend local ({label})",
                 millis(floor),
                 ratio(mine, floor),
             )
         )
+    warm_p50, cold_p50 = percentile(ray, 50) / 1000, percentile(cold, 50) / 1000
+    table.add(
+        Row(
+            "`true` command stage on a warm worker (p50)",
+            millis(warm_p50),
+            "the same, warm_actors = 0: an actor made per stage (p50)",
+            millis(cold_p50),
+            ratio(warm_p50, cold_p50),
+        )
+    )
+
+
+def rows(table: Table, result: Result, shipped: Shipped) -> None:
+    local, ray = result.durations["local"], result.durations["ray"]
+    start_rows(table, result)
     actor = percentile(result.actor, 50)
     table.add(
         Row(
-            "`true` command stage, start to end, on a worker (p50)",
+            "`true` command stage, start to end, on a warm worker (p50)",
             millis(percentile(ray, 50) / 1000),
             "bare Ray actor on w1: create + 1 call (p50)",
             millis(actor),
@@ -618,7 +740,17 @@ def rows(table: Table, result: Result, shipped: Shipped) -> None:
                 ratio(runs / seconds, local_runs / local_s),
             )
         )
-    spread, pinned = result.drains["ray, 3 workers"], result.drains["ray, pinned to w1"]
+    spread, (bare_n, bare_s) = result.drains["ray, 3 workers"], result.bare_drain
+    table.add(
+        Row(
+            f"drain {spread[0]} `true` runs, parallel {PARALLEL}, ray, 3 workers",
+            f"{spread[0] / spread[1]:.2f}/s",
+            f"{bare_n} bare Ray actors over 3 workers, {PARALLEL} at a time (create+call+kill)",
+            f"{bare_n / bare_s:.2f}/s",
+            ratio(spread[0] / spread[1], bare_n / bare_s),
+        )
+    )
+    pinned = result.drains["ray, pinned to w1"]
     table.add(
         Row(
             f"drain, ray, 3 workers vs pinned to 1 ({spread[0]} runs)",
@@ -629,15 +761,20 @@ def rows(table: Table, result: Result, shipped: Shipped) -> None:
         )
     )
     mean_ray, mean_local = sum(ray) / len(ray), sum(local) / len(local)
+    cold = result.durations["cold"]
     table.notes.append(
-        f"stage start: {len(ray)} ray and {len(local)} local runs, one at a time; mean"
-        f" {mean_ray:.0f} / {mean_local:.0f} ms, max {max(ray)} / {max(local)} ms;"
+        f"stage start: {len(ray)} ray (warm), {len(cold)} ray (warm_actors = 0) and"
+        f" {len(local)} local runs, one at a time after one untimed run each; mean"
+        f" {mean_ray:.0f} / {sum(cold) / len(cold):.0f} / {mean_local:.0f} ms, max"
+        f" {max(ray)} / {max(cold)} / {max(local)} ms; bwrap spawn ({len(result.spawn)})"
+        f" p50/p99 {percentile(result.spawn, 50) * 1e3:.1f}"
+        f"/{percentile(result.spawn, 99) * 1e3:.1f} ms;"
         f" bare actor ({len(result.actor)} rounds) p50/p99/max"
         f" {percentile(result.actor, 50) * 1e3:.0f}/{percentile(result.actor, 99) * 1e3:.0f}"
         f"/{max(result.actor) * 1e3:.0f} ms"
     )
     table.notes.append(
-        "drains: 'default placement' asks for cpus = 0, worker = 1 (Ray packs);"
+        "drains: 'default placement' asks for cpus = 0, worker = 1 (SPREAD over the nodes);"
         " '3 workers' for cpus = 1 of each worker's 2 (at most 2 per node);"
         " 'pinned' for cpus = 0.3333 and w1 = 1 (all 6 fit on w1)"
     )
@@ -651,6 +788,9 @@ def rows(table: Table, result: Result, shipped: Shipped) -> None:
         f" {[kib(b) for b in shipped.back] or 'none (removed before a poll saw them)'};"
         f" its stages' durations ms: {shipped.durations}; left in <state>/ship/ after the"
         f" daemon stopped: {shipped.left[0]} bundles, {kib(shipped.left[1])}"
+    )
+    table.notes.append(
+        f"bare actor drain: {result.bare_drain[0]} actors in {result.bare_drain[1]:.1f} s"
     )
     for how, counted in result.nodes.items():
         runs, seconds = result.drains[how]

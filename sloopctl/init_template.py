@@ -309,6 +309,7 @@ returns = 3
 # namespace = "sloop"
 # resources = { cpus = 1, memory = "2GiB", custom = { agents = 1 } }
 # max_bundle = "512MiB"            # the most a git bundle to or from a node holds
+# warm_actors = 1                  # idle actors per resource shape, made ahead (0: none)
 
 # --- notifications -----------------------------------------------------------
 #

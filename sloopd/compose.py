@@ -104,6 +104,8 @@ def ray_executor(daemon: Daemon) -> RayExecutor | None:
         daemon.layout.state_dir,
         on_reachable=ClusterGate(daemon, address),
         metrics=daemon.metrics,
+        warm=settings.executor.warm_actors,
+        shape=settings.executor.resources.request(),
     )
 
 

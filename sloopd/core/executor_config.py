@@ -8,6 +8,8 @@ without Ray installed refuses ``ray`` at load, naming the install command; so
 does ``sandbox = "none"``, since a node runs every child in its sandbox.
 ``sloopd serve --executor``/``--ray-address`` override the file (``with_overrides``).
 ``max_bundle`` bounds every git bundle shipped to a node or brought back from one.
+``warm_actors`` is how many idle actors per resource shape the Ray driver keeps
+created ahead of demand (``sloopd.remote.pool``; 0: none).
 """
 
 from __future__ import annotations
@@ -19,14 +21,18 @@ from typing import Any
 from sloopd.flows import placement
 from sloopd.flows.flow import Flow
 from sloopd.flows.placement import Resources
+from sloopd.util import validate
 from sloopd.util.sizes import parse_bytes
 from sloopd.util.validate import ConfigError
 
-KEYS = ("backend", "address", "namespace", "resources", "max_bundle")
+KEYS = ("backend", "address", "namespace", "resources", "max_bundle", "warm_actors")
 # A bundle is held whole on its way (in the node's actor, Ray's object store, the
 # driver): the bound keeps one stage from filling any of them.
 DEFAULT_MAX_BUNDLE = 512 << 20
 MIN_MAX_BUNDLE = 1 << 10
+# Each idle warm actor holds its resources on its node: a few per shape at most.
+DEFAULT_WARM_ACTORS = 1
+MAX_WARM_ACTORS = 8
 
 
 class ExecutorConfigError(ConfigError):
@@ -40,6 +46,7 @@ class ExecutorConfig:
     namespace: str = "sloop"
     resources: Resources = field(default_factory=Resources)
     max_bundle: int = DEFAULT_MAX_BUNDLE
+    warm_actors: int = DEFAULT_WARM_ACTORS
 
 
 def parse(section: Any) -> ExecutorConfig:
@@ -64,8 +71,14 @@ def parse(section: Any) -> ExecutorConfig:
             "'executor.address' must be HOST:PORT of the cluster's head (its GCS) or auto; "
             "ray:// (Ray Client) is not supported"
         )
+    warm = validate.count(
+        section.get("warm_actors", DEFAULT_WARM_ACTORS), "executor.warm_actors", least=0,
+        error=ExecutorConfigError,
+    )  # fmt: skip
+    validate.bounded(warm, "executor.warm_actors", f"at most {MAX_WARM_ACTORS}",
+                     most=MAX_WARM_ACTORS, error=ExecutorConfigError)  # fmt: skip
     return ExecutorConfig(
-        backend, texts["address"], texts["namespace"], asked, _max_bundle(section)
+        backend, texts["address"], texts["namespace"], asked, _max_bundle(section), warm
     )
 
 

@@ -10,8 +10,17 @@ client takes only this process (the executor starts another).
 Lifetime (the guarantee that a dead daemon leaves nothing on any node): the
 driver asks the kernel for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``)
 and exits when its standard input closes; every actor it creates is owned by it
-and not detached, so Ray kills them when the driver's job ends, and each actor's
-sandbox dies with the actor (bubblewrap's ``--die-with-parent``).
+and not detached, so Ray kills them when the driver's job ends (the idle ones of
+its warm pool too), and each actor's sandbox dies with the actor (bubblewrap's
+``--die-with-parent``).
+
+Actors: a stage takes a warm one of its resource shape from the driver's pool
+(``sloopd.remote.pool``: made and answered ahead of demand, ``--warm`` per shape,
+``--shape`` the default one) or makes its own; after the stage the actor is
+released (nothing of the stage left on it) and goes back to the pool, or is killed
+when it is not clean, its stage was lost, or the pool is full.  A warm actor found
+dead at the stage's first call (it died idle, with its node) is replaced by a new
+one: nothing of the stage ran there.
 
 The protocol is ``sloopd.remote.messages`` (the schema; ``sloopd.remote.codec``
 encodes and decodes it): ops ``Start``, ``Ship`` (the start commit's bundle, a file
@@ -39,6 +48,7 @@ import sloopd
 from sloopd.git.bundles import oversized
 from sloopd.remote import messages
 from sloopd.remote.connection import ClusterLink, short
+from sloopd.remote.pool import WarmPool
 
 POLL_WAIT_SECONDS = 1.0
 # A stage that arrives while the driver connects waits this long for the cluster.
@@ -54,13 +64,18 @@ def _die_with_parent() -> None:
 
 
 class Driver:
-    def __init__(self, address: str, namespace: str, out: Any, ship_dir: Path) -> None:
+    def __init__(
+        self, address: str, namespace: str, out: Any, ship_dir: Path,
+        warm: int = 0, default: messages.Resources | None = None,
+    ) -> None:  # fmt: skip
         self.address = address
         self._out = out
         self.link = ClusterLink(address, namespace, self.emit)
+        self.pool = WarmPool(self._new_actor, self._kill, warm, default)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._ships: dict[str, asyncio.Future[str]] = {}
-        self._actors: dict[str, Any] = {}
+        self._actors: dict[str, Any] = {}  # a started stage's actor
+        self._held: dict[str, Any] = {}  # every stage's actor, from its take to its end
         self._stopping: set[str] = set()
         # The daemon's own folder (its state directory's ship/): what comes back lands
         # where the daemon reads it and removes it.
@@ -70,6 +85,18 @@ class Driver:
     def emit(self, event: messages.Event) -> None:
         self._out.write(messages.encode(event) + b"\n")
         self._out.flush()
+        match event:
+            case messages.Up() if self.pool.default is not None:
+                self.pool.fill(self.pool.default)
+            case messages.Down():
+                self.pool.clear()
+
+    def _new_actor(self, resources: messages.Resources) -> Any:
+        return self.link.actor_class.options(**_options(resources)).remote()
+
+    def _kill(self, actor: Any) -> None:
+        with contextlib.suppress(Exception):
+            self.link.ray.kill(actor, no_restart=True)
 
     def handle(self, op: messages.Op) -> None:
         match op:
@@ -85,21 +112,21 @@ class Driver:
                 self._stopping.add(ident)
                 actor = self._actors.get(ident)
                 if actor is not None:
-                    actor.stop.remote()
+                    actor.stop.remote(ident)
                 elif ident in self._tasks:
                     self._tasks[ident].cancel()  # not started yet: nothing runs to stop
             case messages.Deliver(ident, conn, data):
                 actor = self._actors.get(ident)
                 if actor is not None:
-                    actor.deliver.remote(messages.encode(messages.Conn(conn, data)))
+                    actor.deliver.remote(ident, messages.encode(messages.Conn(conn, data)))
 
     def _end(self, ident: str, ended: messages.Ended) -> None:
         self.emit(messages.Finished(ident, ended))
 
     async def _execute(self, op: messages.Start) -> None:
         ident, launch = op.id, op.launch
-        actor = None
         link = self.link
+        reusable = False  # whether the actor may serve another stage (once released)
         try:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(link.up.wait(), CONNECT_WAIT_SECONDS)
@@ -110,8 +137,7 @@ class Driver:
                 self._end(ident, messages.Lost(
                     f"the Ray cluster at {self.address} cannot be reached", None))  # fmt: skip
                 return
-            actor = link.actor_class.options(**_options(op.resources)).remote()
-            answer = await actor.prepare.remote(launch.repository)
+            actor, answer = await self._prepare(ident, op)
             try:
                 info = messages.decode(answer, messages.Prepared)
             except messages.ProtocolError as exc:
@@ -119,25 +145,46 @@ class Driver:
                 return
             refused = _version_refusal(info)
             if refused is None:
+                reusable = True  # the node runs this Sloop: release decides
                 refused = await self._start(ident, actor, info, launch)
             if refused is not None:
                 self._end(ident, messages.Refused(refused))
                 return
-            await self._follow(ident, actor, info, launch)
+            reusable = await self._follow(ident, actor, info, launch)
         except asyncio.CancelledError:
+            reusable = False  # a start in flight may still run there: never handed on
             self._end(ident, messages.Refused("stopped before the stage started on a node"))
         except Exception as exc:
             # Lost with its node, or with the whole cluster: a fresh question tells,
             # and a cluster that does not answer is said down before the loss.
+            reusable = False
             await link.verdict()
             self._end(ident, messages.Lost(short(exc), None))
         finally:
             self._actors.pop(ident, None)
             self._ships.pop(ident, None)
             self._stopping.discard(ident)
-            if actor is not None:
-                with contextlib.suppress(Exception):
-                    link.ray.kill(actor, no_restart=True)
+            held = self._held.pop(ident, None)
+            if held is not None and reusable:
+                self.pool.give_back(op.resources, held, lambda: _released(held, ident))
+            elif held is not None:
+                self._kill(held)
+
+    async def _prepare(self, ident: str, op: messages.Start) -> tuple[Any, bytes]:
+        """The stage's actor, warm from the pool or made for it, and its ``prepare``."""
+        repository = op.launch.repository
+        actor, warm = await self.pool.take(op.resources)
+        self._held[ident] = actor
+        if warm:
+            try:
+                return actor, await actor.prepare.remote(repository)
+            except Exception as exc:
+                if not _lost(exc):
+                    raise
+                # It died idle (its node with it): nothing of the stage ran there yet.
+                self._kill(self._held.pop(ident))
+                actor = self._held[ident] = self.pool.create(op.resources)
+        return actor, await self.pool.answer(actor.prepare.remote(repository), op.resources)
 
     async def _start(
         self, ident: str, actor: Any, info: messages.Prepared, launch: messages.RemoteLaunch
@@ -159,7 +206,7 @@ class Driver:
                 return refused
             bundle = Path(bundle_path).read_bytes()
         try:
-            answer = await actor.start.remote(messages.encode(launch), bundle)
+            answer = await actor.start.remote(ident, messages.encode(launch), bundle)
             began = messages.decode(answer, messages.Began)
         except messages.ProtocolError as exc:
             return _unreadable(exc)
@@ -169,16 +216,19 @@ class Driver:
             return short(exc)
         self._actors[ident] = actor
         if ident in self._stopping:
-            actor.stop.remote()
+            actor.stop.remote(ident)
         self.emit(messages.Started(ident, began.pid))
         return None
 
     async def _follow(
         self, ident: str, actor: Any, info: messages.Prepared, launch: messages.RemoteLaunch
-    ) -> None:
-        """Stream the child's output until its end, then take its work back."""
+    ) -> bool:
+        """Stream the child's output until its end, then take its work back; whether the
+        actor may serve another stage."""
         while True:
-            polled = messages.decode(await actor.poll.remote(POLL_WAIT_SECONDS), messages.Polled)
+            polled = messages.decode(
+                await actor.poll.remote(ident, POLL_WAIT_SECONDS), messages.Polled
+            )
             # Every poll, items or none: the node's silence is the stall clock.
             self.emit(messages.Items(ident, polled.items, polled.silent))
             if polled.end is not None:
@@ -188,12 +238,14 @@ class Driver:
                 # The node lost its child (waiting for it failed): a loss, as a lost
                 # node is; nothing of it is collected.
                 self._end(ident, messages.Lost(reason, info.node))
+                return False
             case messages.Exited(exit_code):
                 collection = messages.decode_collection(
-                    await actor.collect.remote(messages.encode(launch.collect))
+                    await actor.collect.remote(ident, messages.encode(launch.collect))
                 )
                 self._end(ident, await self._collected(ident, actor, info, launch, exit_code,
                                                        collection))  # fmt: skip
+        return True
 
     async def _collected(
         self, ident: str, actor: Any, info: messages.Prepared, launch: messages.RemoteLaunch,
@@ -207,13 +259,22 @@ class Driver:
             return messages.Unreturned(refused, info.node)
         path = ""
         if collection.size:
-            bundle = await actor.bundle.remote()
+            bundle = await actor.bundle.remote(ident)
             refused = oversized("the bundle of the work", len(bundle), launch.max_bundle)
             if refused is not None:
                 return messages.Unreturned(refused, info.node)
             path = str(self._ship_dir / f"{ident.replace('/', '_')}.bundle")
             Path(path).write_bytes(bundle)
         return messages.Ran(exit_code, collection.tip, collection.uncommitted, path, info.node)
+
+
+async def _released(actor: Any, ident: str) -> bool:
+    """The stage gone from its actor; whether the actor is clean to serve another."""
+    released = messages.decode(await actor.release.remote(ident), messages.Released)
+    if not released.clean:
+        print(f"sloopd-ray-driver: an actor retired: {released.reason}", file=sys.stderr,
+              flush=True)  # fmt: skip
+    return released.clean
 
 
 def _version_refusal(info: messages.Prepared) -> str | None:
@@ -260,6 +321,7 @@ async def _serve(driver: Driver) -> None:
     reader = asyncio.StreamReader(limit=messages.MAX_PIPE_LINE_BYTES)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     keeper = loop.create_task(driver.link.keep())
+    sweeper = loop.create_task(driver.pool.keep())
     try:
         while True:
             line = await reader.readline()
@@ -275,6 +337,7 @@ async def _serve(driver: Driver) -> None:
             driver.handle(op)
     finally:
         keeper.cancel()
+        sweeper.cancel()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -282,12 +345,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--address", required=True)
     parser.add_argument("--namespace", default="sloop")
     parser.add_argument("--ship-dir", type=Path, required=True)
+    parser.add_argument("--warm", type=int, default=0)
+    parser.add_argument("--shape", default="", help="the default shape: a Resources message")
     args = parser.parse_args(argv)
     _die_with_parent()
     # The protocol has standard output to itself; anything Ray prints goes to stderr.
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
-    driver = Driver(args.address, args.namespace, out, args.ship_dir)
+    default = messages.decode(args.shape, messages.Resources) if args.shape else None
+    driver = Driver(args.address, args.namespace, out, args.ship_dir, args.warm, default)
     try:
         asyncio.run(_serve(driver))
     finally:

@@ -21,6 +21,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from sloopd.proc.lines import OnLines
 from sloopd.proc.stage_io import LaunchRefused, StageLaunch
@@ -57,9 +58,15 @@ class RayExecutor:
         state_dir: Path,
         on_reachable: Callable[[str | None], None] = lambda _reason: None,
         metrics: RemoteMetrics | None = None,
+        warm: int = 0,
+        shape: Mapping[str, Any] | None = None,
     ) -> None:
         self.address = address
         self.namespace = namespace
+        # The driver's warm pool: idle actors per resource shape, and the default shape
+        # it fills when the cluster is up (sloopd.remote.pool).
+        self.warm = warm
+        self.shape = None if shape is None else messages.Resources.of(shape)
         self.ship_dir = state_dir / "ship"
         self.on_reachable = on_reachable
         # Why the cluster cannot be reached; None while it answers, or before the
@@ -107,10 +114,11 @@ class RayExecutor:
             if self._process is None:
                 # No driver of this daemon ran yet: what is in ship/ is a dead one's.
                 await asyncio.to_thread(_clear, self.ship_dir)
+            shape = [] if self.shape is None else ["--shape", messages.encode(self.shape).decode()]
             self._process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "sloopd.remote.driver",
                 "--address", self.address, "--namespace", self.namespace,
-                "--ship-dir", str(self.ship_dir),
+                "--ship-dir", str(self.ship_dir), "--warm", str(self.warm), *shape,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,

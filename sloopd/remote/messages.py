@@ -287,6 +287,27 @@ Event = Up | Down | Placed | Started | Items | Finished
 # --- the driver and a stage's actor (Ray calls: their arguments and answers) --------
 
 
+@register("ready")
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """``ready()``'s answer: the actor's worker process is up (a warm actor of the
+    driver's pool, ``sloopd.remote.pool``, is made and answered ahead of demand)."""
+
+    version: str
+    node: Node
+
+
+@register("released")
+@dataclass(frozen=True, slots=True)
+class Released:
+    """``release(stage)``'s answer: the stage is gone from the actor.  ``clean``: its
+    child confirmed dead, its room removed, its collect whole, so the actor may serve
+    another stage; else ``reason`` says why it is retired instead."""
+
+    clean: bool
+    reason: str
+
+
 @register("prepared")
 @dataclass(frozen=True, slots=True)
 class Prepared:

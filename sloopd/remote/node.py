@@ -1,13 +1,15 @@
 """A stage execution on a Ray node: the actor's logic, with no Ray in it.
 
 ``StageRoom`` is what the driver (``sloopd.remote.driver``) wraps with
-``ray.remote`` and places on a node with the stage's resources: one actor per
-stage execution or panel seat.  It makes the stage's checkout from the shipped
-commit, runs the child with the very launcher the daemon's host uses
-(``sloopd.proc.launchers.ChildLauncher``: the same bubblewrap sandbox, mounts
-rules, environment allowlist and ``network = false``), holds its lines and its
-worker-socket bytes in a bounded outbox the driver drains (``poll``), and gives
-back the commit it left as a bundle (``collect``).  The actor is owned by the
+``ray.remote`` and places on a node with the stage's resources: one stage
+execution or panel seat at a time, several in turn when the driver keeps it warm
+(``sloopd.remote.pool``), each in a room of its own that ``release`` removes.  For
+each it makes the stage's checkout from the shipped commit, runs the child with
+the very launcher the daemon's host uses (``sloopd.proc.launchers.ChildLauncher``:
+the same bubblewrap sandbox, mounts rules, environment allowlist and ``network =
+false``), holds its lines and its worker-socket bytes in a bounded outbox the
+driver drains (``poll``), and gives back the commit it left as a bundle
+(``collect``).  The actor is owned by the
 driver, which the daemon owns: when the daemon dies its driver dies, Ray kills
 the driver's actors, and bubblewrap's ``--die-with-parent`` takes the sandbox.
 """
@@ -20,18 +22,23 @@ import os
 import socket
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import sloopd
 from sloopd.git import checkout
 from sloopd.git.node_cache import CacheError
 from sloopd.proc import sandbox
-from sloopd.proc.children import Child, ProcessGroups
+from sloopd.proc.children import Child, ProcessGroups, find_marked
 from sloopd.proc.launchers import ChildLauncher, LocalChild, SandboxPlaces
 from sloopd.proc.stage_io import LaunchRefused, StageLaunch
 from sloopd.remote import messages
 from sloopd.remote.relay import Outbox, SocketRelay
 from sloopd.remote.room import Room, RoomError, cache_of, node_dir
+from sloopd.util import trees
+
+# How long a release waits for a stopped child's end (its grace and SIGKILL: 5 + 5 s).
+RELEASE_WAIT_S = 15.0
 
 
 def node_environ(values: Mapping[str, str]) -> Mapping[str, str]:
@@ -127,23 +134,46 @@ def node_launch(
     )
 
 
-class StageRoom:
-    """One stage execution (or panel seat) on this node.
+@dataclass
+class _Stage:
+    """Everything one stage execution holds on its actor: dropped whole at its release."""
 
-    Every argument and answer of its methods (but the bundles, bytes beside them) is
-    an encoded message of ``sloopd.remote.messages``: the driver and the node decode
-    what the other sent, and one from another Sloop is refused, never half-read."""
+    id: str
+    room: Room | None = None
+    child: LocalChild[Child] | None = None
+    relay: SocketRelay | None = None
+    outbox: Outbox | None = None
+    end: messages.Exited | messages.Failed | None = None
+    waiter: asyncio.Task[None] | None = None
+    bundle: bytes = b""
+    uncollected: str | None = None  # why its collect failed, if it did
+
+
+class StageRoom:
+    """Stage executions (or panel seats) on this node, one at a time.
+
+    An actor may serve several stages in turn (the driver's warm pool,
+    ``sloopd.remote.pool``): each gets a fresh room (checkout, HOME, files, socket),
+    fresh process groups and a fresh outbox, and ``release`` drops all of it before the
+    next.  Every call about a stage names it (``stage``, the driver's id of it): a late
+    call about a stage that is gone is never applied to the next one.
+
+    Every argument and answer of its methods (but the bundles, bytes beside them, the
+    stage's id and the poll's wait) is an encoded message of ``sloopd.remote.messages``:
+    the driver and the node decode what the other sent, and one from another Sloop is
+    refused, never half-read."""
 
     def __init__(self) -> None:
         self.root = node_dir()
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._room: Room | None = None
-        self._child: LocalChild[Child] | None = None
-        self._relay: SocketRelay | None = None
-        self._outbox: Outbox | None = None
-        self._end: messages.Exited | messages.Failed | None = None
-        self._waiter: asyncio.Task[None] | None = None
-        self._bundle = b""
+        self._stage: _Stage | None = None
+        # The node's kernel lets a sandbox start: asked at this actor's first stage (a
+        # bwrap spawn), not again at each later one.  A refusal is asked again.
+        self._sandbox_ok = False
+
+    async def ready(self) -> bytes:
+        """The actor's worker process is up: ``Ready``."""
+        return messages.encode(messages.Ready(sloopd.__version__, node_name()))
 
     async def prepare(self, repository: str) -> bytes:
         """Who runs here (Sloop's version, the node) and what the node's cache holds:
@@ -152,20 +182,29 @@ class StageRoom:
         haves = tuple(await cache.haves())
         return messages.encode(messages.Prepared(sloopd.__version__, node_name(), haves))
 
-    async def start(self, data: bytes, bundle: bytes) -> bytes:
+    def _of(self, stage: str) -> _Stage | None:
+        current = self._stage
+        return current if current is not None and current.id == stage else None
+
+    async def start(self, stage: str, data: bytes, bundle: bytes) -> bytes:
         """Make the checkout from the shipped commit and start the child (``data``: a
         ``RemoteLaunch``); ``Began``."""
+        if self._stage is not None:
+            raise LaunchRefused(f"the node's actor still holds stage {self._stage.id}")
         try:
             remote = messages.decode(data, messages.RemoteLaunch)
         except messages.ProtocolError as exc:
             raise LaunchRefused(f"the node could not read the stage's launch: {exc}") from exc
+        held = self._stage = _Stage(stage)
         try:
             cache = await cache_of(remote.repository)
             await cache.take(bundle, remote.commit)
-            room = self._room = await Room.make(cache, remote.branch, remote.commit)
+            room = held.room = await Room.make(cache, remote.branch, remote.commit)
         except (RoomError, CacheError, checkout.CheckoutError, OSError) as exc:
             raise LaunchRefused(f"the node could not make the stage's checkout: {exc}") from exc
         hide = _hidden_places(self.root)
+        # Fresh groups for each stage; the registry folder is the node's (a crashed
+        # actor's records are found there).
         groups = ProcessGroups(self.root / "groups")
         values = remote.values
         # The daemon host's launcher, with the node's hidden places and the daemon's
@@ -176,72 +215,58 @@ class StageRoom:
         launch = node_launch(
             remote, checkout=room.checkout, home=room.home, socket=room.socket, files=room.files
         )
-        outbox = self._outbox = Outbox(self._pause)
+        outbox = held.outbox = Outbox(lambda full: _pause(held, full))
         if launch.worker_socket is not None:
-            self._relay = SocketRelay(room.socket, outbox)
-            await self._relay.open()
-        problem = sandbox.probe()
-        if problem is not None:
-            raise LaunchRefused(f"the sandbox cannot start on this node: {problem}")
-        child = self._child = await launcher.start(launch, outbox.lines)
-        self._waiter = asyncio.get_running_loop().create_task(self._wait(child))
+            held.relay = SocketRelay(room.socket, outbox)
+            await held.relay.open()
+        if not self._sandbox_ok:
+            problem = sandbox.probe()
+            if problem is not None:
+                raise LaunchRefused(f"the sandbox cannot start on this node: {problem}")
+            self._sandbox_ok = True
+        child = held.child = await launcher.start(launch, outbox.lines)
+        held.waiter = asyncio.get_running_loop().create_task(_wait(held, child))
         return messages.encode(messages.Began(child.child.pid))
 
-    def _pause(self, full: bool) -> None:
-        if self._child is not None:
-            self._child.child.pause_reading(full)
-        if self._relay is not None:
-            self._relay.pause(full)
-
-    async def _wait(self, child: LocalChild[Child]) -> None:
-        end: messages.Exited | messages.Failed
-        try:
-            end = messages.Exited((await child.end()).exit_code)
-        except Exception as exc:
-            end = messages.Failed(f"the node lost the child: {exc}")
-        self._end = end
-        assert self._outbox is not None
-        self._outbox.changed.set()
-
-    async def poll(self, wait_s: float) -> bytes:
+    async def poll(self, stage: str, wait_s: float) -> bytes:
         """What the child said since the last poll; its end once everything was taken;
         and how long it has been silent, by this node's clock (the daemon's stall clock:
         relay delay on the way is not the child's silence): ``Polled``."""
-        outbox = self._outbox
-        assert outbox is not None, "poll before start"
-        if outbox.empty and self._end is None:
+        held = self._of(stage)
+        assert held is not None and held.outbox is not None, "poll before start"
+        outbox = held.outbox
+        if outbox.empty and held.end is None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(outbox.changed.wait(), wait_s)
         # A full outbox stopped reading the child's pipes: it had more to say.
-        silent = 0.0 if outbox.full or self._child is None else self._silence(self._child)
+        silent = 0.0 if outbox.full or held.child is None else _silence(held.child)
         items = outbox.take()
-        end = self._end if outbox.empty else None
+        end = held.end if outbox.empty else None
         return messages.encode(messages.Polled(items, silent, end))
 
-    @staticmethod
-    def _silence(child: LocalChild[Child]) -> float:
-        return max(0.0, time.monotonic() - child.last_output_monotonic)
-
-    async def deliver(self, data: bytes) -> None:
+    async def deliver(self, stage: str, data: bytes) -> None:
         """The daemon's answer on a worker-socket connection: a ``Conn``."""
         conn = messages.decode(data, messages.Conn)
-        if self._relay is not None:
-            await self._relay.deliver(conn.number, conn.data)
+        held = self._of(stage)
+        if held is not None and held.relay is not None:
+            await held.relay.deliver(conn.number, conn.data)
 
-    async def stop(self) -> None:
+    async def stop(self, stage: str) -> None:
         """SIGTERM inside the sandbox, SIGKILL after the grace: as on the daemon's host."""
-        if self._child is not None:
-            await self._child.stop()
+        held = self._of(stage)
+        if held is not None and held.child is not None:
+            await held.child.stop()
 
-    async def collect(self, data: bytes) -> bytes:
+    async def collect(self, stage: str, data: bytes) -> bytes:
         """The commit the child left (fetched into the cache, checked), its bundle of at
         most ``max_bundle`` bytes kept for ``bundle`` (``data``: a ``Collect``):
         ``Collected`` or ``Uncollected``."""
         asked = messages.decode(data, messages.Collect)
-        room = self._room
-        assert room is not None, "collect before start"
-        if self._relay is not None:
-            await self._relay.close()
+        held = self._of(stage)
+        assert held is not None and held.room is not None, "collect before start"
+        room = held.room
+        if held.relay is not None:
+            await held.relay.close()
         try:
             tip, dirty, bundle = await room.collect(
                 _hidden_places(self.root),
@@ -253,13 +278,85 @@ class StageRoom:
             )
             await room.cache.keep(tip)
         except (RoomError, CacheError, LaunchRefused) as exc:
+            held.uncollected = str(exc)
             return messages.encode(messages.Uncollected(str(exc)))
         finally:
             await asyncio.to_thread(room.remove)
-        self._bundle = bundle
+            held.room = None
+        held.bundle = bundle
         return messages.encode(messages.Collected(tip, tuple(dirty), len(bundle)))
 
-    async def bundle(self) -> bytes:
+    async def bundle(self, stage: str) -> bytes:
         """The bundle ``collect`` made (given once: the actor holds it no longer)."""
-        bundle, self._bundle = self._bundle, b""
+        held = self._of(stage)
+        if held is None:
+            return b""
+        bundle, held.bundle = held.bundle, b""
         return bundle
+
+    async def release(self, stage: str) -> bytes:
+        """The stage is over: drop everything of it (its child stopped and confirmed
+        dead, its socket closed, its room removed), so this actor may serve another;
+        ``Released``, clean or with why the actor must be retired instead."""
+        held = self._of(stage)
+        if held is None:
+            clean = self._stage is None
+            return messages.encode(messages.Released(clean, "" if clean else "another stage"))
+        self._stage = None  # whatever follows, nothing of it is reachable any more
+        problems = await _clear(held)
+        return messages.encode(messages.Released(not problems, "; ".join(problems)))
+
+
+def _pause(held: _Stage, full: bool) -> None:
+    if held.child is not None:
+        held.child.child.pause_reading(full)
+    if held.relay is not None:
+        held.relay.pause(full)
+
+
+def _silence(child: LocalChild[Child]) -> float:
+    return max(0.0, time.monotonic() - child.last_output_monotonic)
+
+
+async def _wait(held: _Stage, child: LocalChild[Child]) -> None:
+    end: messages.Exited | messages.Failed
+    try:
+        end = messages.Exited((await child.end()).exit_code)
+    except Exception as exc:
+        end = messages.Failed(f"the node lost the child: {exc}")
+    held.end = end
+    assert held.outbox is not None
+    held.outbox.changed.set()
+
+
+async def _clear(held: _Stage) -> list[str]:
+    """Everything of a stage gone from this actor; what could not be made sure of."""
+    problems: list[str] = []
+    if held.relay is not None:
+        with contextlib.suppress(Exception):
+            await held.relay.close()
+    child = held.child
+    if child is not None:
+        if held.end is None:
+            # Stopped before its end was seen: SIGTERM, then SIGKILL (checked below).
+            with contextlib.suppress(Exception):
+                await child.stop()
+        if held.waiter is not None:
+            with contextlib.suppress(TimeoutError, Exception):
+                await asyncio.wait_for(asyncio.shield(held.waiter), RELEASE_WAIT_S)
+        if held.end is None or not isinstance(held.end, messages.Exited):
+            problems.append("the stage's child was not seen to end")
+        if find_marked(child.child.marker):
+            problems.append("a process of the stage's child is still alive")
+    if held.waiter is not None and not held.waiter.done():
+        held.waiter.cancel()
+    if held.uncollected is not None:
+        problems.append(f"its collect failed: {held.uncollected}")
+    if held.room is not None:
+        try:
+            await asyncio.to_thread(held.room.remove)
+        except (OSError, trees.NotAFolder) as exc:
+            problems.append(f"its room could not be removed: {exc}")
+    held.room = held.child = held.relay = held.outbox = held.waiter = None
+    held.bundle = b""
+    return problems

@@ -46,6 +46,12 @@ class FakeRoom:
         self.started: list[messages.RemoteLaunch] = []
         self.prepared_answer: bytes | None = None
         self.awaits_delivery = False
+        self.stages: list[str] = []  # the stage each call named, in order
+        self.released: list[str] = []
+        self.clean = True
+
+    async def ready(self) -> bytes:
+        return messages.encode(messages.Ready(self.version, NODE))
 
     async def prepare(self, repository: str) -> bytes:
         assert repository == LAUNCH.repository
@@ -53,27 +59,36 @@ class FakeRoom:
             return self.prepared_answer
         return messages.encode(messages.Prepared(self.version, NODE, ("d" * 40,)))
 
-    async def start(self, data: bytes, bundle: bytes) -> bytes:
+    async def start(self, stage: str, data: bytes, bundle: bytes) -> bytes:
+        self.stages.append(stage)
         self.started.append(messages.decode(data, messages.RemoteLaunch))
         return messages.encode(messages.Began(4242))
 
-    async def poll(self, wait_s: float) -> bytes:
+    async def poll(self, stage: str, wait_s: float) -> bytes:
+        self.stages.append(stage)
         while self.awaits_delivery and not self.delivered:  # the child waits on the socket
             await asyncio.sleep(0.01)
         return messages.encode(self.polls.pop(0))
 
-    async def deliver(self, data: bytes) -> None:
+    async def deliver(self, stage: str, data: bytes) -> None:
+        self.stages.append(stage)
         self.delivered.append(messages.decode(data, messages.Conn))
 
-    async def stop(self) -> None:
-        pass
+    async def stop(self, stage: str) -> None:
+        self.stages.append(stage)
 
-    async def collect(self, data: bytes) -> bytes:
+    async def collect(self, stage: str, data: bytes) -> bytes:
+        self.stages.append(stage)
         self.collected.append(messages.decode(data, messages.Collect))
         return messages.encode(messages.Collected("c" * 40, ("left.txt",), len(self.bundle_bytes)))
 
-    async def bundle(self) -> bytes:
+    async def bundle(self, stage: str) -> bytes:
+        self.stages.append(stage)
         return self.bundle_bytes
+
+    async def release(self, stage: str) -> bytes:
+        self.released.append(stage)
+        return messages.encode(messages.Released(self.clean, "" if self.clean else "dirty"))
 
 
 class _Method:
@@ -84,27 +99,39 @@ class _Method:
         return asyncio.get_running_loop().create_task(self.call(*args))
 
 
+NAMES = ("ready", "prepare", "start", "poll", "deliver", "stop", "collect", "bundle", "release")
+
+
 class FakeActorClass:
-    def __init__(self, room: FakeRoom) -> None:
+    """Ray's actor class: each ``remote()`` a new actor (``number``) over a room that
+    ``rooms`` makes (by default the one room every actor shares)."""
+
+    def __init__(self, room: FakeRoom, rooms: Callable[[], FakeRoom] | None = None) -> None:
         self.room = room
+        self.rooms = rooms
         self.options_seen: dict[str, Any] = {}
+        self.made: list[SimpleNamespace] = []
 
     def options(self, **options: Any) -> FakeActorClass:
         self.options_seen = options
         return self
 
     def remote(self) -> SimpleNamespace:
-        names = ("prepare", "start", "poll", "deliver", "stop", "collect", "bundle")
-        return SimpleNamespace(**{name: _Method(getattr(self.room, name)) for name in names})
+        room = self.room if self.rooms is None else self.rooms()
+        methods = {name: _Method(getattr(room, name)) for name in NAMES}
+        actor = SimpleNamespace(number=len(self.made), room=room, **methods)
+        self.made.append(actor)
+        return actor
 
 
 class FakeLink:
-    def __init__(self, room: FakeRoom) -> None:
+    def __init__(self, room: FakeRoom, rooms: Callable[[], FakeRoom] | None = None) -> None:
         self.connected = True
         self.up = asyncio.Event()
         self.up.set()
-        self.actor_class = FakeActorClass(room)
-        self.ray = SimpleNamespace(kill=lambda actor, no_restart: None)
+        self.actor_class = FakeActorClass(room, rooms)
+        self.killed: list[Any] = []
+        self.ray = SimpleNamespace(kill=lambda actor, no_restart: self.killed.append(actor))
 
     async def verdict(self) -> str | None:
         return None
@@ -358,7 +385,7 @@ def test_a_node_whose_ray_folder_cannot_be_found_runs_no_child(
     monkeypatch.setattr(ChildLauncher, "start", unreachable)
 
     with pytest.raises(LaunchRefused, match=r"cannot find Ray's own folder.*AttributeError"):
-        asyncio.run(node.StageRoom().start(messages.encode(LAUNCH), b""))
+        asyncio.run(node.StageRoom().start(IDENT, messages.encode(LAUNCH), b""))
 
 
 def test_ray_folder_refuses_a_folder_that_is_not_there(
