@@ -244,7 +244,12 @@ def _abandoned(starting: concurrent.futures.Future[subprocess.Popen[bytes]]) -> 
     for pipe in (popen.stdin, popen.stdout, popen.stderr):
         if pipe is not None:
             pipe.close()
-    _STARTER.submit(popen.wait)  # SIGKILLed: it is gone at once
+    try:
+        _STARTER.submit(popen.wait)  # SIGKILLed: it is gone at once
+    except RuntimeError:
+        # The interpreter is exiting (a daemon that stopped while this tool started):
+        # this is the starter's own thread, which no longer takes work; wait here.
+        popen.wait()
 
 
 class _Tool:
