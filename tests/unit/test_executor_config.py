@@ -37,6 +37,12 @@ def test_max_bundle_is_512_mib_unless_set() -> None:
     assert _parse({"executor": {"max_bundle": 4096}}).executor.max_bundle == 4096
 
 
+def test_one_warm_actor_per_shape_unless_set() -> None:
+    assert _parse({}).executor.warm_actors == 1
+    assert _parse({"executor": {"warm_actors": 0}}).executor.warm_actors == 0
+    assert _parse({"executor": {"warm_actors": 8}}).executor.warm_actors == 8
+
+
 @pytest.mark.parametrize(
     ("section", "words"),
     [
@@ -51,6 +57,10 @@ def test_max_bundle_is_512_mib_unless_set() -> None:
         ({"max_bundle": "lots"}, "executor.max_bundle"),
         ({"max_bundle": 100}, "executor.max_bundle"),
         ({"max_bundle": 1.5}, "executor.max_bundle"),
+        ({"warm_actors": -1}, "executor.warm_actors"),
+        ({"warm_actors": 9}, "executor.warm_actors"),
+        ({"warm_actors": "one"}, "executor.warm_actors"),
+        ({"warm_actors": True}, "executor.warm_actors"),
     ],
 )
 def test_a_bad_executor_is_refused_naming_the_key(section: dict[str, object], words: str) -> None:
