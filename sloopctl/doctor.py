@@ -68,7 +68,8 @@ def doctor(
 
     \b
     One line per check: ok, warn or FAIL, what was found, and the fix.
-    Checks: socket, version, sandbox, clis (each configured preset's CLI
+    Checks: socket, version, sandbox, workspaces (copy-on-write checkouts, or
+    whole ones and why), clis (each configured preset's CLI
     resolves inside the sandbox), prompt ({prompt} in a command's argv: readable by
     every local user), store, git, worktrees, groups, clock, metrics.
     Every check runs even when an earlier one failed.  Exit status: 0 when

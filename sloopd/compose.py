@@ -25,10 +25,12 @@ from sloopd.core.paths import Layout, git_common_dir
 from sloopd.core.state import Daemon
 from sloopd.git import ops as gitops
 from sloopd.git.run_branches import RunBranches
+from sloopd.git.shared_trees import SharedTrees
 from sloopd.git.workspace import LocalWorkspace, ShippedWorkspace, Workspace
 from sloopd.landing.merge_slot import MergeSlot
 from sloopd.landing.queue import MergeQueue
 from sloopd.landing.steps import LandingSteps
+from sloopd.proc import overlay_probe
 from sloopd.proc.children import Child, ProcessGroups
 from sloopd.proc.launchers import ChildLauncher, SandboxPlaces, protected_paths
 from sloopd.proc.stage_io import Launcher
@@ -39,6 +41,7 @@ from sloopd.runs.records import RunRecords
 from sloopd.runs.runner import RunManager, sandboxed_as_admitted
 from sloopd.runs.runstate import ActiveRun
 from sloopd.runs.spawning import ChildStarter
+from sloopd.util.trash import Trash
 from sloopd.worker.credentials import Credentials
 from sloopd.worker.dispatcher import WorkerDispatcher, WorkerHandler
 from sloopd.worker.sockets import WorkerSockets
@@ -89,6 +92,42 @@ def _common_dir(layout: Layout) -> Path:
 def hidden_from_children(layout: Layout) -> tuple[Path, ...]:
     """What no child on this host may see (sloopd.proc.launchers.protected_paths)."""
     return protected_paths(layout.state_dir, layout.socket_dir, layout.repo, _common_dir(layout))
+
+
+def trees_root(layout: Layout) -> Path:
+    """Where this host's shared trees live: per uid, as their files are owned."""
+    return layout.state_dir / f"trees-{os.getuid()}"
+
+
+def shared_trees(daemon: Daemon, trash: Trash) -> SharedTrees:
+    """The copy-on-write checkouts' shared trees, bounded by ``[repo] tree_cache``."""
+    layout = daemon.layout
+    return SharedTrees(
+        trees_root(layout), layout.repo, _common_dir(layout) / "objects",
+        hidden_from_children(layout), limit=lambda: daemon.config.repo.tree_cache,
+        trash=trash,
+    )  # fmt: skip
+
+
+def choose_checkouts(daemon: Daemon) -> None:
+    """Copy-on-write checkouts where the sandbox runs and the probe mounts one, else
+    whole ones: said at start (and in ``status``'s sandbox.workspaces, ``doctor``, the
+    dashboard) with the reason."""
+    settings = daemon.config
+    if settings.sandbox == "none":
+        reason: str | None = 'sandbox = "none" (a layered checkout needs the sandbox)'
+    elif daemon.sandbox_problem is not None:
+        reason = "the sandbox cannot start"
+    elif settings.repo.workspaces == "checkout":
+        reason = 'repo.workspaces = "checkout"'
+    else:
+        reason = overlay_probe.probe(trees_root(daemon.layout))
+    daemon.layered_checkouts = reason is None
+    daemon.checkouts_reason = reason
+    if reason is None:
+        log.info("stages start in copy-on-write checkouts over shared trees")
+    else:
+        log.warning("stages start in whole checkouts (slower on large trees): %s", reason)
 
 
 def ray_executor(daemon: Daemon) -> RayExecutor | None:
@@ -155,6 +194,8 @@ def run_manager(
         sandboxed=sandboxed_as_admitted(daemon, active),
         protected=hidden_from_children(layout),
     )
+    if daemon.layered_checkouts:
+        branches.trees = shared_trees(daemon, branches.trash)
     # Where a child's commit comes in and its work goes out, by its placement's ``where``:
     # this host's checkout, or a node's (shipped back in the stage's end).
     here = LocalWorkspace(branches)
@@ -163,7 +204,10 @@ def run_manager(
         "none": here,
         "ray": ShippedWorkspace(branches),
     }
-    children = ChildStarter(layout, records, credentials, worker_sockets.path, launchers)
+    children = ChildStarter(
+        layout, records, credentials, worker_sockets.path, launchers,
+        overlay_of=lambda run: made.overlay if (made := branches.layered(run)) else None,
+    )  # fmt: skip
     steps: list[LandingSteps] = []  # the queue tells the steps, built right after it
 
     async def read_main() -> str | None:

@@ -246,6 +246,7 @@ class Server:
             daemon.sandbox_problem = sandbox_probe()
             if daemon.sandbox_problem is not None:
                 log.error("agents cannot be sandboxed here: %s", daemon.sandbox_problem)
+        compose.choose_checkouts(daemon)
         # Output never takes the free space the next runs' checkouts need (logroom).
         room = DiskRoom(self.layout.state_dir, lambda: daemon.config.repo.disk_reserve)
         sink = LogSink(store, self.metrics.log_records.inc, daemon.feed_notices, room)

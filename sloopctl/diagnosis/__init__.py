@@ -32,6 +32,7 @@ from sloopctl.diagnosis.daemon_checks import (
     check_socket,
     check_store,
     check_version,
+    check_workspaces,
 )
 from sloopctl.diagnosis.facts import Doctor, Options, Probe
 from sloopctl.diagnosis.host import parse_worktrees
@@ -57,6 +58,7 @@ CHECKS: Final[tuple[tuple[str, Callable[[Doctor], Check]], ...]] = (
     ("socket", check_socket),
     ("version", check_version),
     ("sandbox", check_sandbox),
+    ("workspaces", check_workspaces),
     ("clis", check_clis),
     ("executor", check_executor),
     ("prompt", check_prompt),

@@ -100,6 +100,29 @@ def check_sandbox(d: Doctor) -> Check:
     return Check(name, "ok", "every agent and command runs in a bubblewrap sandbox")
 
 
+def check_workspaces(d: Doctor) -> Check:
+    """(0.9.0) Whether stages start in copy-on-write checkouts: a host without them
+    falls back to whole checkouts, whose start grows with the tree (a warning)."""
+    name = "workspaces"
+    if not d.up:
+        return Check(name, "warn", NOT_REACHABLE)
+    sandbox = d.daemon.get("sandbox")
+    info = sandbox.get("workspaces") if isinstance(sandbox, dict) else None
+    if not isinstance(info, dict):
+        return Check(name, "ok", "the daemon makes a whole checkout per stage (before 0.9.0)")
+    if info.get("mode") == "layered":
+        return Check(name, "ok", "stages start in copy-on-write checkouts over shared trees")
+    reason = str(info.get("reason") or "no reason given")
+    return Check(
+        name,
+        "warn",
+        f"stages start in whole checkouts, each writing the whole tree: {reason}",
+        "allow user namespaces and overlay mounts in them (util-linux's unshare and "
+        'mount, kernel 5.11 or later; docs/deploy.md), or set repo.workspaces = "checkout" '
+        "to choose whole checkouts; restart the daemon",
+    )
+
+
 def check_clis(d: Doctor) -> Check:
     """Whether each configured preset's CLI resolves inside the sandbox, as the daemon
     found at its start (or last reload): one it hides fails every run with exit 127;

@@ -118,8 +118,18 @@ def _checkouts(root: Path) -> tuple[set[Path], set[Path]]:
         directories = {_resolved(p) for p in root.iterdir() if p.is_dir()}
     except OSError:
         directories = set()
-    live = {p for p in directories if (p / ".git").is_dir()}
+    live = {p for p in directories if (p / ".git").is_dir() or _layered(p)}
     return live, directories - live
+
+
+def _layered(path: Path) -> bool:
+    """A copy-on-write checkout (0.9.0): an empty folder the stage's overlay is mounted
+    on, its layers in ``<state dir>/runs/<run>/layers``."""
+    layers = path.parent.parent / "runs" / path.name / "layers"
+    try:
+        return layers.is_dir() and next(path.iterdir(), None) is None
+    except OSError:
+        return False
 
 
 def check_worktrees(d: Doctor) -> Check:

@@ -37,6 +37,10 @@ DEFAULT_MAX_TICKET_BYTES = 1 << 20
 MAX_TICKET_BYTES_RANGE = (1 << 10, 16 << 20)
 
 
+DEFAULT_TREE_CACHE_BYTES = 4 << 30
+WORKSPACE_MODES = ("auto", "checkout")
+
+
 @dataclass(frozen=True, slots=True)
 class RepoConfig:
     main: str = "main"
@@ -54,6 +58,12 @@ class RepoConfig:
     # How many runs of the merge queue build and gate their candidates at once
     # (sloopd.landing); None: ``parallel``.
     merge_window: int | None = None
+    # (0.9.0) Disk the shared trees of copy-on-write checkouts may take
+    # (sloopd.git.shared_trees); the least recently used go first past it.
+    tree_cache: int = DEFAULT_TREE_CACHE_BYTES
+    # (0.9.0) "auto": copy-on-write checkouts where this host allows them, else whole
+    # ones; "checkout": always whole checkouts, as before 0.9.0.
+    workspaces: str = "auto"
 
     @property
     def window(self) -> int:
@@ -194,6 +204,22 @@ def _vendor_section(section: Any) -> tuple[Pattern, ...]:
     return patterns_from_config(section.get("patterns", []))
 
 
+def _checkout_keys(section: dict[str, Any]) -> dict[str, Any]:
+    """``repo.tree_cache`` and ``repo.workspaces`` (0.9.0), where written."""
+    values: dict[str, Any] = {}
+    if "tree_cache" in section:
+        values["tree_cache"] = validate.size_bytes(
+            section["tree_cache"],
+            "repo.tree_cache",
+            'must be a size like 1073741824, "512MiB" or "4GiB"',
+        )
+    if "workspaces" in section:
+        values["workspaces"] = validate.choice(
+            section["workspaces"], "repo.workspaces", WORKSPACE_MODES
+        )
+    return values
+
+
 def _repo_section(section: Any) -> RepoConfig:
     if not isinstance(section, dict):
         raise ConfigError("'repo' must be a table")
@@ -222,6 +248,7 @@ def _repo_section(section: Any) -> RepoConfig:
         values["max_ticket_bytes"] = validate.bounded(
             size, key, "between 1KiB and 16MiB", least=low, most=high
         )
+    values.update(_checkout_keys(section))
     if "disk_reserve" in section:
         values["disk_reserve"] = validate.size_bytes(
             section["disk_reserve"],

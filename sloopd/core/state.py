@@ -78,6 +78,10 @@ class Daemon:
     merge_queue: QueueView | None = None
     # Why a sandbox cannot start on this host (the last probe), None when it can.
     sandbox_problem: str | None = None
+    # (0.9.0) Whether stages start in copy-on-write checkouts, and why not when they do
+    # not (the probe's sentence, or the configuration's choice): sandbox.workspaces.
+    layered_checkouts: bool = False
+    checkouts_reason: str | None = None
     # The configured presets whose CLI the sandbox would not find (sloopd.core.cli_sight),
     # checked at start and on each reload: daemon.sandbox.clis.
     unseen_clis: list[dict[str, Any]] = field(default_factory=list)
@@ -190,6 +194,11 @@ class Daemon:
             "mode": mode,
             "available": self.sandbox_problem is None,
             "warning": warning,
+            # Additive in 0.9.0: copy-on-write checkouts, or whole ones and why.
+            "workspaces": {
+                "mode": "layered" if self.layered_checkouts else "whole",
+                "reason": None if self.layered_checkouts else self.checkouts_reason,
+            },
             # Additive in 0.8.0: each configured preset whose CLI the sandbox cannot see.
             "clis": list(self.unseen_clis),
         }

@@ -46,6 +46,7 @@ from pathlib import Path
 
 from sloopd.git import runner
 from sloopd.git.errors import CheckoutError as CheckoutError
+from sloopd.proc.overlay import Overlay
 from sloopd.proc.sandbox import CHECKOUT_PATH, HOME_PATH, SandboxSpec, command
 from sloopd.util import names, quoting, trees
 
@@ -85,6 +86,9 @@ class Isolation:
     # None: ``sandbox = "none"``, git runs on the host in the checkout (hardened by -c
     # and GIT_CONFIG_* only; the operator chose to trust the agents).
     bwrap: str | None = "bwrap"
+    # A copy-on-write checkout (``sloopd.proc.overlay``): every sandboxed git in it mounts
+    # these layers first; the daemon's git never reads the checkout's folder directly.
+    overlay: Overlay | None = None
 
 
 class _Deadline:
@@ -171,6 +175,11 @@ async def _check_ref(ref: str, deadline: _Deadline) -> None:
     )
     if done.returncode != 0:
         raise CheckoutError(f"{ref!r} is not a valid ref name.")
+
+
+async def check_ref(ref: str, timeout: float) -> None:
+    """``CheckoutError`` unless ``ref`` is a full ref name git accepts."""
+    await _check_ref(ref, _Deadline(timeout))
 
 
 async def objects_dir(repo: Path, *, timeout: float) -> Path:
@@ -280,6 +289,7 @@ def _spec(
         network=False,
         env=_sandbox_env(env),
         checkout_writable=writable,
+        overlay=isolation.overlay,
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 
 from sloopd.git.checkout import (
@@ -24,6 +25,7 @@ from sloopd.git.checkout import (
     run_bounded,
     upload_pack_command,
 )
+from sloopd.proc.sandbox import HOME_PATH
 
 # The daemon's own view of a checkout's files.  After an agent ran, the checkout's
 # ``.git`` is the agent's: its config names filters, its ``info/exclude`` and
@@ -39,9 +41,10 @@ parent=$({git} --git-dir="$work/.git" rev-parse --verify --quiet "refs/heads/$br
 rm -rf "$shadow"
 {git} init -q --bare --template= "$shadow"
 rm -rf "$shadow/objects"; ln -s "$work/.git/objects" "$shadow/objects"
-view() {{ {git} --git-dir="$shadow" --work-tree="$work" "$@"; }}
+view() {{ {git} --git-dir="$shadow" --work-tree="$work" --literal-pathspecs "$@"; }}
 view read-tree "$parent"
-view add -A
+if [ -n "${{4:-}}" ]; then view add -A --pathspec-from-file="$4" --pathspec-file-nul
+else view add -A; fi
 if [ "$mode" = list ]; then view diff --cached --name-only -z "$parent"; exit 0; fi
 if view diff --cached --quiet "$parent"; then exit 3; fi
 commit=$(view commit-tree "$(view write-tree)" -p "$parent" -m "$3")
@@ -127,18 +130,62 @@ read diffed < "$shadow/diffed" || return 1
 list < /dev/null > "$HOME/{listed}" || exit 3
 : > "$HOME/{whole}" || exit 3
 """
+# The same list for a copy-on-write checkout, over the paths its layer holds only
+# (``sloopd.git.layered.changes``, in ``_PATHS`` of the git HOME, NUL-separated) and
+# those the stage's commits changed: a status limited to them (untracked included,
+# ignored not), its lines ``XY path`` read back by ``listed``.  Nothing outside those
+# paths is read, so the listing costs what the stage wrote, not the tree.
+_LISTING_PATHS = """list() {{
+work="$PWD"; shadow="$HOME/.sloop-shadow"
+parent=$({git} --git-dir="$work/.git" rev-parse --verify --quiet \
+  "refs/heads/$SLOOP_BRANCH^{{commit}}") || return 1
+rm -rf "$shadow" || return 1
+{git} init -q --bare --template= "$shadow" || return 1
+printf '%s\\n' "$work/.git/objects" > "$shadow/objects/info/alternates" || return 1
+{git} --git-dir="$shadow" read-tree "$parent" || return 1
+{git} --git-dir="$shadow" update-ref --no-deref HEAD "$parent" || return 1
+{{ cat "$HOME/{paths}" && {git} --git-dir="$work/.git" diff-tree -r -z --name-only \
+  --no-renames "$SLOOP_START" "$parent"; }} > "$shadow/paths" || return 1
+{{ xargs -0 -r {git} --git-dir="$shadow" --work-tree="$work" --literal-pathspecs \
+  status --porcelain -z --untracked-files=all --no-renames -- < "$shadow/paths"
+  echo $? > "$shadow/diffed"; }} | head -c {cap}
+read diffed < "$shadow/diffed" || return 1
+[ "$diffed" = 0 ] || [ "$diffed" = 125 ]  # 125: xargs's git killed by SIGPIPE, past the cap
+}}
+list < /dev/null > "$HOME/{listed}" || exit 3
+: > "$HOME/{whole}" || exit 3
+"""
+_PATHS = ".sloop-paths"
+
 # The names of what an agent left are listed up to this many bytes, the rest dropped.
 LISTED_BYTES = 16 * 1024 * 1024
 _LISTED, _WHOLE = ".sloop-left", ".sloop-left.ok"
 
 
-def listing_upload_pack(checkout: Path, branch: str, isolation: Isolation) -> list[str]:
+def listing_upload_pack(
+    checkout: Path,
+    branch: str,
+    isolation: Isolation,
+    *,
+    only: tuple[str, str, Sequence[str]] | None = None,
+) -> list[str]:
     """``checkout.upload_pack_command`` that lists what differs from ``branch``'s tip first
-    (``uncommitted``'s answer, read back by ``listed``); call ``unlisted`` before it runs."""
-    before = _LISTING.format(
-        git=shlex.join(hardened_git()), listed=_LISTED, whole=_WHOLE, cap=LISTED_BYTES
-    )
-    return upload_pack_command(checkout, isolation, before=before, env={"SLOOP_BRANCH": branch})
+    (``uncommitted``'s answer, read back by ``listed``); call ``unlisted`` before it runs.
+
+    ``only``: (the commit the stage started from, ``"layered"``, the paths its layer
+    holds): a copy-on-write checkout, listed over those paths alone."""
+    git = shlex.join(hardened_git())
+    env = {"SLOOP_BRANCH": branch}
+    if only is None:
+        before = _LISTING.format(git=git, listed=_LISTED, whole=_WHOLE, cap=LISTED_BYTES)
+    else:
+        start, _kind, paths = only
+        (isolation.home / _PATHS).write_bytes(b"".join(p.encode() + b"\0" for p in paths))
+        env["SLOOP_START"] = start
+        before = _LISTING_PATHS.format(
+            git=git, listed=_LISTED, whole=_WHOLE, cap=LISTED_BYTES, paths=_PATHS
+        )
+    return upload_pack_command(checkout, isolation, before=before, env=env)
 
 
 def unlisted(isolation: Isolation) -> None:
@@ -147,17 +194,22 @@ def unlisted(isolation: Isolation) -> None:
         (isolation.home / name).unlink(missing_ok=True)
 
 
-def listed(checkout: Path, isolation: Isolation, said: str = "") -> list[str]:
+def listed(
+    checkout: Path, isolation: Isolation, said: str = "", *, status: bool = False
+) -> list[str]:
     """What ``listing_upload_pack`` found, or ``uncommitted``'s error when it could not
     (``said``: what the fetch that ran the listing printed, the listing's errors in it)."""
     whole = _read_own(isolation.home / _WHOLE) is not None
     found = _read_own(isolation.home / _LISTED) if whole else None
     if found is None:
-        require_present(checkout)
+        if isolation.overlay is None:  # a layered one was looked at in its layer
+            require_present(checkout)
         raise CheckoutError(f"cannot read the files of {checkout}: {git_reason(said)}.")
     items = found.decode(errors="replace").split("\0")
     if len(found) >= LISTED_BYTES:
         items.pop()  # cut at the cap: the last name is a part of one
+    if status:  # ``XY path`` lines, a path once however many pathspecs named it
+        return list(dict.fromkeys(item[3:] for item in items if len(item) > 3))
     return [item for item in items if item]
 
 
@@ -188,11 +240,19 @@ async def commit_all(
     *,
     identity: tuple[str, str],
     timeout: float,
+    only: Sequence[str] | None = None,
 ) -> bool:
     """Commit every file on the branch (``commit = "auto"``), built in the daemon's own
-    index and config; False when there was nothing to commit."""
-    require_present(checkout)
+    index and config; False when there was nothing to commit.
+
+    ``only``: the paths the listing found changed (a copy-on-write checkout's): only
+    those are read and hashed, the rest of the tree is the branch's as it is."""
+    if isolation.overlay is None:  # a layered one was looked at in its layer
+        require_present(checkout)
     script = ["sh", "-c", _shadow_script(), "sh", "commit", branch, message]
+    if only is not None:
+        (isolation.home / _PATHS).write_bytes(b"".join(p.encode() + b"\0" for p in only))
+        script.append(f"{HOME_PATH}/{_PATHS}" if isolation.bwrap else str(isolation.home / _PATHS))
     argv, run_env, cwd = in_checkout(checkout, script, isolation, _identity_env(identity))
     done = await run_bounded(
         argv, timeout=timeout, what=f"committing in {checkout}", env=run_env, cwd=cwd

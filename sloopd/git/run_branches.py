@@ -19,10 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, Protocol
 
-from sloopd.git import checkout, conflicts, runner, scratch
+from sloopd.git import checkout, conflicts, layered, runner, scratch
 from sloopd.git import ops as gitops
 from sloopd.git.checkout import CheckoutError, Isolation
 from sloopd.git.conflicts import Hunks
+from sloopd.git.layered import Layered
+from sloopd.git.shared_trees import SharedTrees
 from sloopd.util import quoting, trees
 from sloopd.util.trash import Trash
 
@@ -76,6 +78,7 @@ class RunBranches:
         *,
         sandboxed: Callable[[str], bool],
         protected: tuple[Path, ...],
+        trees: SharedTrees | None = None,
     ) -> None:
         self.repo = repo
         self.state_dir = state_dir
@@ -93,6 +96,9 @@ class RunBranches:
         self._merged_onto: dict[str, tuple[str, str]] = {}
         # Checkouts set aside by ``fresh``, deleted off the stage's critical path.
         self.trash = Trash(state_dir / "trash")
+        # Copy-on-write checkouts (sloopd.git.layered) for sandboxed runs; None: whole ones.
+        self.trees = trees
+        self._layered: dict[str, Layered] = {}
         # Where sync's merges are computed: no checkout, no agent's settings.
         self.scratch = scratch.ScratchRepository(state_dir / "merge.git", common_dir / "objects")
 
@@ -104,6 +110,33 @@ class RunBranches:
             home=home,
             hide=self.protected,
             bwrap="bwrap" if self._sandboxed(facts.run_id) else None,
+            overlay=made.overlay if (made := self._layered.get(facts.run_id)) else None,
+        )
+
+    def layered(self, run_id: str) -> Layered | None:
+        """The run's copy-on-write checkout as its last execution was given it."""
+        return self._layered.get(run_id)
+
+    def _layering(self, run_id: str) -> bool:
+        # Only in the sandbox: the merged view exists in the namespaces it mounts.
+        return self.trees is not None and self._sandboxed(run_id)
+
+    async def _make_layered(self, facts: RunPlace, commit: str) -> None:
+        """A fresh layer at ``commit``; the previous execution's goes in O(1)."""
+        assert self.trees is not None
+        previous = self._layered.pop(facts.run_id, None)
+        near = tuple(c for c in (facts.base, previous.commit if previous else "") if c)
+        if previous is not None:
+            self.trees.release(previous.chain)
+            self._set_aside(previous.place)
+        worktree = facts.worktree
+        if worktree.is_dir() and not worktree.is_symlink() and any(worktree.iterdir()):
+            self._set_aside(worktree)  # a whole checkout of before: out of the mount's way
+        worktree.mkdir(mode=0o700, parents=True, exist_ok=True)
+        places = self.state_dir / "runs" / facts.run_id / "layers"
+        places.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._layered[facts.run_id] = await layered.make(
+            self.trees, places, facts.branch, commit, near
         )
 
     def places(self, facts: RunPlace) -> tuple[Path, ...]:
@@ -136,9 +169,13 @@ class RunBranches:
         if await gitops.rev_parse(repo, branch) is not None:
             raise gitops.GitError(f"cannot start the run: branch {facts.branch} already exists")
         try:
-            await checkout.create(
-                repo, facts.worktree, facts.branch, base, timeout=runner.CHECKOUT_S
-            )
+            if self._layering(facts.run_id):
+                await checkout.check_ref(f"refs/heads/{facts.branch}", runner.QUICK_S)
+                await self._make_layered(facts, base)
+            else:
+                await checkout.create(
+                    repo, facts.worktree, facts.branch, base, timeout=runner.CHECKOUT_S
+                )
         except CheckoutError as exc:
             # A plain GitError: the run driver settles a run whose checkout could not be
             # made (sloopd.runs.disk_full) and lets a CheckoutError of its own through.
@@ -163,6 +200,9 @@ class RunBranches:
         """
         if self._untouched.pop(facts.run_id, None) == commit:
             return
+        if self._layering(facts.run_id):
+            await self._make_layered(facts, commit)
+            return
         if not self._set_aside(facts.worktree):
             await checkout.remove(facts.worktree)
         await checkout.create(
@@ -185,6 +225,18 @@ class RunBranches:
         a passing sync never asks for a fresh checkout again)."""
         self._untouched.pop(run_id, None)
         self._merged_onto.pop(run_id, None)
+        made = self._layered.pop(run_id, None)
+        if made is not None and self.trees is not None:
+            self.trees.release(made.chain)
+
+    async def keep(self, facts: RunPlace) -> None:
+        """A settled run that did not merge keeps its checkout for a person to read: a
+        copy-on-write one is copied whole into its folder, as its last stage left it
+        (in the sandbox: what is copied is the agent's)."""
+        made = self._layered.get(facts.run_id)
+        if made is None or self.trees is None:
+            return
+        await layered.copy_out(made, facts.worktree, self.isolation(facts))
 
     def _set_aside(self, worktree: Path) -> bool:
         """A checkout (or a run's state folder) out of the way at once, deleted in the

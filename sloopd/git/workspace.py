@@ -24,8 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from sloopd.git import checkout, checkout_edits
+from sloopd.git import checkout, checkout_edits, layered
 from sloopd.git.checkout import CheckoutError, Isolation
+from sloopd.git.layered import Layered
 from sloopd.git.run_branches import RunBranches, RunPlace
 from sloopd.git.runner import CHECKOUT_S
 from sloopd.proc.stage_io import Collected, Exited, Placement
@@ -44,6 +45,7 @@ async def take_back(
     identity: tuple[str, str],
     timeout: float,
     also: Sequence[str] = (),
+    made: Layered | None = None,
 ) -> Collected:
     """What the child left in ``worktree``, recorded in ``repo`` under ``ref``.
 
@@ -51,8 +53,25 @@ async def take_back(
     fetch: one bwrap, the checkout read-only in both), and with ``auto_commit``
     committed, then brought back again.  ``also``: refs that move with ``ref`` in the
     same transaction (the run's branch, for a producing stage).
+
+    ``made``: the copy-on-write checkout the child ran in (``sloopd.git.layered``).
+    What it changed is read from its layer: a stage that left the ``.git`` as made
+    and wrote nothing is recorded at the commit it started from with no git fetch or
+    listing at all, and a listing covers only the paths the layer holds.
     """
-    checkout_edits.require_present(worktree)
+    only: tuple[str, str, Sequence[str]] | None = None
+    if made is None:
+        checkout_edits.require_present(worktree)
+    else:
+        gone = layered.removed(made, worktree)
+        if gone is not None:
+            raise CheckoutError(gone)
+        found = layered.changes(made) if listing else layered.Changes(())
+        if not found and found is not None and layered.git_untouched(made, branch):
+            await layered.record(repo, made.commit, (ref, *also), timeout=timeout)
+            return Collected(made.commit)
+        if found is not None:
+            only = (made.commit, "layered", found.paths)
 
     async def fetch(upload: list[str] | None) -> str:
         return await checkout.bring_back(
@@ -72,16 +91,19 @@ async def take_back(
     else:
         checkout_edits.unlisted(isolation)
         try:
-            tip = await fetch(checkout_edits.listing_upload_pack(worktree, branch, isolation))
+            tip = await fetch(
+                checkout_edits.listing_upload_pack(worktree, branch, isolation, only=only)
+            )
         except CheckoutError as exc:
             # The listing's own failure first, as when it ran before the bring-back.
-            checkout_edits.listed(worktree, isolation, exc.said)
+            checkout_edits.listed(worktree, isolation, exc.said, status=only is not None)
             raise
-        dirty = checkout_edits.listed(worktree, isolation)
+        dirty = checkout_edits.listed(worktree, isolation, status=only is not None)
     if dirty and auto_commit is not None:
         await checkout_edits.commit_all(
-            worktree, branch, auto_commit, isolation, identity=identity, timeout=timeout
-        )
+            worktree, branch, auto_commit, isolation, identity=identity, timeout=timeout,
+            only=dirty if only is not None and len(dirty) < layered.MAX_CHANGES else None,
+        )  # fmt: skip
         tip = await fetch(plain())  # brought back again, with the daemon's commit
         dirty = []
     return Collected(tip, tuple(dirty))
@@ -116,6 +138,7 @@ class LocalWorkspace:
             listing=plan.listing, auto_commit=plan.auto_commit, identity=plan.identity,
             timeout=CHECKOUT_S,
             also=(f"refs/heads/{run.branch}",) if plan.advance else (),
+            made=branches.layered(run.run_id),
         )  # fmt: skip
 
 

@@ -256,6 +256,7 @@ class ChildLauncher(Generic[ChildT]):
             visible_paths=tuple(dict.fromkeys(visible)),
             network=launch.network,
             env=env,
+            overlay=launch.overlay,
         )
 
     async def start(self, launch: StageLaunch, on_lines: OnLines) -> LocalChild[ChildT]:

@@ -77,6 +77,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sloopd.proc import overlay as layers
 from sloopd.util import subproc
 
 CHECKOUT_PATH = "/sloop/work"
@@ -131,6 +132,9 @@ class SandboxSpec:
     network: bool = True
     env: Mapping[str, str] = field(default_factory=dict)
     checkout_writable: bool = True
+    # A copy-on-write checkout (``sloopd.proc.overlay``): mounted at ``checkout`` in the
+    # command's own mount namespace; ``checkout_writable=False`` sees it read-only.
+    overlay: layers.Overlay | None = None
 
 
 def _is_root() -> bool:
@@ -143,12 +147,15 @@ def _absolute(path: Path | str) -> str:
     return os.path.abspath(os.fspath(path))
 
 
-def _namespace_flags(network: bool) -> list[str]:
+def _namespace_flags(network: bool, overlaid: bool = False) -> list[str]:
     """The namespaces of every sandbox; the probe uses exactly these."""
     flags = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if not network:
         flags.append("--unshare-net")
-    if not _is_root():
+    if overlaid:
+        # Inside the overlay's namespace: the child is the daemon's uid again.
+        flags += layers.bwrap_user()
+    elif not _is_root():
         # Unprivileged bwrap needs a user namespace for the others; "-try" also lets a
         # setuid bwrap work where user namespaces are disabled.
         flags.append("--unshare-user-try")
@@ -301,7 +308,8 @@ def command(spec: SandboxSpec, argv: Sequence[str], bwrap: str = "bwrap") -> lis
     """
     if not argv:
         raise ValueError("cannot sandbox an empty command")
-    args = [bwrap, *_namespace_flags(spec.network), *_system_binds(), *_fresh_mounts()]
+    overlaid = spec.overlay is not None
+    args = [bwrap, *_namespace_flags(spec.network, overlaid), *_system_binds(), *_fresh_mounts()]
     args += _home_args() + _hide_args([*_default_hidden(), *spec.hide])
     if spec.objects is not None:
         objects = os.path.realpath(spec.objects)
@@ -310,6 +318,9 @@ def command(spec: SandboxSpec, argv: Sequence[str], bwrap: str = "bwrap") -> lis
     args += ["--remount-ro", "/"]
     args += _env_args({**spec.env, "PWD": CHECKOUT_PATH})
     args += ["--chdir", CHECKOUT_PATH, "--", *argv]
+    if spec.overlay is not None:
+        mount = layers.prefix(spec.overlay, Path(spec.checkout), writable=spec.checkout_writable)
+        return [*mount, *args]
     return args
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sloopd.proc.lines import OnLines
+from sloopd.proc.overlay import Overlay
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +76,9 @@ class StageLaunch:
     # Where the child runs and what is taken back after it, decided once per child
     # (sloopd.runs.placing): the launcher and the workspace are chosen by it.
     placement: Placement | None = None
+    # (0.9.0) A copy-on-write checkout on this host (``sloopd.proc.overlay``): the
+    # sandbox mounts it at ``checkout`` first.  None: ``checkout`` is a whole one.
+    overlay: Overlay | None = None
 
 
 @dataclass(frozen=True, slots=True)

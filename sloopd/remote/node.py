@@ -22,7 +22,7 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import sloopd
@@ -34,7 +34,7 @@ from sloopd.proc.launchers import ChildLauncher, LocalChild, SandboxPlaces
 from sloopd.proc.stage_io import LaunchRefused, StageLaunch
 from sloopd.remote import messages
 from sloopd.remote.relay import Outbox, SocketRelay
-from sloopd.remote.room import Room, RoomError, cache_of, node_dir
+from sloopd.remote.room import NodeTrees, Room, RoomError, cache_of, node_dir
 from sloopd.util import trees
 
 # How long a release waits for a stopped child's end (its grace and SIGKILL: 5 + 5 s).
@@ -170,6 +170,8 @@ class StageRoom:
         # The node's kernel lets a sandbox start: asked at this actor's first stage (a
         # bwrap spawn), not again at each later one.  A refusal is asked again.
         self._sandbox_ok = False
+        # Copy-on-write checkouts of this actor (probed at its first stage).
+        self._trees = NodeTrees(self.root, lambda: _hidden_places(self.root))
 
     async def ready(self) -> bytes:
         """The actor's worker process is up: ``Ready``."""
@@ -199,7 +201,8 @@ class StageRoom:
         try:
             cache = await cache_of(remote.repository)
             await cache.take(bundle, remote.commit)
-            room = held.room = await Room.make(cache, remote.branch, remote.commit)
+            shared = await asyncio.to_thread(self._trees.of, cache)
+            room = held.room = await Room.make(cache, remote.branch, remote.commit, shared)
         except (RoomError, CacheError, checkout.CheckoutError, OSError) as exc:
             raise LaunchRefused(f"the node could not make the stage's checkout: {exc}") from exc
         hide = _hidden_places(self.root)
@@ -215,6 +218,8 @@ class StageRoom:
         launch = node_launch(
             remote, checkout=room.checkout, home=room.home, socket=room.socket, files=room.files
         )
+        if room.made is not None:
+            launch = replace(launch, overlay=room.made.overlay)
         outbox = held.outbox = Outbox(lambda full: _pause(held, full))
         if launch.worker_socket is not None:
             held.relay = SocketRelay(room.socket, outbox)
@@ -281,6 +286,7 @@ class StageRoom:
             held.uncollected = str(exc)
             return messages.encode(messages.Uncollected(str(exc)))
         finally:
+            room.let_go()
             await asyncio.to_thread(room.remove)
             held.room = None
         held.bundle = bundle
@@ -353,6 +359,7 @@ async def _clear(held: _Stage) -> list[str]:
     if held.uncollected is not None:
         problems.append(f"its collect failed: {held.uncollected}")
     if held.room is not None:
+        held.room.let_go()
         try:
             await asyncio.to_thread(held.room.remove)
         except (OSError, trees.NotAFolder) as exc:

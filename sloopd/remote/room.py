@@ -20,16 +20,21 @@ import hashlib
 import os
 import tempfile
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sloopd.git import checkout
+from sloopd.git import checkout, layered
 from sloopd.git.checkout import Isolation
 from sloopd.git.errors import GitError
+from sloopd.git.layered import Layered
 from sloopd.git.node_cache import HAVE_PREFIX, Cache, CacheError
 from sloopd.git.runner import SHIPPING_S
+from sloopd.git.shared_trees import SharedTrees
 from sloopd.git.workspace import take_back
+from sloopd.proc import overlay_probe
 from sloopd.util import trees
+from sloopd.util.trash import Trash
 
 
 def _owner_of(pid: int) -> str:
@@ -41,10 +46,12 @@ def _owner_of(pid: int) -> str:
     return f"{pid} {stat.rsplit(')', 1)[1].split()[19]}"
 
 
-def _sweep_orphans(rooms: Path) -> None:
+def _sweep_orphans(rooms: Path, prefix: str = "") -> None:
     if not rooms.is_dir():
         return
     for room in rooms.iterdir():
+        if not room.name.startswith(prefix):
+            continue
         try:
             owner = (room / "owner").read_text(encoding="ascii").strip()
             pid = int(owner.split()[0])
@@ -80,6 +87,49 @@ async def cache_of(repository: str) -> Cache:
         raise RoomError(str(exc)) from exc
 
 
+class NodeTrees:
+    """This actor's shared trees (copy-on-write checkouts), one set per cache.
+
+    Each actor process keeps its own folder (``trees-<uid>-<pid>``): the layers an
+    actor made are held and evicted by it alone, so two actors on a node never
+    remove what the other uses; a warm actor reuses them stage after stage, and the
+    folder of an actor that is gone is swept by the next (its owner file, as rooms).
+    Where the node allows no overlay (the probe, once per actor) checkouts are whole.
+    """
+
+    def __init__(self, root: Path, hide: Callable[[], tuple[Path, ...]]) -> None:
+        self.root = root
+        self._hide = hide
+        self._mine = root / f"trees-{os.getuid()}-{os.getpid()}"
+        self._trash = Trash(root / "trash")
+        self._by_cache: dict[Path, SharedTrees] = {}
+        self.problem: str | None = None
+        self._probed = False
+
+    def of(self, cache: Cache) -> SharedTrees | None:
+        if not self._probed:
+            self._probed = True
+            _sweep_orphans(self.root, prefix=f"trees-{os.getuid()}-")
+            self.problem = overlay_probe.probe(self._mine)
+            if self.problem is None:
+                (self._mine / "owner").write_text(_owner_of(os.getpid()), encoding="ascii")
+        if self.problem is not None:
+            return None
+        found = self._by_cache.get(cache.path)
+        if found is None:
+            found = self._by_cache[cache.path] = SharedTrees(
+                self._mine / hashlib.sha256(bytes(cache.path)).hexdigest()[:16],
+                cache.path, cache.path / "objects", self._hide(),
+                limit=lambda: TREE_CACHE_BYTES, trash=self._trash,
+            )  # fmt: skip
+        return found
+
+
+# The disk a node's actor gives its shared trees, per cache (the daemon's [repo]
+# tree_cache is the daemon host's; a node has its own disk and its own bound).
+TREE_CACHE_BYTES = 2 << 30
+
+
 @dataclass
 class Room:
     """One execution's checkout, HOME, files and socket on the node."""
@@ -87,6 +137,9 @@ class Room:
     cache: Cache
     root: Path
     branch: str
+    # A copy-on-write checkout and the trees it holds; None: a whole one.
+    made: Layered | None = None
+    shared: SharedTrees | None = None
 
     @property
     def checkout(self) -> Path:
@@ -108,11 +161,14 @@ class Room:
         git_home = self.root / "git-home"
         git_home.mkdir(mode=0o700, exist_ok=True)
         return Isolation(
-            objects=self.cache.path / "objects", home=git_home, hide=hide, bwrap="bwrap"
-        )
+            objects=self.cache.path / "objects", home=git_home, hide=hide, bwrap="bwrap",
+            overlay=self.made.overlay if self.made is not None else None,
+        )  # fmt: skip
 
     @classmethod
-    async def make(cls, cache: Cache, branch: str, commit: str) -> Room:
+    async def make(
+        cls, cache: Cache, branch: str, commit: str, shared: SharedTrees | None = None
+    ) -> Room:
         rooms = cache.path.parent / "rooms"
         await asyncio.to_thread(_sweep_orphans, rooms)
         root = rooms / uuid.uuid4().hex[:16]
@@ -122,8 +178,21 @@ class Room:
         (root / "owner").write_text(_owner_of(os.getpid()), encoding="ascii")
         room = cls(cache, root, branch)
         room.files.mkdir(mode=0o700)
-        await checkout.create(cache.path, room.checkout, branch, commit, timeout=SHIPPING_S)
+        if shared is None:
+            await checkout.create(cache.path, room.checkout, branch, commit, timeout=SHIPPING_S)
+            return room
+        await checkout.check_ref(f"refs/heads/{branch}", SHIPPING_S)
+        room.checkout.mkdir(mode=0o700)  # the mount point: the merged view is the sandbox's
+        (root / "layers").mkdir(mode=0o700)
+        room.made = await layered.make(shared, root / "layers", branch, commit)
+        room.shared = shared
         return room
+
+    def let_go(self) -> None:
+        """The room's trees are no longer held (in the loop's thread: eviction may run)."""
+        if self.made is not None and self.shared is not None:
+            self.shared.release(self.made.chain)
+        self.shared = None
 
     async def collect(
         self, hide: tuple[Path, ...], *, start: str, base: str, auto_commit: str | None,
@@ -138,6 +207,7 @@ class Room:
                 self.cache.path, self.checkout, self.branch,
                 f"{HAVE_PREFIX}work-{uuid.uuid4().hex}", base, isolation,
                 listing=True, auto_commit=auto_commit, identity=identity, timeout=SHIPPING_S,
+                made=self.made,
             )  # fmt: skip
             tip, dirty = work.tip, list(work.uncommitted)
             bundle = b"" if tip == start else await self.cache.bundle(tip, start, max_bundle)

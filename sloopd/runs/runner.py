@@ -234,6 +234,8 @@ class RunManager:
             case stops.Settle() as settle:
                 if settle.outcome == "merged":
                     await self._remove_merged_worktree(facts.run_id)
+                elif not settle.requeue:  # queued again: the next attempt removes it
+                    await self._keep_worktree(facts)
                 self.records.settle(
                     facts.run_id,
                     settle.outcome,
@@ -245,6 +247,14 @@ class RunManager:
                 )
                 return True
         return False
+
+    async def _keep_worktree(self, facts: RunFacts) -> None:
+        # A copy-on-write checkout is copied whole for a person to read; a failure to
+        # does not change how the run ends (its branch and refs hold the work).
+        try:
+            await self.branches.keep(facts)
+        except (gitops.GitError, OSError) as exc:
+            log.warning("%s: its checkout could not be kept whole: %s", facts.run_id, exc)
 
     async def _remove_merged_worktree(self, run_id: str) -> None:
         # Gone before the run reads merged, so no one sees a merged run that still

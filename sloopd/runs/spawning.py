@@ -23,6 +23,7 @@ from sloopd.flows.presets import configured_model
 from sloopd.git.run_branches import repository_identity
 from sloopd.proc.child_files import ChildFiles
 from sloopd.proc.lines import OutputBudget
+from sloopd.proc.overlay import Overlay
 from sloopd.proc.sandbox import PROMPT_PATH
 from sloopd.proc.stage_io import Launcher, LaunchRefused, Limits, Placement, StageEnd, StageLaunch
 from sloopd.runs import budget as budgets
@@ -77,12 +78,15 @@ class ChildStarter:
         credentials: Credentials,
         socket_path: Callable[[str], Path],
         launchers: Mapping[str, Launcher],
+        overlay_of: Callable[[str], Overlay | None] = lambda _run: None,
     ) -> None:
         self.layout = layout
         self.records = records
         self.credentials = credentials
         self.socket_path = socket_path
         self.launchers = launchers  # by the placement's ``where``
+        # A run's copy-on-write checkout, as its workspace made it (None: a whole one).
+        self.overlay_of = overlay_of
         # The child's HOME and token, made anew for each child.
         self.files = ChildFiles(layout.state_dir, lambda: repository_identity(layout.repo))
 
@@ -137,6 +141,7 @@ class ChildStarter:
             prompt_file=prompt_file,
             network=stage.network,
             placement=placement,
+            overlay=self.overlay_of(facts.run_id),
         )
 
     async def run(

@@ -36,6 +36,7 @@ CHECKS = [
     "socket",
     "version",
     "sandbox",
+    "workspaces",
     "clis",
     "executor",
     "prompt",

@@ -324,7 +324,9 @@ def node_room(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]
     async def cache_of(repository: str) -> Any:
         return cache
 
-    async def make(cls: Any, cache: Any, branch: str, commit: str) -> room_module.Room:
+    async def make(
+        cls: Any, cache: Any, branch: str, commit: str, shared: Any = None
+    ) -> room_module.Room:
         root = tmp_path / "rooms" / str(len(seen["rooms"]))
         made = room_module.Room(cache, root, branch)
         made.files.mkdir(parents=True)

@@ -41,7 +41,8 @@ export function dashboard(main) {
 }
 
 function render(top, slots, data, now, opened, toggle) {
-  top.update("gate", [data.gate, data.next_wake, data.daemon?.store_fault], now,
+  top.update("gate", [data.gate, data.next_wake, data.daemon?.store_fault,
+    data.daemon?.sandbox?.workspaces], now,
     () => gateSection(data));
   top.update("usage", [data.usage, data.recent_total, data.runs?.length, data.tickets?.length], now,
     () => section("Totals",
@@ -135,7 +136,16 @@ function gateSection(data) {
       gate.until_ms ? h("span", {}, " until ", when(gate.until_ms)) : ""),
     data.next_wake ? h("p", {class: "muted"}, "Next look at the queue: ", when(data.next_wake)) : null,
     fault ? problemBox({code: `store ${fault.reason}`, message: fault.detail}) : null,
+    wholeCheckouts(data.daemon?.sandbox?.workspaces),
     gateActions(gate));
+}
+
+// Since 0.9.0: a host without copy-on-write checkouts makes a whole one per stage,
+// whose start grows with the tree; the daemon says why, and so does the page.
+function wholeCheckouts(workspaces) {
+  if (!workspaces || workspaces.mode !== "whole") return null;
+  return h("p", {id: "checkouts", class: "muted"},
+    "Stages start in whole checkouts (slower on large trees): ", String(workspaces.reason ?? ""));
 }
 
 function runsSection(runs, now) {
