@@ -113,36 +113,39 @@ def require_present(checkout: Path) -> None:
 # the fetch's standard error, which the daemon reads bounded like any git's: written
 # to a file of the state directory, an agent's repository made it hundreds of MiB
 # (a git error per line of a 96 MiB alternates file, for each git of the listing).
-_LISTING = """list() {{
+# The shadow git directory both listings start from, and how they end: the list and
+# the file that says it is whole.
+_LIST_START = """list() {{
 work="$PWD"; shadow="$HOME/.sloop-shadow"
 parent=$({git} --git-dir="$work/.git" rev-parse --verify --quiet \
   "refs/heads/$SLOOP_BRANCH^{{commit}}") || return 1
 rm -rf "$shadow" || return 1
 {git} init -q --bare --template= "$shadow" || return 1
 printf '%s\\n' "$work/.git/objects" > "$shadow/objects/info/alternates" || return 1
-view() {{ {git} --git-dir="$shadow" --work-tree="$work" "$@"; }}
+"""
+_LIST_END = """}}
+list < /dev/null > "$HOME/{listed}" || exit 3
+: > "$HOME/{whole}" || exit 3
+"""
+_LISTING = (
+    _LIST_START
+    + """view() {{ {git} --git-dir="$shadow" --work-tree="$work" "$@"; }}
 view read-tree "$parent" || return 1
 view add -A || return 1
 {{ view diff --cached --name-only -z "$parent"; echo $? > "$shadow/diffed"; }} | head -c {cap}
 read diffed < "$shadow/diffed" || return 1
 [ "$diffed" = 0 ] || [ "$diffed" = 141 ]  # 141: SIGPIPE, the list past its cap
-}}
-list < /dev/null > "$HOME/{listed}" || exit 3
-: > "$HOME/{whole}" || exit 3
 """
+    + _LIST_END
+)
 # The same list for a copy-on-write checkout, over the paths its layer holds only
 # (``sloopd.git.layered.changes``, in ``_PATHS`` of the git HOME, NUL-separated) and
 # those the stage's commits changed: a status limited to them (untracked included,
 # ignored not), its lines ``XY path`` read back by ``listed``.  Nothing outside those
 # paths is read, so the listing costs what the stage wrote, not the tree.
-_LISTING_PATHS = """list() {{
-work="$PWD"; shadow="$HOME/.sloop-shadow"
-parent=$({git} --git-dir="$work/.git" rev-parse --verify --quiet \
-  "refs/heads/$SLOOP_BRANCH^{{commit}}") || return 1
-rm -rf "$shadow" || return 1
-{git} init -q --bare --template= "$shadow" || return 1
-printf '%s\\n' "$work/.git/objects" > "$shadow/objects/info/alternates" || return 1
-{git} --git-dir="$shadow" read-tree "$parent" || return 1
+_LISTING_PATHS = (
+    _LIST_START
+    + """{git} --git-dir="$shadow" read-tree "$parent" || return 1
 {git} --git-dir="$shadow" update-ref --no-deref HEAD "$parent" || return 1
 {{ cat "$HOME/{paths}" && {git} --git-dir="$work/.git" diff-tree -r -z --name-only \
   --no-renames "$SLOOP_START" "$parent"; }} > "$shadow/paths" || return 1
@@ -151,10 +154,9 @@ printf '%s\\n' "$work/.git/objects" > "$shadow/objects/info/alternates" || retur
   echo $? > "$shadow/diffed"; }} | head -c {cap}
 read diffed < "$shadow/diffed" || return 1
 [ "$diffed" = 0 ] || [ "$diffed" = 125 ]  # 125: xargs's git killed by SIGPIPE, past the cap
-}}
-list < /dev/null > "$HOME/{listed}" || exit 3
-: > "$HOME/{whole}" || exit 3
 """
+    + _LIST_END
+)
 _PATHS = ".sloop-paths"
 
 # The names of what an agent left are listed up to this many bytes, the rest dropped.

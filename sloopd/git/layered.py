@@ -16,9 +16,13 @@ need be fetched).  The layer is thrown away with the execution: set aside in O(1
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import os
 import stat
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +31,8 @@ from sloopd.git.checkout import CheckoutError, Isolation
 from sloopd.git.shared_trees import SharedTrees
 from sloopd.proc.overlay import Overlay, is_whiteout
 from sloopd.proc.sandbox import CHECKOUT_PATH, Mount, SandboxSpec, command
+
+log = logging.getLogger(__name__)
 
 # Paths of a stage's layer read back by name at most; past it the daemon lists the
 # checkout the slow way (a status over every file).
@@ -210,7 +216,8 @@ async def copy_out(made: Layered, worktree: Path, isolation: Isolation) -> None:
         checkout_writable=False, overlay=made.overlay,
         rw_mounts=(Mount(worktree, KEEP_PATH, writable=True),),
     )  # fmt: skip
-    argv = command(spec, ["cp", "-a", "--", f"{CHECKOUT_PATH}/.", f"{KEEP_PATH}/"])
+    copy = ["cp", "-a", "--", f"{CHECKOUT_PATH}/.", f"{KEEP_PATH}/"]
+    argv = ["nice", "-n", "19", *command(spec, copy)]  # a person's copy: last in line
     done = await checkout.run_bounded(argv, timeout=runner.CHECKOUT_S, what=f"keeping {worktree}")
     if done.returncode != 0:
         raise CheckoutError(f"cannot keep {worktree}: {checkout.git_reason(done.stderr)}.")
@@ -229,3 +236,47 @@ async def record(repo: Path, sha: str, refs: tuple[str, ...], *, timeout: float)
     )  # fmt: skip
     if done.returncode != 0:
         raise CheckoutError(f"{what} failed: {checkout.git_reason(done.stderr)}.")
+
+
+class Keeper:
+    """Whole copies of settled runs' last checkouts, made one at a time off the runs'
+    path (``nice`` 19): a run that did not merge settles at once, and its checkout
+    folder fills after.  A copy still waiting or running when its folder is removed
+    (the ticket's next attempt, ``gc``) or the daemon stops is cancelled; its chain of
+    shared trees is held until then."""
+
+    def __init__(self, release: Callable[[Layered], None]) -> None:
+        self._release = release
+        self._slot = asyncio.Semaphore(1)
+        self._copies: dict[Path, asyncio.Task[None]] = {}
+
+    def keep(self, made: Layered, worktree: Path, isolation: Isolation) -> None:
+        task = asyncio.get_running_loop().create_task(self._copy(made, worktree, isolation))
+        self._copies[worktree] = task
+
+    async def _copy(self, made: Layered, worktree: Path, isolation: Isolation) -> None:
+        try:
+            async with self._slot:
+                await copy_out(made, worktree, isolation)
+        except (CheckoutError, OSError) as exc:
+            log.warning("the checkout %s could not be kept whole: %s", worktree, exc)
+        finally:
+            self._release(made)
+            self._copies.pop(worktree, None)
+
+    async def cancel(self, worktree: Path) -> None:
+        """No copy into ``worktree`` goes on (it is about to be removed)."""
+        task = self._copies.pop(worktree, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def stop(self) -> None:
+        for task in list(self._copies.values()):
+            task.cancel()
+
+    async def settled(self) -> None:
+        """Every copy asked for so far is made (tests, and a daemon that waits for them)."""
+        while self._copies:
+            await asyncio.gather(*self._copies.values(), return_exceptions=True)

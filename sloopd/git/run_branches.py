@@ -99,6 +99,7 @@ class RunBranches:
         # Copy-on-write checkouts (sloopd.git.layered) for sandboxed runs; None: whole ones.
         self.trees = trees
         self._layered: dict[str, Layered] = {}
+        self.keeper = layered.Keeper(self._let_go)
         # Where sync's merges are computed: no checkout, no agent's settings.
         self.scratch = scratch.ScratchRepository(state_dir / "merge.git", common_dir / "objects")
 
@@ -229,14 +230,21 @@ class RunBranches:
         if made is not None and self.trees is not None:
             self.trees.release(made.chain)
 
-    async def keep(self, facts: RunPlace) -> None:
+    def keep(self, facts: RunPlace) -> None:
         """A settled run that did not merge keeps its checkout for a person to read: a
         copy-on-write one is copied whole into its folder, as its last stage left it
-        (in the sandbox: what is copied is the agent's)."""
+        (in the sandbox: what is copied is the agent's), after the run settled
+        (``layered.Keeper``); its shared trees are held till then."""
         made = self._layered.get(facts.run_id)
         if made is None or self.trees is None:
             return
-        await layered.copy_out(made, facts.worktree, self.isolation(facts))
+        isolation = self.isolation(facts)
+        del self._layered[facts.run_id]  # the keeper lets its trees go, not ``forget``
+        self.keeper.keep(made, facts.worktree, isolation)
+
+    def _let_go(self, made: Layered) -> None:
+        if self.trees is not None:
+            self.trees.release(made.chain)
 
     def _set_aside(self, worktree: Path) -> bool:
         """A checkout (or a run's state folder) out of the way at once, deleted in the
@@ -247,8 +255,10 @@ class RunBranches:
             raise CheckoutError(str(exc)) from exc
 
     def stop_sweeping(self) -> None:
-        """The daemon stops: the trash's backlog never holds the stop (``Trash.stop``)."""
+        """The daemon stops: the trash's backlog never holds the stop (``Trash.stop``),
+        nor a kept checkout still being copied."""
         self.trash.stop()
+        self.keeper.stop()
 
     async def base(self, facts: RunPlace) -> str:
         if facts.base:
@@ -349,5 +359,6 @@ class RunBranches:
         if (path / ".git").is_file():
             await gitops.remove_worktree(self.repo, path)
             return
+        await self.keeper.cancel(path)  # no copy fills a folder once it is set aside
         if not self._set_aside(path):
             await checkout.remove(path)

@@ -78,6 +78,18 @@ json.dump(seen, open(os.path.join(flags, "seen.json"), "w"))
 """
 
 
+def copying(kept: Path) -> bool:
+    """Whether the daemon's ``cp`` into a kept checkout still runs."""
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[:1] == [b"cp"] and b"/sloop/keep/" in argv:
+            return True
+    return False
+
+
 def trees_root(bench: Bench) -> Path:
     return bench.state_dir / f"trees-{os.getuid()}"
 
@@ -193,8 +205,15 @@ def test_an_agent_cannot_write_through_its_layer_into_the_shared_tree_or_another
                 assert path.stat().st_mode & 0o777 != 0o777, path
     # main holds none of it.
     assert git(bench.repo, "show", "main:src/f1.txt") == "orig 1"
-    # The failed run keeps a whole checkout to read, as its agent left it.
+    # The failed run keeps a whole checkout to read, as its agent left it (copied
+    # after it settled).
     kept = bench.worktree_of("R1")
+
+    def copied() -> bool:
+        names = ("planted.txt", ".git/HEAD", "src/f19.txt", "src/f2.txt")
+        return all((kept / name).is_file() for name in names) and not copying(kept)
+
+    wait_until(copied, timeout=60, interval=0.1)
     assert (kept / "planted.txt").read_text() == "planted\n"
     assert not (kept / "src" / "f0.txt").exists()
     assert (kept / "src" / "f2.txt").read_text().startswith("EVIL")
