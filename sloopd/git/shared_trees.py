@@ -206,21 +206,17 @@ class SharedTrees:
         return done.stdout.count("\0")
 
     async def _parent_for(self, tree: str, near: list[str]) -> str | None:
-        """The layer to stack ``tree`` over: the one it differs least from, if small."""
+        """The layer to stack ``tree`` over: the first of ``near`` (then of the layers
+        used last) it differs from by little.  One ``diff-tree`` per candidate tried, and
+        the run's own commits first: in a drain that is one git per tree made."""
         recent = sorted(self._layers.values(), key=lambda layer: -layer.used)[:4]
-        candidates = dict.fromkeys([*near, *(layer.key for layer in recent)])
-        best: tuple[int, str] | None = None
-        for key in candidates:
+        for key in dict.fromkeys([*near, *(layer.key for layer in recent)]):
             layer = self._layers.get(key)
             if layer is None or layer.depth + 1 > MAX_DEPTH:
                 continue
-            changes = await self._changes(key, tree)
-            if best is None or changes < best[0]:
-                best = (changes, key)
-        if best is None:
-            return None
-        changes, key = best
-        return key if changes <= max(SMALL_DIFF, self._layers[key].entries // 4) else None
+            if await self._changes(key, tree) <= max(SMALL_DIFF, layer.entries // 4):
+                return key
+        return None
 
     async def _build(self, tree: str, commit: str, near: list[str]) -> None:
         parent = await self._parent_for(tree, near)
