@@ -40,6 +40,12 @@ async def _git(repo: Path, *args: str, stdin: bytes | None = None, what: str) ->
     return done.stdout.strip()
 
 
+# Commits this process found in each cache (a warm actor's next stage on the same
+# commit asks git nothing): objects are fetched into a cache and never removed.
+_SEEN: dict[Path, set[str]] = {}
+_SEEN_AT_MOST = 10_000
+
+
 @dataclass
 class Cache:
     """The node's bare repository for one daemon repository."""
@@ -103,7 +109,14 @@ class Cache:
         await self.keep(commit)
 
     async def has(self, commit: str) -> bool:
+        if commit in _SEEN.get(self.path, ()):
+            return True  # this process saw it there; the cache is never pruned of objects
         done = await _GIT.run(self.path, "cat-file", "-e", f"{commit}^{{commit}}")
+        if done.returncode == 0:
+            seen = _SEEN.setdefault(self.path, set())
+            if len(seen) > _SEEN_AT_MOST:
+                seen.clear()
+            seen.add(commit)
         return done.returncode == 0
 
     async def keep(self, commit: str) -> None:

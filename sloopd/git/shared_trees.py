@@ -54,6 +54,8 @@ MAX_DEPTH = 16
 # A difference is made when it changes at most this many paths, or a quarter of the tree.
 SMALL_DIFF = 512
 _BUILDING = ".building-"
+# Commits whose tree is remembered, at most (then forgotten at once: a drain's worth).
+_TREES_REMEMBERED = 20_000
 # A layer's name is its tree's id: nothing else is ever made a folder name here.
 _OBJECT_ID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?\Z")
 # The unborn branch a layer's HEAD names: a stage's own layer writes the real HEAD.
@@ -92,6 +94,7 @@ class SharedTrees:
         self._layers: dict[str, _Layer] = {}
         self._holds: Counter[str] = Counter()
         self._building: dict[str, asyncio.Future[None]] = {}
+        self._tree_of: dict[str, str] = {}  # commit -> its tree
         self._loaded = False
 
     def _load(self) -> None:
@@ -178,8 +181,12 @@ class SharedTrees:
         self._evict(keep=None)
 
     async def _trees(self, commits: Sequence[str]) -> list[str]:
-        """The tree ids of ``commits`` (full commit ids, the daemon's own), in order."""
+        """The tree ids of ``commits`` (full commit ids, the daemon's own), in order;
+        remembered (a commit's tree never changes), so a stage's start asks git nothing
+        when its commit was seen before."""
         named = list(dict.fromkeys(c for c in commits if c))
+        if all(c in self._tree_of for c in named):
+            return [self._tree_of[c] for c in named]
         if not all(_OBJECT_ID.match(c) for c in named):
             raise CheckoutError(f"not a full commit id: {named!r}")
         done = await checkout.run_bounded(
@@ -193,6 +200,9 @@ class SharedTrees:
             raise CheckoutError(f"cannot read the tree of {named[0][:12]}: {said}.")
         if not all(_OBJECT_ID.match(tree) for tree in found):
             raise CheckoutError(f"git named no tree for {named[0][:12]}")
+        if len(self._tree_of) > _TREES_REMEMBERED:
+            self._tree_of.clear()
+        self._tree_of.update(zip(named, found, strict=True))
         return found
 
     async def _changes(self, parent: str, tree: str) -> int:

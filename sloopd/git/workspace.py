@@ -46,6 +46,7 @@ async def take_back(
     timeout: float,
     also: Sequence[str] = (),
     made: Layered | None = None,
+    record_unchanged: bool = True,
 ) -> Collected:
     """What the child left in ``worktree``, recorded in ``repo`` under ``ref``.
 
@@ -54,7 +55,9 @@ async def take_back(
     committed, then brought back again.  ``also``: refs that move with ``ref`` in the
     same transaction (the run's branch, for a producing stage).
 
-    ``made``: the copy-on-write checkout the child ran in (``sloopd.git.layered``).
+    ``made``: the copy-on-write checkout the child ran in (``sloopd.git.layered``);
+    ``record_unchanged=False``: such a stage's start commit is not recorded again (a
+    node's cache holds it already).
     What it changed is read from its layer: a stage that left the ``.git`` as made
     and wrote nothing is recorded at the commit it started from with no git fetch or
     listing at all, and a listing covers only the paths the layer holds.
@@ -68,7 +71,8 @@ async def take_back(
             raise CheckoutError(gone)
         found = layered.changes(made) if listing else layered.Changes(())
         if not found and found is not None and layered.git_untouched(made, branch):
-            await layered.record(repo, made.commit, (ref, *also), timeout=timeout)
+            if record_unchanged:
+                await layered.record(repo, made.commit, (ref, *also), timeout=timeout)
             return Collected(made.commit)
         if found is not None:
             only = (made.commit, "layered", found.paths)

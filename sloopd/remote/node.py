@@ -281,7 +281,8 @@ class StageRoom:
                 identity=asked.identity,
                 max_bundle=asked.max_bundle,
             )
-            await room.cache.keep(tip)
+            if tip != asked.start:  # the start is a have already (shipped or kept)
+                await room.cache.keep(tip)
         except (RoomError, CacheError, LaunchRefused) as exc:
             held.uncollected = str(exc)
             return messages.encode(messages.Uncollected(str(exc)))

@@ -207,7 +207,7 @@ class Room:
                 self.cache.path, self.checkout, self.branch,
                 f"{HAVE_PREFIX}work-{uuid.uuid4().hex}", base, isolation,
                 listing=True, auto_commit=auto_commit, identity=identity, timeout=SHIPPING_S,
-                made=self.made,
+                made=self.made, record_unchanged=False,
             )  # fmt: skip
             tip, dirty = work.tip, list(work.uncommitted)
             bundle = b"" if tip == start else await self.cache.bundle(tip, start, max_bundle)
