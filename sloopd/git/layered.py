@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 # Paths of a stage's layer read back by name at most; past it the daemon lists the
 # checkout the slow way (a status over every file).
 MAX_CHANGES = 4096
+# A kept checkout of a tree this small is copied before its run settles; a larger one
+# after (its copy costs the tree: seconds at 100,000 files).
+KEEP_AT_ONCE = 5_000
 # Where ``copy_out`` sees the folder it fills.
 KEEP_PATH = "/sloop/keep"
 
@@ -239,8 +242,8 @@ async def record(repo: Path, sha: str, refs: tuple[str, ...], *, timeout: float)
 
 
 class Keeper:
-    """Whole copies of settled runs' last checkouts, made one at a time off the runs'
-    path (``nice`` 19): a run that did not merge settles at once, and its checkout
+    """Whole copies of settled runs' last checkouts of large trees, made one at a time
+    off the runs' path (``nice`` 19): such a run settles at once, and its checkout
     folder fills after.  A copy still waiting or running when its folder is removed
     (the ticket's next attempt, ``gc``) or the daemon stops is cancelled; its chain of
     shared trees is held until then."""
@@ -248,11 +251,11 @@ class Keeper:
     def __init__(self, release: Callable[[Layered], None]) -> None:
         self._release = release
         self._slot = asyncio.Semaphore(1)
-        self._copies: dict[Path, asyncio.Task[None]] = {}
+        self._copies: dict[Path, tuple[asyncio.Task[None], Layered]] = {}
 
     def keep(self, made: Layered, worktree: Path, isolation: Isolation) -> None:
         task = asyncio.get_running_loop().create_task(self._copy(made, worktree, isolation))
-        self._copies[worktree] = task
+        self._copies[worktree] = (task, made)
 
     async def _copy(self, made: Layered, worktree: Path, isolation: Isolation) -> None:
         try:
@@ -261,22 +264,30 @@ class Keeper:
         except (CheckoutError, OSError) as exc:
             log.warning("the checkout %s could not be kept whole: %s", worktree, exc)
         finally:
-            self._release(made)
-            self._copies.pop(worktree, None)
+            self._done(worktree)
+
+    def _done(self, worktree: Path) -> None:
+        """The trees of ``worktree``'s copy let go, once (a task cancelled before it
+        began never reaches its own ``finally``)."""
+        entry = self._copies.pop(worktree, None)
+        if entry is not None:
+            self._release(entry[1])
 
     async def cancel(self, worktree: Path) -> None:
         """No copy into ``worktree`` goes on (it is about to be removed)."""
-        task = self._copies.pop(worktree, None)
-        if task is not None:
-            task.cancel()
+        entry = self._copies.get(worktree)
+        if entry is not None:
+            entry[0].cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await task
+                await entry[0]
+            self._done(worktree)
 
     def stop(self) -> None:
-        for task in list(self._copies.values()):
+        for worktree, (task, _made) in list(self._copies.items()):
             task.cancel()
+            self._done(worktree)
 
     async def settled(self) -> None:
         """Every copy asked for so far is made (tests, and a daemon that waits for them)."""
         while self._copies:
-            await asyncio.gather(*self._copies.values(), return_exceptions=True)
+            await asyncio.gather(*(t for t, _m in self._copies.values()), return_exceptions=True)

@@ -230,15 +230,20 @@ class RunBranches:
         if made is not None and self.trees is not None:
             self.trees.release(made.chain)
 
-    def keep(self, facts: RunPlace) -> None:
-        """A settled run that did not merge keeps its checkout for a person to read: a
+    async def keep(self, facts: RunPlace) -> None:
+        """A run that did not merge keeps its checkout for a person to read: a
         copy-on-write one is copied whole into its folder, as its last stage left it
-        (in the sandbox: what is copied is the agent's), after the run settled
-        (``layered.Keeper``); its shared trees are held till then."""
+        (in the sandbox: what is copied is the agent's).  Before the run settles when
+        its tree is small (a person, or a script, reads it as soon as the run shows its
+        end, as before 0.9.0); for a tree of more than ``layered.KEEP_AT_ONCE`` files,
+        after it (``layered.Keeper``), its shared trees held till then."""
         made = self._layered.get(facts.run_id)
         if made is None or self.trees is None:
             return
         isolation = self.isolation(facts)
+        if self.trees.entries(made.chain[0]) <= layered.KEEP_AT_ONCE:
+            await layered.copy_out(made, facts.worktree, isolation)
+            return
         del self._layered[facts.run_id]  # the keeper lets its trees go, not ``forget``
         self.keeper.keep(made, facts.worktree, isolation)
 

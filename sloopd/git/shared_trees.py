@@ -306,6 +306,11 @@ class SharedTrees:
             todo += above.get(each, [])
         return found
 
+    def entries(self, key: str) -> int:
+        """How many files the tree ``key`` holds (its index's count)."""
+        layer = self._layers.get(key)
+        return layer.entries if layer is not None else 0
+
     @property
     def size(self) -> int:
         return sum(layer.size for layer in self._layers.values())

@@ -235,7 +235,7 @@ class RunManager:
                 if settle.outcome == "merged":
                     await self._remove_merged_worktree(facts.run_id)
                 elif not settle.requeue:  # queued again: the next attempt removes it
-                    self._keep_worktree(facts)
+                    await self._keep_worktree(facts)
                 self.records.settle(
                     facts.run_id,
                     settle.outcome,
@@ -248,11 +248,11 @@ class RunManager:
                 return True
         return False
 
-    def _keep_worktree(self, facts: RunFacts) -> None:
-        # A copy-on-write checkout is copied whole for a person to read, after the run
-        # settled; a failure to does not change how it ended (its branch holds the work).
+    async def _keep_worktree(self, facts: RunFacts) -> None:
+        # A copy-on-write checkout is copied whole for a person to read (a large one
+        # after the run settled); a failure to does not change how it ended.
         try:
-            self.branches.keep(facts)
+            await self.branches.keep(facts)
         except (gitops.GitError, OSError) as exc:
             log.warning("%s: its checkout could not be kept whole: %s", facts.run_id, exc)
 

@@ -4,6 +4,7 @@ overlayfs leaves them (a whiteout is a character device 0/0)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 from pathlib import Path
@@ -127,3 +128,34 @@ def test_paths_overlayfs_cannot_be_given_are_refused() -> None:
     assert overlay.usable_path(Path("/var/lib/sloop/state"))
     for bad in ("/a,b", "/a:b", "/a\\b"):
         assert not overlay.usable_path(Path(bad))
+
+
+def test_the_keeper_copies_one_at_a_time_and_lets_go_of_the_trees(
+    made: Layered, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    running: list[Path] = []
+    most = 0
+    released: list[Layered] = []
+
+    async def copy_out(made: Layered, worktree: Path, isolation: object) -> None:
+        nonlocal most
+        running.append(worktree)
+        most = max(most, len(running))
+        await asyncio.sleep(0.01)
+        running.remove(worktree)
+        (worktree / "copied").write_text("x")
+
+    monkeypatch.setattr(layered, "copy_out", copy_out)
+
+    async def go() -> None:
+        keeper = layered.Keeper(released.append)
+        for n in range(3):
+            (tmp_path / f"k{n}").mkdir()
+            keeper.keep(made, tmp_path / f"k{n}", None)  # type: ignore[arg-type]
+        await keeper.cancel(tmp_path / "k2")  # its folder is about to be removed
+        await keeper.settled()
+
+    asyncio.run(go())
+    assert most == 1
+    assert [(tmp_path / f"k{n}" / "copied").exists() for n in range(3)] == [True, True, False]
+    assert len(released) == 3  # a cancelled copy lets go of its trees too
