@@ -169,19 +169,19 @@ def listing_upload_pack(
     branch: str,
     isolation: Isolation,
     *,
-    only: tuple[str, str, Sequence[str]] | None = None,
+    only: tuple[str, Sequence[str]] | None = None,
 ) -> list[str]:
     """``checkout.upload_pack_command`` that lists what differs from ``branch``'s tip first
     (``uncommitted``'s answer, read back by ``listed``); call ``unlisted`` before it runs.
 
-    ``only``: (the commit the stage started from, ``"layered"``, the paths its layer
-    holds): a copy-on-write checkout, listed over those paths alone."""
+    ``only``: (the commit the stage started from, the paths its layer holds): a
+    copy-on-write checkout, listed over those paths alone."""
     git = shlex.join(hardened_git())
     env = {"SLOOP_BRANCH": branch}
     if only is None:
         before = _LISTING.format(git=git, listed=_LISTED, whole=_WHOLE, cap=LISTED_BYTES)
     else:
-        start, _kind, paths = only
+        start, paths = only
         (isolation.home / _PATHS).write_bytes(b"".join(p.encode() + b"\0" for p in paths))
         env["SLOOP_START"] = start
         before = _LISTING_PATHS.format(

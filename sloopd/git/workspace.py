@@ -62,7 +62,7 @@ async def take_back(
     and wrote nothing is recorded at the commit it started from with no git fetch or
     listing at all, and a listing covers only the paths the layer holds.
     """
-    only: tuple[str, str, Sequence[str]] | None = None
+    only: tuple[str, Sequence[str]] | None = None
     if made is None:
         checkout_edits.require_present(worktree)
     else:
@@ -75,7 +75,7 @@ async def take_back(
                 await layered.record(repo, made.commit, (ref, *also), timeout=timeout)
             return Collected(made.commit)
         if found is not None:
-            only = (made.commit, "layered", found.paths)
+            only = (made.commit, found.paths)
 
     async def fetch(upload: list[str] | None) -> str:
         return await checkout.bring_back(
