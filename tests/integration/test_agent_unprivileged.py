@@ -96,6 +96,10 @@ def test_a_preset_merges_with_the_daemon_running_as_an_unprivileged_user(
         bench.prefix = unprivileged.prefix(needed)
         bench.start()
         assert daemon_uid(bench) == unprivileged.NOBODY_UID
+        # 0.9.0: copy-on-write checkouts work for a service user too (a user namespace,
+        # userxattr, the child nobody again).
+        workspaces = bench.dashboard()["daemon"]["sandbox"]["workspaces"]
+        assert workspaces == {"mode": "layered", "reason": None}, workspaces
         if preset == "example":
             bench.post("hello")
             run = bench.wait_run("hello#1", timeout=RUN_TIMEOUT_S)
