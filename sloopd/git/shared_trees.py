@@ -230,6 +230,20 @@ class SharedTrees:
 
     async def _build(self, tree: str, commit: str, near: list[str]) -> None:
         parent = await self._parent_for(tree, near)
+        if parent is not None and parent not in self._layers:
+            parent = None  # evicted while it was compared: made whole instead
+        # The parent's chain is held while the difference is made over it: a stage
+        # letting go of its trees meanwhile must not evict what the build reads.
+        under = self.chain(parent) if parent is not None else ()
+        self._holds.update(under)
+        try:
+            await self._build_over(tree, commit, parent)
+        finally:
+            self._holds.subtract(under)
+            self._holds += Counter()  # drops the keys no one holds any more
+        self._evict(keep=tree)
+
+    async def _build_over(self, tree: str, commit: str, parent: str | None) -> None:
         place = self.root / f"{_BUILDING}{uuid.uuid4().hex}"
         place.mkdir(mode=0o700)
         layer = place / "l"
@@ -257,7 +271,6 @@ class SharedTrees:
             self._set_aside(place)
             raise
         self._layers[tree] = _Layer(tree, parent, depth, size, entries, time.time())
-        self._evict(keep=tree)
 
     async def _difference(self, place: Path, parent: str, tree: str) -> None:
         """The new layer as the upper folder of ``read-tree -m -u parent tree`` run over
@@ -275,19 +288,21 @@ class SharedTrees:
                                 f"{checkout.git_reason(done.stderr)}.")  # fmt: skip
 
     def _evict(self, keep: str | None) -> None:
-        """Least recently used first, with what stands on them, till within the limit."""
+        """Least recently used first, with what stands on them, till within the limit:
+        one pass in that order, a layer skipped while it or one over it is held."""
         limit = self._limit()
-        while sum(layer.size for layer in self._layers.values()) > limit:
-            above = self._above()
-            victims = []
-            for layer in sorted(self._layers.values(), key=lambda layer: layer.used):
-                going = self._with_above(layer.key, above)
-                if keep not in going and not any(self._holds[k] for k in going):
-                    victims.append(layer)
-            if not victims:
+        total = self.size
+        if total <= limit:
+            return
+        above = self._above()
+        for layer in sorted(self._layers.values(), key=lambda layer: layer.used):
+            if total <= limit:
                 return
-            for key in self._with_above(victims[0].key, above):
-                del self._layers[key]
+            going = [k for k in self._with_above(layer.key, above) if k in self._layers]
+            if not going or keep in going or any(self._holds[k] for k in going):
+                continue  # gone with one below it already, or in use
+            for key in going:
+                total -= self._layers.pop(key).size
                 self._set_aside(self.root / key)
 
     def _above(self) -> dict[str, list[str]]:

@@ -19,6 +19,13 @@ from sloopd.util.trash import Trash
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 
 
+def skip_without_overlays(tmp_path: Path) -> None:
+    """A difference is made through an overlay: where none mounts, say why."""
+    problem = probe(tmp_path / "probe")
+    if problem is not None:
+        pytest.skip(f"no overlay mounts here: {problem}")
+
+
 def git(repo: Path, *args: str) -> str:
     done = subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
@@ -64,8 +71,7 @@ def files_of(layer: Path) -> set[str]:
 
 
 def test_a_commit_of_a_run_stacks_only_its_difference(tmp_path: Path, repo: Path) -> None:
-    if probe(tmp_path / "probe") is not None:
-        pytest.skip("no overlay mounts here")
+    skip_without_overlays(tmp_path)
     base = git(repo, "rev-parse", "HEAD")
     work = commit(repo, "new.txt", remove="f3.txt")
 
@@ -87,8 +93,7 @@ def test_a_commit_of_a_run_stacks_only_its_difference(tmp_path: Path, repo: Path
 
 
 def test_a_stack_is_made_whole_again_past_its_depth(tmp_path: Path, repo: Path) -> None:
-    if probe(tmp_path / "probe") is not None:
-        pytest.skip("no overlay mounts here")
+    skip_without_overlays(tmp_path)
 
     async def go() -> list[int]:
         trees = shared(tmp_path, repo)
@@ -146,3 +151,27 @@ def test_half_made_and_unreadable_layers_are_never_used(tmp_path: Path, repo: Pa
     names = {p.name for p in root.iterdir()}
     assert names == {tree}
     assert files_of(root / tree / "l") == {f"f{n}.txt" for n in range(50)}
+
+
+def test_a_tree_being_stacked_keeps_its_parent_though_the_parent_is_let_go(
+    tmp_path: Path, repo: Path
+) -> None:
+    # Over the limit from the start: the parent goes as soon as no one holds it, but
+    # the difference being made over it holds it until it is made.
+    skip_without_overlays(tmp_path)
+    base = git(repo, "rev-parse", "HEAD")
+    work = commit(repo, "new.txt")
+
+    async def go() -> tuple[tuple[str, ...], tuple[str, ...]]:
+        trees = shared(tmp_path, repo, limit=lambda: 1)
+        first = await trees.hold(base)
+        stacking = asyncio.get_running_loop().create_task(trees.hold(work, (base,)))
+        root = tmp_path / "trees"
+        while not any((p / "w").is_dir() for p in root.glob(".building-*")):
+            await asyncio.sleep(0.001)  # the difference's overlay is being made
+        trees.release(first)  # eviction runs now, with the parent unheld by any stage
+        return first, await stacking
+
+    first, second = asyncio.run(go())
+    assert second[1:] == first
+    assert all((tmp_path / "trees" / key / "l").is_dir() for key in second)
