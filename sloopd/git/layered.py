@@ -117,18 +117,7 @@ def git_untouched(layered: Layered, branch: str) -> bool:
     return seen == set(mine)
 
 
-@dataclass(frozen=True, slots=True)
-class Changes:
-    """What a stage wrote outside ``.git``: files (new, changed or deleted) and folders
-    whose shared content it removed; ``None`` of ``Changes`` means too many to name."""
-
-    paths: tuple[str, ...]
-
-    def __bool__(self) -> bool:
-        return bool(self.paths)
-
-
-def changes(layered: Layered, limit: int = MAX_CHANGES) -> Changes | None:
+def changes(layered: Layered, limit: int = MAX_CHANGES) -> tuple[str, ...] | None:
     """Every path the stage's layer holds outside ``.git``: a file or link it wrote, a
     whiteout (deleted), a folder it made over a shared one's place (named itself: the
     shared files under it are gone).  Folders merged with shared ones are walked into;
@@ -156,7 +145,7 @@ def changes(layered: Layered, limit: int = MAX_CHANGES) -> Changes | None:
                 found.append(path)
             if len(found) > limit:
                 return None
-    return Changes(tuple(found))
+    return tuple(found)
 
 
 def _opaque(path: str) -> bool:

@@ -227,8 +227,8 @@ class RunBranches:
         self._untouched.pop(run_id, None)
         self._merged_onto.pop(run_id, None)
         made = self._layered.pop(run_id, None)
-        if made is not None and self.trees is not None:
-            self.trees.release(made.chain)
+        if made is not None:
+            self._let_go(made)
 
     async def keep(self, facts: RunPlace) -> None:
         """A run that did not merge keeps its checkout for a person to read: a

@@ -55,12 +55,11 @@ async def take_back(
     committed, then brought back again.  ``also``: refs that move with ``ref`` in the
     same transaction (the run's branch, for a producing stage).
 
-    ``made``: the copy-on-write checkout the child ran in (``sloopd.git.layered``);
-    ``record_unchanged=False``: such a stage's start commit is not recorded again (a
-    node's cache holds it already).
+    ``made``: the copy-on-write checkout the child ran in (``sloopd.git.layered``).
     What it changed is read from its layer: a stage that left the ``.git`` as made
     and wrote nothing is recorded at the commit it started from with no git fetch or
-    listing at all, and a listing covers only the paths the layer holds.
+    listing at all (``record_unchanged=False``: not even recorded, a node's cache
+    holds that commit already), and a listing covers only the paths the layer holds.
     """
     only: tuple[str, Sequence[str]] | None = None
     if made is None:
@@ -69,13 +68,13 @@ async def take_back(
         gone = layered.removed(made, worktree)
         if gone is not None:
             raise CheckoutError(gone)
-        found = layered.changes(made) if listing else layered.Changes(())
-        if not found and found is not None and layered.git_untouched(made, branch):
+        found = layered.changes(made) if listing else ()
+        if found == () and layered.git_untouched(made, branch):
             if record_unchanged:
                 await layered.record(repo, made.commit, (ref, *also), timeout=timeout)
             return Collected(made.commit)
         if found is not None:
-            only = (made.commit, found.paths)
+            only = (made.commit, found)
 
     async def fetch(upload: list[str] | None) -> str:
         return await checkout.bring_back(

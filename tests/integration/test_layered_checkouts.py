@@ -113,6 +113,12 @@ def with_files(bench: Bench, files: dict[str, str]) -> None:
     git(bench.repo, "commit", "-q", "-m", "shared files")
 
 
+def merging(*stages: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The default flow: the given stages, then sync and ff_only."""
+    tail = [{"name": "sync", "action": "sync"}, {"name": "merge", "action": "ff_only"}]
+    return {"default": [*stages, *tail]}
+
+
 def command(script: str, *args: str) -> list[str]:
     return [sys.executable, "-c", script, *args]
 
@@ -120,14 +126,7 @@ def command(script: str, *args: str) -> list[str]:
 def test_stages_start_in_a_layer_of_their_own_and_the_daemon_says_so(bench: Bench) -> None:
     look = {"name": "look", "action": "command", "command": command(LOOK, bench.flag(""))}
     implement = {"name": "implement", "action": "agent", "command": bench.argv("--write", "a=A")}
-    flows: dict[str, list[dict[str, Any]]] = {
-        "default": [
-            implement,
-            look,
-            {"name": "sync", "action": "sync"},
-            {"name": "merge", "action": "ff_only"},
-        ]
-    }
+    flows = merging(implement, look)
     bench.setup(sloop_toml(bench.argv(), flows=flows), {"p": ticket_text("P")})
     with_files(bench, SHARED_FILES)
     bench.release("attacked")  # LOOK waits for no one here
@@ -144,6 +143,9 @@ def test_stages_start_in_a_layer_of_their_own_and_the_daemon_says_so(bench: Benc
     # The run's commit stacks over its base: a difference holds only what changed.
     metas = [json.loads((layer / "meta").read_text()) for layer in made]
     assert any(meta["parent"] is not None for meta in metas), metas
+    # Two stages in checkouts (then sync and merge), one tree written whole: no stage
+    # writes the tree again.
+    assert sum(meta["parent"] is None for meta in metas) == 1, metas
     stacked = next(layer for layer, meta in zip(made, metas, strict=True) if meta["parent"])
     files = [p for p in (stacked / "l").rglob("*") if p.is_file() and ".git" not in p.parts]
     assert [p.name for p in files] == ["a"], files
@@ -155,10 +157,7 @@ def test_a_file_rewritten_at_once_with_the_same_size_is_seen_changed(bench: Benc
     # (0.9.0's first cut) made the next stage's git take "bbbb" for the "aaaa" it had.
     first = {"name": "first", "action": "agent", "command": bench.argv("--write", "v.txt=aaaa")}
     second = {"name": "second", "action": "agent", "command": bench.argv("--write", "v.txt=bbbb")}
-    flows: dict[str, list[dict[str, Any]]] = {
-        "default": [first, second, {"name": "sync", "action": "sync"},
-                    {"name": "merge", "action": "ff_only"}],
-    }  # fmt: skip
+    flows = merging(first, second)
     bench.setup(sloop_toml(bench.argv(), flows=flows), {"p": ticket_text("P")})
     bench.start()
     bench.post("p")
@@ -173,13 +172,11 @@ def test_an_agent_cannot_write_through_its_layer_into_the_shared_tree_or_another
     trees = trees_root(bench)
     evil = {"name": "implement", "action": "agent",
             "command": command(ATTACK, bench.flag(""), str(trees))}  # fmt: skip
-    honest: list[dict[str, Any]] = [
+    flows = merging(
         {"name": "implement", "action": "agent", "command": bench.argv("--write", "h=h")},
         {"name": "look", "action": "command", "command": command(LOOK, bench.flag(""))},
-        {"name": "sync", "action": "sync"},
-        {"name": "merge", "action": "ff_only"},
-    ]
-    flows: dict[str, list[dict[str, Any]]] = {"default": honest, "evil": [evil]}
+    )
+    flows["evil"] = [evil]
     config = sloop_toml(bench.argv(), flows=flows, parallel=2)
     bench.setup(config, {"e": ticket_text("E", flow="evil"), "h": ticket_text("H")})
     with_files(bench, SHARED_FILES)
@@ -339,11 +336,7 @@ def test_two_daemons_on_one_host_keep_their_trees_apart(bench: Bench) -> None:
         bench.path("theirs").write_text(str(theirs))
         peek = {"name": "implement", "action": "agent", "commit": "auto",
                 "command": command(PEEK, bench.flag(""))}  # fmt: skip
-        flows: dict[str, list[dict[str, Any]]] = {
-            "default": [peek, {"name": "sync", "action": "sync"},
-                        {"name": "merge", "action": "ff_only"}],
-        }  # fmt: skip
-        bench.setup(sloop_toml(bench.argv(), flows=flows), {"p": ticket_text("P")})
+        bench.setup(sloop_toml(bench.argv(), flows=merging(peek)), {"p": ticket_text("P")})
         bench.start()
         bench.post("p")
         run = bench.wait_run("p#1")

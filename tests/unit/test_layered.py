@@ -42,7 +42,7 @@ def made(tmp_path: Path) -> Layered:
 
 
 def test_a_layer_as_made_holds_no_change_and_an_untouched_git(made: Layered) -> None:
-    assert layered.changes(made) == layered.Changes(())
+    assert layered.changes(made) == ()
     assert layered.git_untouched(made, BRANCH)
     assert layered.removed(made, Path("/co")) is None
 
@@ -84,7 +84,7 @@ def test_changes_name_written_deleted_and_replaced_paths(made: Layered) -> None:
     (upper / "empty").mkdir()
     found = layered.changes(made)
     assert found is not None
-    assert sorted(found.paths) == sorted(
+    assert sorted(found) == sorted(
         ["src/a.txt", "src/b.txt", "docs", "new", "new/deep", "new/deep/n.txt", "link", "empty"]
     )
 
