@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sloopd.git import checkout, checkout_edits
+from sloopd.git import checkout, checkout_edits, intake
 from sloopd.git import ops as gitops
 from sloopd.git.checkout import Isolation
 from sloopd.git.scratch import ScratchRepository
@@ -95,7 +95,7 @@ async def _bring_back(
     upload = checkout_edits.listing_upload_pack(work, branch, iso)
     checkout_edits.unlisted(iso)
     also = (f"refs/heads/{branch}",)
-    sha = await checkout.bring_back(
+    sha = await intake.bring_back(
         repo, work, branch, ref, base, sandboxed_upload_pack=upload, timeout=TIMEOUT, also=also
     )
     return sha, checkout_edits.listed(work, iso)

@@ -40,7 +40,7 @@ from benchmarks.common import (
     ratio,
     sandbox,
 )
-from sloopd.git import checkout
+from sloopd.git import checkout, intake
 from sloopd.proc import sandbox as bwrap_sandbox
 from sloopd.proc.sandbox import SandboxSpec
 
@@ -162,7 +162,7 @@ def bring_back_costs(root: Path, rounds: int) -> dict[str, list[float]]:
     upload = checkout.upload_pack_command(work, iso)
     samples: dict[str, list[float]] = {"sandboxed": [], "plain": []}
     for i in range(-1, rounds):  # round -1 is a warm-up: the new objects land then
-        back = checkout.bring_back(
+        back = intake.bring_back(
             repo,
             work,
             "sloop/t",

@@ -4,7 +4,7 @@ Out: a bundle of the stage's start commit holding only what the node's cache
 lacks (its ``haves``; none when the node has the commit already).  Back: the
 node's bundle of the new commits is fetched into a bare repository the daemon
 makes for it (borrowing the main object store, so the bundle's prerequisites
-are there), and from there into the main repository by ``checkout.bring_back``,
+are there), and from there into the main repository by ``intake.bring_back``,
 the same path a local stage's work takes: fsck on every object, the tip must
 descend from the run's base, and the run-private ref moves only then.  git 2.39
 does not fsck what it fetches from a bundle file; the second hop does.
@@ -21,7 +21,7 @@ import contextlib
 import uuid
 from pathlib import Path
 
-from sloopd.git import checkout
+from sloopd.git import intake
 from sloopd.git import runner as git_runner
 from sloopd.git.checkout import CheckoutError
 from sloopd.git.errors import ShippingError as ShippingError
@@ -122,7 +122,7 @@ async def adopt(
         if done.returncode != 0:
             raise ShippingError(f"the node's bundle was refused: {done.stderr.strip()[-400:]}")
         try:
-            return await checkout.bring_back(
+            return await intake.bring_back(
                 repo,
                 landing,
                 branch,

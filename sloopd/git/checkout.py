@@ -14,10 +14,11 @@ are read-only, so even a hostile ``git`` cannot add to or corrupt them.
 ``.git`` may become a gitfile or grow a ``commondir``.  So the daemon never runs git in a
 checkout outside the sandbox: ``run_in_checkout`` and its wrappers run git in bwrap (no
 network, no worker socket, checkout-level hardening through ``-c`` and ``GIT_CONFIG_*``),
-and ``bring_back`` runs git only in the *main* repository: a ``git fetch`` whose
-upload-pack side runs in a sandbox that sees the checkout and the objects read-only.  The
-main repository receives a pack over a pipe, as from any untrusted remote, checks its
-objects (``fetch.fsckObjects``) and accepts the tip only if it descends from the base.
+and ``intake.bring_back`` runs git only in repositories of the daemon's: a ``git fetch``
+whose upload-pack side runs in a sandbox that sees the checkout and the objects
+read-only.  The receiving side gets a pack over a pipe, as from any untrusted remote,
+checks its objects (``fetch.fsckObjects``) and accepts the tip only if it descends from
+the base.
 ``create`` runs git in the checkout before any agent has touched it, which is safe.
 
 Every git call has a deadline (the function's ``timeout`` covers all its calls) and is
@@ -39,7 +40,6 @@ import os
 import re
 import shlex
 import shutil
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -344,79 +344,6 @@ async def run_in_checkout(
     return await run_bounded(
         argv, timeout=timeout, what=what, env=run_env, cwd=cwd, stdout_limit=stdout_limit
     )
-
-
-async def bring_back(
-    repo: Path,
-    checkout: Path,
-    branch: str,
-    private_ref: str,
-    base_sha: str,
-    *,
-    sandboxed_upload_pack: Sequence[str] | None,
-    timeout: float,
-    also: Sequence[str] = (),
-) -> str:
-    """Fetch the checkout's ``branch`` into ``repo`` as ``private_ref``; return its sha.
-
-    The tip lands first under a unique ``refs/sloop/incoming/`` ref; only when it descends
-    from ``base_sha`` does ``private_ref`` move to it, so a refused tip never replaces an
-    earlier one.  ``sandboxed_upload_pack`` comes from ``upload_pack_command``; None runs
-    git's own upload-pack on the host, acceptable only for a checkout no agent wrote.
-    The refs ``also`` names move to the same commit in the same transaction.
-    """
-    deadline = _Deadline(timeout)
-    await _check_ref(f"refs/heads/{branch}", deadline)
-    for ref in (private_ref, *also):
-        await _check_ref(ref, deadline)
-    incoming = f"refs/sloop/incoming/{uuid.uuid4().hex}"
-    fetch = ["-c", "fetch.fsckObjects=true", "-c", "transfer.fsckObjects=true", "fetch", "-q"]
-    fetch += ["--no-tags", "--no-recurse-submodules", "--no-write-fetch-head", "--no-auto-gc"]
-    if sandboxed_upload_pack is not None:
-        fetch.append(f"--upload-pack={shlex.join(sandboxed_upload_pack)}")
-    fetch += ["--", str(checkout.resolve()), f"+refs/heads/{branch}:{incoming}"]
-    what = f"fetching {branch} from {checkout}"
-    recorded = False
-    try:
-        await _git(repo, *fetch, deadline=deadline, what=what)
-        what = f"checking {branch} from {checkout}"
-        sha = await _git(
-            repo, "rev-parse", "--verify", f"{incoming}^{{commit}}", deadline=deadline, what=what
-        )
-        done = await run_bounded(
-            ["git", "-C", str(repo), "merge-base", "--is-ancestor", base_sha, sha],
-            timeout=deadline.left(what),
-            what=what,
-        )
-        if done.returncode == 1:
-            raise CheckoutError(
-                f"the branch {branch} in {checkout} (at {sha[:12]}) does not descend from "
-                f"its base {base_sha[:12]}, so it was not brought back."
-            )
-        if done.returncode != 0:
-            raise CheckoutError(f"{what} failed: {git_reason(done.stderr)}.")
-        # One transaction: private_ref moves and the temporary ref goes, or neither.
-        moves = "".join(f"update {ref} {sha}\n" for ref in (private_ref, *also))
-        moves += f"delete {incoming}\n"
-        what = f"recording {private_ref}"
-        done = await run_bounded(
-            ["git", "-C", str(repo), "update-ref", "-m", f"sloop: bring back {branch}", "--stdin"],
-            timeout=deadline.left(what),
-            what=what,
-            stdin=moves.encode(),
-        )
-        if done.returncode != 0:
-            raise CheckoutError(f"{what} failed: {git_reason(done.stderr)}.")
-        recorded = True
-        return sha
-    finally:
-        if not recorded:
-            # Not bound to the deadline: the temporary ref must go even after a timeout.
-            await run_bounded(
-                ["git", "-C", str(repo), "update-ref", "-d", incoming],
-                timeout=runner.CLEANUP_S,
-                what=f"deleting {incoming}",
-            )
 
 
 async def remove(checkout: Path) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, Protocol
 
-from sloopd.git import checkout, conflicts, layered, runner, scratch
+from sloopd.git import checkout, conflicts, intake, layered, runner, scratch
 from sloopd.git import ops as gitops
 from sloopd.git.checkout import CheckoutError, Isolation
 from sloopd.git.conflicts import Hunks
@@ -102,6 +102,8 @@ class RunBranches:
         self.keeper = layered.Keeper(self._let_go)
         # Where sync's merges are computed: no checkout, no agent's settings.
         self.scratch = scratch.ScratchRepository(state_dir / "merge.git", common_dir / "objects")
+        # Inboxes a killed daemon left in the main objects (sloopd.git.intake).
+        intake.sweep(common_dir / "objects")
 
     def isolation(self, facts: RunPlace) -> Isolation:
         home = self.state_dir / "runs" / facts.run_id / "git-home"

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from sloopd.git import checkout, checkout_edits, layered
+from sloopd.git import checkout, checkout_edits, intake, layered
 from sloopd.git.checkout import CheckoutError, Isolation
 from sloopd.git.layered import Layered
 from sloopd.git.run_branches import RunBranches, RunPlace
@@ -77,7 +77,7 @@ async def take_back(
             only = (made.commit, found)
 
     async def fetch(upload: list[str] | None) -> str:
-        return await checkout.bring_back(
+        return await intake.bring_back(
             repo, worktree, branch, ref, base,
             sandboxed_upload_pack=upload, timeout=timeout, also=also,
         )  # fmt: skip

@@ -13,6 +13,7 @@ dashboard costs a few lookups and one join of bytes.
 from __future__ import annotations
 
 import asyncio
+import bisect
 from typing import Any
 
 import orjson
@@ -26,6 +27,7 @@ from sloopd.flows.flow import Flow
 from sloopd.store import RecentRunRow, TriggerRow
 from sloopd.util import memory
 from sloopd.util.clock import now_ms
+from sloopd.views.queue_bytes import QueueBytes
 from sloopd.wire import api
 
 NEVER = 2**63  # a queue with no instant ahead stays valid until the next epoch
@@ -37,12 +39,13 @@ def ordinal(entity_id: str) -> int:
     return int(entity_id.lstrip("TR"))
 
 
-def queue_fields(daemon: Daemon, snapshot: Snapshot, now: int) -> tuple[dict[str, Any], int]:
-    """``queued_triggers``, ``tickets`` and ``next_wake``, and until when they hold."""
-    triggers = sorted(snapshot.triggers.values(), key=lambda t: (t.due_at_ms, ordinal(t.id)))
-    first_by_ticket: dict[str, TriggerRow] = {}
-    for trigger in triggers:
-        first_by_ticket.setdefault(trigger.ticket, trigger)
+def queue_facts(
+    daemon: Daemon, snapshot: Snapshot, now: int, order: TriggerOrder | None = None
+) -> tuple[QueueFacts, list[TriggerRow], int | None, int]:
+    """What the queue part is made of: the facts every ``waiting`` is derived from, the
+    triggers in the queue's order, ``next_wake`` (or None), and until when all hold.
+    ``order``: the dashboard's, kept while the triggers are the same."""
+    triggers, first_by_ticket, dues = (order or TriggerOrder()).of(snapshot.triggers)
     facts = QueueFacts(
         now_ms=now,
         gate=snapshot.gate,
@@ -51,20 +54,50 @@ def queue_fields(daemon: Daemon, snapshot: Snapshot, now: int) -> tuple[dict[str
         triggers_by_ticket=first_by_ticket,
         flows=frozenset(daemon.config.flows),
     )
+    # The next instant that changes any of it: a trigger falls due (its ticket stops
+    # being 'scheduled'), or the cooldown's end (next_wake).
+    later = bisect.bisect_right(dues, now)
+    ahead = dues[later : later + 1]
+    until = snapshot.gate.until_ms
+    if until is not None and until > now:
+        ahead.append(until)
+    return facts, triggers, min(ahead, default=None), min(ahead, default=NEVER)
+
+
+class TriggerOrder:
+    """The triggers in the queue's order (due, then id), each ticket's first, and their
+    due instants ascending; sorted again only when a trigger came, went or changed."""
+
+    def __init__(self) -> None:
+        self._kept: tuple[list[TriggerRow], list[TriggerRow], dict[str, TriggerRow], list[int]]
+        self._kept = ([], [], {}, [])
+
+    def of(
+        self, triggers: dict[str, TriggerRow]
+    ) -> tuple[list[TriggerRow], dict[str, TriggerRow], list[int]]:
+        records = list(triggers.values())
+        seen, ordered, first, dues = self._kept
+        if records != seen:  # identity first, in C: the same records compare equal at once
+            ordered = sorted(records, key=lambda t: (t.due_at_ms, ordinal(t.id)))
+            first = {}
+            for trigger in ordered:
+                first.setdefault(trigger.ticket, trigger)
+            dues = [int(t.due_at_ms) for t in ordered]
+            self._kept = (records, ordered, first, dues)
+        return ordered, first, dues
+
+
+def queue_fields(daemon: Daemon, snapshot: Snapshot, now: int) -> tuple[dict[str, Any], int]:
+    """``queued_triggers``, ``tickets`` and ``next_wake``, and until when they hold."""
+    facts, triggers, next_wake, until = queue_facts(daemon, snapshot, now)
     tickets = sorted(snapshot.tickets.values(), key=lambda t: ordinal(t.id), reverse=True)
     fields: dict[str, Any] = {
         "queued_triggers": [rows.trigger_row(t) for t in triggers],
         "tickets": [rows.ticket_row(t, facts) for t in tickets],
     }
-    # The next instant that changes any of it: a trigger falls due (its ticket stops
-    # being 'scheduled'), or the cooldown's end (next_wake).
-    ahead = [int(t.due_at_ms) for t in triggers if int(t.due_at_ms) > now][:1]
-    until = snapshot.gate.until_ms
-    if until is not None and until > now:
-        ahead.append(until)
-    if ahead:
-        fields["next_wake"] = min(ahead)
-    return fields, min(ahead, default=NEVER)
+    if next_wake is not None:
+        fields["next_wake"] = next_wake
+    return fields, until
 
 
 def in_flight_rows(daemon: Daemon, snapshot: Snapshot) -> list[dict[str, Any]]:
@@ -141,6 +174,8 @@ class Board:
         self._queue: tuple[tuple[int, int], int, bytes] | None = None
         self._recent: tuple[tuple[int, int], bytes] | None = None
         self._attention: tuple[int, bytes] | None = None
+        self._queue_bytes = QueueBytes()
+        self._trigger_order = TriggerOrder()
         # The whole reply but the uptime, while no run is in flight (nothing live).
         self._body: tuple[tuple[tuple[int, int], int], int, bytes] | None = None
 
@@ -165,8 +200,13 @@ class Board:
         uptime = str(now - daemon.started_at_ms).encode()
         queue = self._queue
         if queue is None or queue[0] != key or now >= queue[1]:
-            fields, until = queue_fields(daemon, snapshot, now)
-            queue = self._queue = (key, until, self._encode_queue(fields))
+            facts, triggers, next_wake, until = queue_facts(
+                daemon, snapshot, now, self._trigger_order
+            )
+            encoded = self._queue_bytes.encode(snapshot, facts, triggers)
+            if next_wake is not None:
+                encoded += b',"next_wake":' + str(next_wake).encode()
+            queue = self._queue = (key, until, encoded)
         recent = self._recent
         if recent is None or recent[0] != (epoch, limit):
             recent = ((epoch, limit), self._encode_recent(snapshot, limit))
@@ -214,17 +254,6 @@ class Board:
         found, total = attention_runs(self.daemon)
         listed = b",".join(run.encoded for run in found)
         return b',"attention":[' + listed + b'],"attention_total":' + str(total).encode()
-
-    def _encode_queue(self, fields: dict[str, Any]) -> bytes:
-        parts = [
-            b',"queued_triggers":',
-            orjson.dumps(fields["queued_triggers"]),
-            b',"tickets":',
-            orjson.dumps(fields["tickets"]),
-        ]
-        if "next_wake" in fields:
-            parts += [b',"next_wake":', str(fields["next_wake"]).encode()]
-        return b"".join(parts)
 
     def _encode_recent(self, snapshot: Snapshot, limit: int, live: bool = False) -> bytes:
         daemon = self.daemon

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import pytest
 import uvloop
 
-from sloopd.git import checkout
+from sloopd.git import checkout, intake
 from sloopd.git import checkout_edits as edits
 from sloopd.git.checkout import CheckoutError, Isolation
 from tests.support.gitrepo import commit, git, head, make_repo
@@ -52,7 +52,7 @@ class Setup:
 
     def bring_back(self, runner: Callable[[Coroutine[Any, Any, str]], str] = run) -> str:
         return runner(
-            checkout.bring_back(
+            intake.bring_back(
                 self.repo,
                 self.work,
                 BRANCH,
@@ -295,7 +295,7 @@ def test_the_listing_bring_back_runs_nothing_of_the_agents_and_writes_nothing_th
     edits.unlisted(setup.isolation)
     also = (f"refs/heads/{BRANCH}",)
     sha = run(
-        checkout.bring_back(
+        intake.bring_back(
             setup.repo,
             setup.work,
             BRANCH,
@@ -321,7 +321,7 @@ def test_a_listing_that_fails_says_why_and_leaves_no_list(setup: Setup) -> None:
     edits.unlisted(setup.isolation)
     with pytest.raises(CheckoutError, match="fetching"):
         run(
-            checkout.bring_back(
+            intake.bring_back(
                 setup.repo,
                 setup.work,
                 BRANCH,
