@@ -8,13 +8,12 @@ rendering lives in ``render``; ``show`` and its following in ``follow``, feeds i
 from __future__ import annotations
 
 import getpass
-import os
 import shlex
 from pathlib import Path
 
 import click
 
-from sloopctl import diff_cli, feeds_cli, follow, init_template, locate
+from sloopctl import diff_cli, feeds_cli, follow, init_template, locate, ticket_paths
 from sloopctl.client import (
     Client,
     ClientError,
@@ -76,18 +75,21 @@ def post(paths: tuple[str, ...], hold: bool, manual: bool, at_ms: int | None) ->
     A ticket is a Markdown file inside the repository, outside its .git and the
     state directory (symlinks resolved), at most repo.max_ticket_bytes (1 MiB by
     default); docs/tickets.md.
+
+    \b
+    Each PATH is sent relative to its repository's root, with the SHA-256 of
+    the file: a daemon that sees the repository at another path (a container's
+    /repo) finds it, and one serving another repository refuses it.
     """
     worst = EXIT_OK
     with connected() as client:
         for path in paths:
-            # Absolute from here: the daemon resolves relative paths against the
-            # repository root, not against this shell's directory.  Only the
-            # directory is resolved, so a symlinked ticket keeps its own name.
-            absolute = os.path.abspath(path)
-            absolute = os.path.join(
-                os.path.realpath(os.path.dirname(absolute)), os.path.basename(absolute)
+            # Relative to the file's repository root, with its digest: the daemon
+            # may see the repository elsewhere (sloopctl.ticket_paths).
+            sent, sha256 = ticket_paths.posted(path)
+            args = present_args(
+                path=sent, sha256=sha256, hold=hold, manual=manual, trigger=trigger_arg(at_ms)
             )
-            args = present_args(path=absolute, hold=hold, manual=manual, trigger=trigger_arg(at_ms))
             worst = max(worst, answer("post", client.call("post", args)))
     raise click.exceptions.Exit(worst)
 

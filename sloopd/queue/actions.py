@@ -62,6 +62,7 @@ def read_posted(daemon: Daemon, args: dict[str, Any]) -> tickets.TicketFile:
         set(config.flows),
         max_bytes=config.repo.max_ticket_bytes,
         guarded=places.guarded(daemon.layout),
+        sha256=args.get("sha256"),
     )
     too_long = prompts.ticket_problem(
         config.flows[ticket.flow], config.agent, ticket.name, ticket.title, ticket.body

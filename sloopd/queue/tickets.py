@@ -17,6 +17,7 @@ the state directory (``sloopd.queue.places``).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import stat
@@ -55,7 +56,9 @@ class TicketFile:
     priority: int
 
 
-def locate(repo: Path, given: str, guarded: tuple[places.Place, ...] = ()) -> tuple[Path, str]:
+def locate(
+    repo: Path, given: str, guarded: tuple[places.Place, ...] = (), missing: str = ""
+) -> tuple[Path, str]:
     """The file's real path and its repository-relative path.
 
     ``given`` is absolute or relative to the repository root.  Symlinks are
@@ -88,7 +91,7 @@ def locate(repo: Path, given: str, guarded: tuple[places.Place, ...] = ()) -> tu
     except OSError as exc:
         raise invalid_arguments(f"{given}: cannot be read: {exc.strerror}", path=given) from exc
     if not is_file:
-        raise invalid_arguments(f"{given}: no such file", path=given)
+        raise invalid_arguments(f"{given}: no such file{missing}", path=given)
     return real, real.relative_to(root).as_posix()
 
 
@@ -100,9 +103,24 @@ def read(
     *,
     max_bytes: int = DEFAULT_MAX_BYTES,
     guarded: tuple[places.Place, ...] = (),
+    sha256: str | None = None,
 ) -> TicketFile:
-    real, relative = locate(repo, given, guarded)
+    """The ticket ``given`` names.  ``sha256``: the client's digest of the file it read
+    (a client in a container's host folder sends paths relative to the repository
+    root): another file at that path in this repository is refused, not posted."""
+    root = os.path.realpath(repo)
+    elsewhere = ""
+    if sha256 is not None:
+        elsewhere = f" in the daemon's repository {root}; was it posted from another repository?"
+    real, relative = locate(repo, given, guarded, elsewhere)
     data = _read_bounded(real, relative, max_bytes)
+    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+        raise invalid_arguments(
+            f"{relative}: the daemon's repository {root} has another file at this path "
+            "(its content differs from the file posted): was it posted from another "
+            "repository, or changed while it was posted?",
+            path=relative,
+        )
     try:
         # utf-8-sig: an editor's byte order mark must not hide the front matter.
         text = data.decode("utf-8-sig")

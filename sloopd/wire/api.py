@@ -122,6 +122,13 @@ def _string(name: str, value: Any) -> str:
     return value
 
 
+def _sha256(name: str, value: Any) -> str:
+    text = _string(name, value)
+    if not re.fullmatch(r"[0-9a-f]{64}", text):
+        raise invalid_arguments(f"'{name}' must be 64 lowercase hex digits", field=name)
+    return text
+
+
 def _nonempty_string(name: str, value: Any, limit: int = MAX_REQUEST_BYTES) -> str:
     text = _string(name, value)
     if not text.strip():
@@ -249,6 +256,7 @@ VERBS: Final[Mapping[str, Verb]] = {
             hold=Field(_boolean),
             manual=Field(_boolean),
             trigger=_TRIGGER,
+            sha256=Field(_sha256),  # additive in 0.9.0: the file the client read
         ),
         _verb("run", ref=_REF, trigger=_TRIGGER),
         _verb("hold", ref=_REF),

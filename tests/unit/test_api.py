@@ -264,7 +264,13 @@ def test_any_unknown_envelope_fields_are_ignored(extra: dict[str, Any]) -> None:
 # A valid argument set per verb, with every field the verb knows.
 FULL_ARGS: dict[str, dict[str, Any]] = {
     "show": {"ref": "T1", "limit": 5, "since": 0, "wait_ms": 60000},
-    "post": {"path": "tickets/a.md", "hold": True, "manual": False, "trigger": {"at_ms": 5}},
+    "post": {
+        "path": "tickets/a.md",
+        "hold": True,
+        "manual": False,
+        "trigger": {"at_ms": 5},
+        "sha256": "0" * 64,  # 0.9.0
+    },
     "run": {"ref": "a", "trigger": {"at_ms": 0}},
     "hold": {"ref": "T1"},
     "ready": {"ref": "T1"},
@@ -401,6 +407,14 @@ def test_reference_like_strings_must_be_non_empty_strings(
 ) -> None:
     args = {**FULL_ARGS[verb], field: value}
     assert reject_args(verb, args).details["field"] == field
+
+
+@pytest.mark.parametrize(
+    "value", ["", "0" * 63, "0" * 65, "A" * 64, "g" * 64, " " + "0" * 63, 5, ["0" * 64]]
+)
+def test_a_posts_digest_is_64_lowercase_hex_digits(value: Any) -> None:
+    args = {"path": "tickets/a.md", "sha256": value}
+    assert reject_args("post", args).details["field"] == "sha256"
 
 
 @pytest.mark.parametrize("verb", ["logs", "events"])
