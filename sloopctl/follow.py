@@ -68,7 +68,8 @@ from sloopctl.progress import live_terminal as live_terminal
 from sloopctl.progress import progress_line as progress_line
 from sloopctl.progress import stage_states as stage_states
 from sloopctl.progress import transitions as transitions
-from sloopctl.render import ends, paint_state, render, waiting_text
+from sloopctl.render import paint_state, render
+from sloopctl.tickets_view import ends, waiting_text
 from sloopctl.watch import LiveTable
 from sloopctl.when import now_ms
 

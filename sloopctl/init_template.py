@@ -341,13 +341,19 @@ flow = "default"     # a flow defined in sloop.toml (default: "default")
 project = "default"  # default: the sub-folder below the tickets folder, else "default"
 priority = 0         # an integer; higher is claimed first (default: 0)
 +++
-# Add a CONTRIBUTING file
+# Write a note about this ticket
 
-The ticket's name is its file name without .md ("example"), its title is the
-first "# " heading above, and everything else is the body the agent reads.
+The bundled example agent (`preset = "example"` in sloop.toml) writes a note
+naming this ticket and its run, notes/<ticket id>.md (notes/T1.md for the first
+ticket), and commits it; a real agent reads this body as its task. The ticket's
+name is its file name without .md ("example"), its title is the first "# " heading
+above, and everything else is the body the agent reads.
 
-Post it with `sloopctl post tickets/example.md`, then follow it with
-`sloopctl show example`.
+Take 20 seconds.
+
+(That line makes the example agent work slowly, so there is a run to follow and to
+steer; delete it for an instant run.) Post it with `sloopctl post
+tickets/example.md`, then follow it with `sloopctl show example`.
 """
 
 

@@ -34,6 +34,14 @@ from sloopctl.layout import (
 from sloopctl.next_steps import next_lines
 from sloopctl.queue_view import place_line, queue_section
 from sloopctl.stages_view import NOT_REACHED, stage_state, stages_section
+from sloopctl.tickets_view import (
+    TICKET_HEADERS,
+    ends,
+    no_open_tickets,
+    ticket_cells,
+    tickets_section,
+    waiting_text,
+)
 from sloopctl.usage_text import usage_text
 
 _STAGE_MARK: Final = {
@@ -58,44 +66,6 @@ def _mapping(value: Any) -> dict[str, Any]:
 
 def paint_state(state: Any, paint: Paint) -> str:
     return paint(text(state), STATE_STYLE.get(str(state), ""))
-
-
-def waiting_text(waiting: Any, now: int) -> str:
-    if not isinstance(waiting, dict):
-        return ""
-    words = text(waiting.get("reason"))
-    if waiting.get("message"):
-        words += f": {waiting['message']}"
-    return words + ends(waiting.get("until_ms"), now)
-
-
-def ends(until_ms: Any, now: int) -> str:
-    """When a wait or a cooldown is over; nothing once that time has passed."""
-    if isinstance(until_ms, int) and until_ms > now:
-        return f" (ends {relative(until_ms, now)})"
-    return ""
-
-
-TICKET_HEADERS: Final = ("ID", "NAME", "STATE", "PRIO", "PROJECT", "UPDATED", "WAITING")
-
-
-def ticket_cells(rows: Any, now: int) -> list[list[Cell]]:
-    return [
-        [
-            text(t.get("id")),
-            text(t.get("name")),
-            state_cell(t.get("state")),
-            text(t.get("priority")),
-            text(t.get("project")),
-            relative(t.get("updated_at_ms"), now),
-            waiting_text(t.get("waiting"), now),
-        ]
-        for t in _rows(rows)
-    ]
-
-
-def tickets_section(rows: Any, now: int, paint: Paint) -> list[str]:
-    return section("Tickets", TICKET_HEADERS, ticket_cells(rows, now), paint)
 
 
 def stages_summary(stages: Any) -> str:
@@ -188,7 +158,13 @@ def dashboard(data: Mapping[str, Any], now: int, paint: Paint) -> list[str]:
         for t in _rows(data.get("queued_triggers"))
     ]
     out += section("Queued triggers", ["ID", "TICKET", "DUE"], triggers, paint)
-    out += tickets_section(data.get("tickets"), now, paint)
+    out += section(
+        "Tickets",
+        TICKET_HEADERS,
+        ticket_cells(data.get("tickets"), now),
+        paint,
+        empty=no_open_tickets(data.get("recent")),
+    )
     if "recent" in data:
         recent = _rows(data.get("recent"))
         total = data.get("recent_total")

@@ -3,7 +3,8 @@
 Run by the daemon as an ``agent`` stage (``python3 -m sloopd.examples.agent``,
 or by path), inside the run's worktree.  It reads the prompt file the daemon
 wrote (``SLOOP_PROMPT_FILE``), takes the ticket's title from its first ``# ``
-heading, writes ``notes/<ticket>.md`` and commits it.  Each ticket gets its own
+heading, writes ``notes/<ticket>.md`` and commits it (after a while, when the ticket
+has a line "Take N seconds.").  Each ticket gets its own
 file, so runs in parallel never conflict when ``sync`` brings ``main`` in.
 
 It uses the standard library only, and asks nothing of the daemon: when the
@@ -18,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
@@ -26,6 +28,10 @@ from typing import Final
 IDENTITY: Final = ("-c", "user.name=sloop-example", "-c", "user.email=example@sloop.invalid")
 NOTE_TIMEOUT_S: Final = 5.0
 _UNSAFE: Final = re.compile(r"[^A-Za-z0-9._-]+")
+# A ticket may ask the agent to take its time ("Take 20 seconds." on a line of its
+# own), so that a person following the README's tour has a run in flight to steer.
+_TAKE: Final = re.compile(r"^take (\d{1,3}) seconds?\.?$", re.IGNORECASE | re.MULTILINE)
+MAX_TAKE_S: Final = 600
 
 
 class AgentError(Exception):
@@ -38,6 +44,19 @@ def title_of(prompt: str) -> str:
         if line.startswith("# ") and line[2:].strip():
             return line[2:].strip()
     return "untitled ticket"
+
+
+def seconds_asked(prompt: str) -> int:
+    """The seconds a "Take N seconds." line asks for (at most ``MAX_TAKE_S``), else 0."""
+    found = _TAKE.search(prompt)
+    return min(int(found.group(1)), MAX_TAKE_S) if found else 0
+
+
+def take_time(seconds: int) -> None:
+    """Work slowly, saying so each second: there is something to follow and to abort."""
+    for elapsed in range(seconds):
+        print(f"example agent: working, {elapsed} of {seconds} s", flush=True)
+        time.sleep(1)
 
 
 def note_path(ticket: str) -> Path:
@@ -114,6 +133,7 @@ def run(env: Mapping[str, str]) -> int:
     title = title_of(prompt)
     print(f"example agent: ticket {ticket}: {title}", flush=True)
     print(f"example agent: working in {worktree}", flush=True)
+    take_time(seconds_asked(prompt))
     relative = write_note(worktree, ticket, title, env)
     print(f"example agent: wrote {relative.as_posix()}", flush=True)
     git(worktree, "add", "--", relative.as_posix())

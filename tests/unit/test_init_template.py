@@ -163,7 +163,7 @@ def test_the_example_ticket_parses_with_front_matter() -> None:
     assert text.startswith("+++\n")
     ticket = tickets.parse(text, "tickets/example.md", "tickets", {"default"})
     assert ticket.name == "example"
-    assert ticket.title == "Add a CONTRIBUTING file"
+    assert ticket.title == "Write a note about this ticket"
     assert (ticket.flow, ticket.project, ticket.priority) == ("default", "default", 0)
 
 

@@ -638,3 +638,22 @@ def test_progress_on_a_terminal_redraws_one_line_in_place() -> None:
     assert stream.getvalue() == (
         "\r\x1b[KR3 running · implement▶ merge·\r\x1b[KR3 running · implement✓\r\x1b[K"
     )
+
+
+def test_the_outcome_is_said_once_when_stdout_and_stderr_are_one_file() -> None:
+    """0.8.0: ``show --follow`` on one terminal (or ``2>&1``) printed ``R3 merged`` as a
+    transition on stderr and again as the outcome line on stdout."""
+    running = run_value("running", [("implement", 1, "running"), ("merge", 0, "pending")])
+    merged = run_value("merged", [("implement", 1, "passed"), ("merge", 1, "passed")])
+    merged["value"]["terminal"] = True
+    one_file = io.StringIO()
+    progress = Progress(one_file, live=False, echoed=True)
+    progress.show(running["value"])
+    progress.show(merged["value"])
+    assert "R3 merged" not in one_file.getvalue()  # the outcome line on stdout says it
+    assert "R3 merge#1 passed" in one_file.getvalue()
+    apart = io.StringIO()
+    progress = Progress(apart, live=False, echoed=False)
+    progress.show(running["value"])
+    progress.show(merged["value"])
+    assert apart.getvalue().rstrip().endswith("R3 merged")  # stderr alone: said there too

@@ -423,3 +423,17 @@ def test_brief_prints_its_feedback_as_labelled_data() -> None:
         "brief", plain, NOW, False
     )
     assert "What happened" not in render("brief", plain, NOW, False)
+
+
+def test_settled_tickets_do_not_read_as_none_on_the_dashboard() -> None:
+    """0.8.0's tour: a merged ticket, and the dashboard said ``Tickets: none``."""
+    recent = [
+        {"id": "R2", "alias": "example#2", "state": "merged", "finished_at_ms": NOW},
+        {"id": "R1", "alias": "example#1", "state": "aborted", "finished_at_ms": NOW - MIN},
+        {"id": "R0", "alias": "other#1", "state": "failed", "finished_at_ms": NOW - 2 * MIN},
+    ]
+    board = {**DASHBOARD, "tickets": [], "recent": recent, "recent_total": 3}
+    out = render("show", board, NOW, colour=False)
+    assert "Tickets: none open; settled lately: example merged, other failed" in out
+    quiet = {**DASHBOARD, "tickets": [], "recent": [], "recent_total": 0}
+    assert "Tickets: none\n" in render("show", quiet, NOW, colour=False) + "\n"
