@@ -123,6 +123,35 @@ def check_workspaces(d: Doctor) -> Check:
     )
 
 
+def check_hardening(d: Doctor) -> Check:
+    """(0.9.0) Whether the unit's file-system hardening is in force: systemd that cannot
+    set up the service's mount namespace (PID 1 of a container without CAP_SYS_ADMIN)
+    starts it without, and says so only at debug level."""
+    name = "hardening"
+    if not d.up:
+        return Check(name, "warn", NOT_REACHABLE)
+    info = d.daemon.get("service")
+    if not isinstance(info, dict) or info.get("manager") != "systemd":
+        return Check(name, "ok", "not started by systemd: no unit hardening to check")
+    writable = info.get("writable")
+    if not isinstance(writable, list):
+        return Check(name, "warn", "the daemon could not read its mount table")
+    if not writable:
+        private = "; /tmp private" if info.get("private_tmp") else ""
+        return Check(
+            name, "ok", f"the unit's hardening is in force: /usr and /etc read-only{private}"
+        )
+    return Check(
+        name,
+        "warn",
+        f"systemd started the daemon but {' and '.join(map(str, writable))} "
+        "writable: the unit's ProtectSystem= (and its other mount hardening) is not in force",
+        "in a container, give systemd CAP_SYS_ADMIN (podman run --systemd=always --cap-add "
+        "SYS_ADMIN); elsewhere check the unit with 'systemctl cat' (docs/deploy.md); if "
+        "you removed the hardening on purpose, ignore this",
+    )
+
+
 def check_clis(d: Doctor) -> Check:
     """Whether each configured preset's CLI resolves inside the sandbox, as the daemon
     found at its start (or last reload): one it hides fails every run with exit 127;

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from sloopd.core import executor_config
+from sloopd.core import executor_config, hardening
 from sloopd.core.changelog import ChangeLog
 from sloopd.core.config import Config
 from sloopd.core.longpoll import FeedNotices
@@ -163,6 +163,8 @@ class Daemon:
             # when; null while writes succeed.
             "store_fault": fault.row() if (fault := self.store_fault()) else None,
             "executor": self.executor_info(),
+            # Additive in 0.9.0: whether the service manager's hardening is in force.
+            "service": hardening.this_daemon(),
         }
 
     def executor_info(self) -> dict[str, Any]:

@@ -37,6 +37,7 @@ CHECKS = [
     "version",
     "sandbox",
     "workspaces",
+    "hardening",
     "clis",
     "executor",
     "prompt",
