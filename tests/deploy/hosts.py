@@ -32,9 +32,9 @@ def short_dir(prefix: str) -> Path:
     return root
 
 
-def make_repository(root: Path, files: dict[str, str], uid: int) -> Path:
+def make_repository(root: Path, files: dict[str, str], uid: int, name: str = "repo") -> Path:
     """A git repository with ``files`` committed on main, owned by ``uid``."""
-    repo = root / "repo"
+    repo = root / name
     repo.mkdir()
     git(repo, "init", "--quiet", "--initial-branch", "main")
     for name, text in files.items():

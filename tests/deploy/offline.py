@@ -30,8 +30,9 @@ from tests.deploy.engine import Podman, locked, unavailable
 ROOT = Path(__file__).resolve().parents[2]
 # What python:3.11-slim has that a minbase lacks, so the Containerfile's steps run.
 BASE_PACKAGES = ("python3", "python3-pip", "python3-venv", "ca-certificates")
-# The Containerfile's apt-get install, plus what the systemd test's image adds.
-BUILD_PACKAGES = ("git", "tini", "ca-certificates", "bubblewrap", "systemd")
+# The Containerfile's apt-get install, plus what the systemd test's image adds
+# (procps: the unit's ExecReload runs /bin/kill, which Debian ships there).
+BUILD_PACKAGES = ("git", "tini", "ca-certificates", "bubblewrap", "systemd", "procps")
 SOURCES = "/etc/apt/sources.list.d"
 
 
