@@ -76,6 +76,7 @@ def project(podman: Podman, daemon_image: str) -> Iterator[Project]:
         project.compose("down")
         podman.run("rm", "--force", "--time", "0", project.daemon, check=False)
         podman.run("network", "rm", "--force", f"{name}_default", check=False)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_up_starts_the_daemon_on_the_bind_mounted_socket_directory(project: Project) -> None:

@@ -9,6 +9,7 @@ last one stops it (``test_stop_...``), as an operator's session would.
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +81,7 @@ def served(podman: Podman, daemon_image: str) -> Iterator[Served]:
     served = start(podman, daemon_image, "daemon", *LEAST_PRIVILEGE)
     yield served
     podman.run("rm", "--force", "--time", "0", served.name, check=False)
+    shutil.rmtree(served.repo.parent, ignore_errors=True)
 
 
 def test_image_is_what_the_containerfile_says(podman: Podman, daemon_image: str) -> None:
@@ -202,6 +204,7 @@ def test_without_the_proc_unmask_no_sandbox_starts(podman: Podman, daemon_image:
         assert checks["sandbox"] == "fail", checks
     finally:
         podman.run("rm", "--force", "--time", "0", served.name, check=False)
+        shutil.rmtree(served.repo.parent, ignore_errors=True)
 
 
 def test_stop_exits_0_and_removes_the_socket(served: Served) -> None:

@@ -16,6 +16,7 @@ One systemd host serves the module, in order; the last test stops the daemon.
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +109,7 @@ def host(podman: Podman, unit_image: str) -> Iterator[UnitHost]:
         yield unit_host
     finally:
         podman.run("rm", "--force", "--time", "0", name, check=False)
+        shutil.rmtree(srv, ignore_errors=True)
 
 
 def test_start_returns_once_the_daemon_answers(host: UnitHost) -> None:
