@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := test
-.PHONY: venv test test-long lint typecheck unit ray coverage demo bench clean
+.PHONY: venv test test-long lint typecheck unit ray deploy coverage demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,7 +36,7 @@ typecheck: $(STAMP)
 TEST_WORKERS ?= 2
 unit: $(STAMP)
 	rm -rf .coverage-data && mkdir -p .coverage-data
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --cov --cov-report= -m "not long and not ray"
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --cov --cov-report= -m "not long and not ray and not deploy"
 	-@$(BIN)/coverage report --format=total \
 	  | sed 's/^/coverage of sloopd and sloopctl in the test processes (percent of lines): /'
 
@@ -59,7 +59,17 @@ ray: $(STAMP) .debian-packages .agent-clis
 	scripts/in-netns env SLOOP_REQUIRE_RAY=1 SLOOP_TEST_EXECUTOR=ray \
 	  $(BIN)/pytest -q -n $(TEST_WORKERS) -m "(on_ray or ray) and not long" tests/integration tests/ray
 
-test: $(STAMP) .debian-packages .agent-clis lint typecheck unit ray
+# The deployment for real (docs/deploy.md, "What the tests run"): the daemon's image
+# built offline from a debootstrapped base (cached in ~/.cache/sloop/deploy) and run
+# under podman with the least privileges that work, compose.yaml run by podman-compose,
+# and the systemd unit run by systemd as a container's PID 1.  Skips only where no
+# container can run at all, and fails instead under CI=true.
+deploy: $(STAMP)
+	scripts/ensure-debian-packages podman:podman runc:runc debootstrap:debootstrap \
+	  dpkg-dev:dpkg-scanpackages podman-compose:podman-compose docker-compose:docker-compose
+	$(BIN)/pytest -q -m deploy tests/deploy
+
+test: $(STAMP) .debian-packages .agent-clis lint typecheck unit ray deploy
 
 # Minutes of load, not run by `make test`: the long protocol fuzz and the Ray fault
 # runs (a node killed mid-stage, the daemon SIGKILLed, the cluster restarted) (-m overrides
