@@ -355,9 +355,10 @@ def _advice(error: str) -> str:
     if "proc" in lowered and "mount" in lowered:
         return (
             f"bubblewrap cannot mount a fresh /proc here ({error}); in a container, start it "
-            "with podman's --security-opt unmask=/proc/* (the narrowest that works) or "
-            "docker's --security-opt systempaths=unconfined, so the kernel allows a new "
-            "proc mount (docs/deploy.md)."
+            "with --security-opt unmask=/proc/* (Podman), or with --security-opt "
+            "seccomp=unconfined --security-opt systempaths=unconfined, plus --security-opt "
+            "apparmor=unconfined on AppArmor hosts (Docker), so that bubblewrap can mount "
+            "a fresh /proc (docs/deploy.md)."
         )
     namespace_words = ("namespace", "uid map", "operation not permitted", "permission denied")
     if any(word in lowered for word in namespace_words):

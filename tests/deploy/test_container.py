@@ -133,16 +133,13 @@ def test_a_ticket_merges_inside_the_sandbox(served: Served) -> None:
     )
 
 
-@pytest.mark.xfail(
-    reason="issue 37: sloopctl sends the host's absolute path, which the daemon sees "
-    "at /repo ('outside the repository'); to pass once paths go relative to the root",
-    strict=False,
-)
 def test_the_host_sloopctl_posts_a_ticket_of_the_mounted_repository(served: Served) -> None:
+    """0.8.0: ``outside the repository /repo`` (the host's absolute path was sent)."""
     (served.repo / "tickets/host.md").write_text(ticket_text("From the host"))
     hosts.hand_over(served.repo / "tickets", hosts.SLOOP_UID)
     done = hosts.host_sloopctl(served.socket, "post", "--hold", "tickets/host.md", cwd=served.repo)
     assert done.returncode == 0, done.stderr
+    assert " host held · created" in done.stdout, done.stdout
 
 
 def test_metrics_answer_inside_the_container(served: Served) -> None:
