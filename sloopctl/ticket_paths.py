@@ -11,13 +11,13 @@ what it found (docs/tickets.md, "Posting from another path").
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import stat
+import subprocess
 from pathlib import Path
 from typing import Final
-
-from sloopctl import locate
 
 # Larger than any ticket the daemon takes (repo.max_ticket_bytes, 1 MiB by default):
 # past this the path goes without its digest and the daemon refuses the size.
@@ -34,14 +34,38 @@ def posted(path: str) -> tuple[str, str | None]:
     absolute = os.path.abspath(path)
     folder = os.path.realpath(os.path.dirname(absolute))
     absolute = os.path.join(folder, os.path.basename(absolute))
-    repo = locate.find_repo(Path(folder)) if os.path.isdir(folder) else None
-    if repo is None:
-        return absolute, None
-    root = os.path.realpath(repo.toplevel)
-    if os.path.commonpath([root, absolute]) != root:
+    root = outermost_root(folder) if os.path.isdir(folder) else None
+    if root is None or os.path.commonpath([root, absolute]) != root:
         return absolute, None
     relative = Path(os.path.relpath(absolute, root)).as_posix()
     return relative, _digest(absolute)
+
+
+@functools.lru_cache(maxsize=64)
+def outermost_root(folder: str) -> str | None:
+    """The work tree ``folder`` is in; for a submodule's file, its superproject's (the
+    repository whose daemon it is posted to, as when the path went absolute).  Only
+    submodules climb: a repository that merely sits inside another work tree (a project
+    under a home directory kept in git) is its own."""
+    where: str | None = folder
+    root = None
+    while where is not None:
+        try:
+            done = subprocess.run(
+                ["git", "rev-parse", "--show-superproject-working-tree", "--show-toplevel"],
+                cwd=where,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+        except OSError:
+            return root
+        lines = done.stdout.splitlines()
+        if done.returncode != 0 or not lines:
+            return root
+        root = os.path.realpath(lines[-1])
+        where = lines[0] if len(lines) == 2 else None
+    return root
 
 
 def _digest(path: str) -> str | None:
