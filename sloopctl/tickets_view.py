@@ -5,11 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from sloopctl import feedwalk
 from sloopctl.layout import Cell, Paint, relative, section, state_cell, text
-
-
-def _rows(value: Any) -> list[dict[str, Any]]:
-    return [r for r in value if isinstance(r, dict)] if isinstance(value, list) else []
 
 
 def waiting_text(waiting: Any, now: int) -> str:
@@ -42,7 +39,7 @@ def ticket_cells(rows: Any, now: int) -> list[list[Cell]]:
             relative(t.get("updated_at_ms"), now),
             waiting_text(t.get("waiting"), now),
         ]
-        for t in _rows(rows)
+        for t in feedwalk.rows(rows)
     ]
 
 
@@ -54,7 +51,7 @@ def no_open_tickets(recent: Any) -> str:
     """The dashboard lists the tickets not settled; with none, what settled lately, so a
     merged ticket never reads as "none" (0.8.0's tour did)."""
     latest: dict[str, str] = {}
-    for run in _rows(recent):  # newest first: a ticket's first run is its latest
+    for run in feedwalk.rows(recent):  # newest first: a ticket's first run is its latest
         name = text(run.get("alias")).rpartition("#")[0]
         if name:
             latest.setdefault(name, text(run.get("state")))

@@ -197,11 +197,25 @@ async def objects_dir(repo: Path, *, timeout: float) -> Path:
     return Path(out).resolve()
 
 
-# Each main repository's objects directory and object format, read with the first
-# checkout made from it: neither changes under a running daemon, and asking again was one
-# git per checkout.
+# Each main repository's objects directory (resolved) and object format, read with the
+# first checkout made from it or the first bring-back into it: neither changes under a
+# running daemon, and asking again was one git per checkout.
 _STORES: dict[Path, tuple[str, str]] = {}
-_FULL_SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?\Z")
+FULL_SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?\Z")
+
+
+async def store_of(repo: Path, *, timeout: float) -> tuple[Path, str]:
+    """The main repository's objects directory, resolved, and its object format."""
+    known = _STORES.get(repo)
+    if known is None:
+        out = await _git(
+            repo, "rev-parse", "--path-format=absolute", "--git-path", "objects",
+            "--show-object-format", deadline=_Deadline(timeout),
+            what=f"finding the objects of {repo}",
+        )  # fmt: skip
+        objects, object_format = out.splitlines()
+        known = _STORES[repo] = (str(Path(objects).resolve()), object_format)
+    return Path(known[0]), known[1]
 
 
 async def create(repo: Path, checkout: Path, branch: str, base_sha: str, *, timeout: float) -> None:
@@ -219,7 +233,7 @@ async def create(repo: Path, checkout: Path, branch: str, base_sha: str, *, time
     await _check_ref(f"refs/heads/{branch}", deadline)
     what = f"reading {base_sha!r} in {repo}"
     known = _STORES.get(repo)
-    verified = known is None or not _FULL_SHA.match(base_sha)
+    verified = known is None or not FULL_SHA.match(base_sha)
     if verified:
         out = await _git(
             repo,
@@ -235,6 +249,7 @@ async def create(repo: Path, checkout: Path, branch: str, base_sha: str, *, time
             what=what,
         )
         objects, object_format, sha = out.splitlines()
+        objects = str(Path(objects).resolve())
         _STORES[repo] = (objects, object_format)
     else:
         assert known is not None
@@ -245,7 +260,7 @@ async def create(repo: Path, checkout: Path, branch: str, base_sha: str, *, time
     await _git(None, *init, "--", str(checkout), deadline=deadline, what=f"creating {checkout}")
     info = checkout / ".git" / "objects" / "info"
     info.mkdir(parents=True, exist_ok=True)
-    (info / "alternates").write_text(f"{Path(objects).resolve()}\n", encoding="utf-8")
+    (info / "alternates").write_text(f"{objects}\n", encoding="utf-8")
     if verified:
         what = f"checking out {sha[:12]} in {checkout}"
     try:

@@ -36,7 +36,14 @@ from pathlib import Path
 from typing import Final
 
 from sloopd.git import checkout
-from sloopd.git.checkout import CheckoutError, _Deadline, _git, git_reason, run_bounded
+from sloopd.git.checkout import (
+    CheckoutError,
+    _check_ref,
+    _Deadline,
+    _git,
+    git_reason,
+    run_bounded,
+)
 from sloopd.util import trees
 
 # Inside the main objects directory (the same file system: objects move by hard link);
@@ -45,13 +52,10 @@ INBOXES: Final = "sloop-inbox"
 # An inbox older than this at a start is a killed daemon's (a fetch is bounded by its
 # stage's timeout, which is far shorter); a younger one may be another daemon's fetch.
 STALE_S: Final = 6 * 3600
-_FULL_SHA: Final = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?\Z")
 _HEX2: Final = re.compile(r"[0-9a-f]{2}\Z")
 # Git's quarantine order for pack/ (tmp-objdir.c, pack_copy_priority): a reader that
 # sees an index finds its pack.  A .keep is not carried: it would pin the pack forever.
 _PACK_ORDER: Final = (".pack", ".rev", ".idx")
-# Each main repository's objects directory and object format, read once per repository.
-_STORES: dict[Path, tuple[Path, str]] = {}
 
 
 async def bring_back(
@@ -73,10 +77,10 @@ async def bring_back(
     own upload-pack on the host, acceptable only for a checkout no agent wrote.
     """
     deadline = _Deadline(timeout)
-    await checkout.check_ref(f"refs/heads/{branch}", timeout)
-    for ref in (private_ref, *also):
-        await checkout.check_ref(ref, timeout)
-    objects, object_format = await _store(repo, deadline)
+    # One deadline over every git call, as the other bring-backs had.
+    for ref in (f"refs/heads/{branch}", private_ref, *also):
+        await _check_ref(ref, deadline)
+    objects, object_format = await checkout.store_of(repo, timeout=deadline.left(f"reading {repo}"))
     base = await _full_sha(repo, base_sha, deadline)
     inbox = objects / INBOXES / uuid.uuid4().hex
     try:
@@ -141,20 +145,8 @@ async def _fetch_checked(
     return sha
 
 
-async def _store(repo: Path, deadline: _Deadline) -> tuple[Path, str]:
-    known = _STORES.get(repo)
-    if known is None:
-        out = await _git(
-            repo, "rev-parse", "--path-format=absolute", "--git-path", "objects",
-            "--show-object-format", deadline=deadline, what=f"finding the objects of {repo}",
-        )  # fmt: skip
-        objects, object_format = out.splitlines()
-        known = _STORES[repo] = (Path(objects).resolve(), object_format)
-    return known
-
-
 async def _full_sha(repo: Path, base: str, deadline: _Deadline) -> str:
-    if _FULL_SHA.match(base):
+    if checkout.FULL_SHA.match(base):
         return base
     return await _git(
         repo, "rev-parse", "--verify", "--end-of-options", f"{base}^{{commit}}",

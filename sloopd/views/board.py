@@ -27,16 +27,11 @@ from sloopd.flows.flow import Flow
 from sloopd.store import RecentRunRow, TriggerRow
 from sloopd.util import memory
 from sloopd.util.clock import now_ms
-from sloopd.views.queue_bytes import QueueBytes
+from sloopd.views.queue_bytes import QueueBytes, ordinal
 from sloopd.wire import api
 
 NEVER = 2**63  # a queue with no instant ahead stays valid until the next epoch
 TRIM_AFTER_RUNS = 1000
-
-
-def ordinal(entity_id: str) -> int:
-    """Ids are a prefix and the row's ordinal (T12, TR7, R4): the store's order."""
-    return int(entity_id.lstrip("TR"))
 
 
 def queue_facts(

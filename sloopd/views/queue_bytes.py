@@ -12,7 +12,6 @@ and a join.  The bytes are exactly ``orjson.dumps`` of ``rows.ticket_row``'s dic
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -23,7 +22,8 @@ from sloopd.core.rows import QueueFacts
 from sloopd.store import TicketRow, TriggerRow
 
 
-def _ordinal(entity_id: str) -> int:
+def ordinal(entity_id: str) -> int:
+    """Ids are a prefix and the row's ordinal (T12, TR7, R4): the store's order."""
     return int(entity_id.lstrip("TR"))
 
 
@@ -66,11 +66,10 @@ class QueueBytes:
         shared: dict[tuple[Any, ...], bytes] = {}
         by_ticket, now = facts.triggers_by_ticket, facts.now_ms
         # The common row: ready, its flow defined, its trigger due, the gate open; its
-        # ``waiting`` is the same for all (rows.waiting's last two answers).
+        # ``waiting`` depends on the facts alone (rows.waiting's last two answers), so
+        # the first such ticket's serves them all.
         claimable = facts.gate.state == "open"
-        common = b"null}"
-        if facts.in_flight >= facts.parallel:
-            common = orjson.dumps(rows.waiting("", "ready", "", _due(facts))) + b"}"
+        common: bytes | None = None
         flows = facts.flows
         parts = []
         for ticket_id in self._newest_first(tickets):
@@ -84,6 +83,9 @@ class QueueBytes:
             if claimable and record.state == "ready" and record.flow in flows:
                 trigger = by_ticket.get(ticket_id)
                 if trigger is not None and int(trigger.due_at_ms) <= now:
+                    if common is None:
+                        said = rows.waiting(ticket_id, "ready", record.flow, facts)
+                        common = orjson.dumps(said) + b"}"
                     parts.append(hit[1] + common)
                     continue
             waiting = rows.waiting(ticket_id, record.state, record.flow, facts, record.name)
@@ -102,12 +104,6 @@ class QueueBytes:
         """The ids by ordinal, newest first; sorted again only when the set changed."""
         order = self._order
         if order is None or tickets.keys() != order[0]:
-            ids = sorted(tickets, key=_ordinal, reverse=True)
+            ids = sorted(tickets, key=ordinal, reverse=True)
             order = self._order = (frozenset(ids), ids)
         return order[1]
-
-
-def _due(facts: QueueFacts) -> QueueFacts:
-    """``facts`` for a ticket whose trigger is due: what the common row is derived from."""
-    due = TriggerRow("", "", facts.now_ms, facts.now_ms)
-    return replace(facts, triggers_by_ticket={"": due}, flows=frozenset({""}))
