@@ -11,6 +11,7 @@ repository's file under the same path.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -111,3 +112,27 @@ def test_a_post_from_another_repository_is_refused_and_registers_nothing(
     done = sloopctl(daemon.socket, host, "post", "tickets/same.md", "--hold")
     assert done.returncode == 0, done.stderr
     assert registered(daemon) == ["tickets/same.md"]
+
+
+def test_the_digest_through_the_socket_refuses_a_changed_file_and_a_malformed_digest(
+    served: tuple[Path, Path, DaemonProcess],
+) -> None:
+    """The protocol's ``post.sha256`` (0.9.0), as any client sends it."""
+    host, _, daemon = served
+    (host / "tickets").mkdir()
+    (host / "tickets" / "d.md").write_text(ticket_text("Digest"))
+    client = daemon.client()
+    reply = client.call("post", {"path": "tickets/d.md", "sha256": "0" * 64, "hold": True})
+    assert reply["ok"] is False, reply
+    assert reply["error"]["code"] == "invalid_arguments"
+    assert reply["error"]["details"] == {"path": "tickets/d.md"}
+    assert "has another file at this path" in reply["error"]["message"]
+    reply = client.call("post", {"path": "tickets/d.md", "sha256": "NOT-HEX", "hold": True})
+    assert reply["ok"] is False, reply
+    assert reply["error"]["details"]["field"] == "sha256"
+    assert reply["id"].startswith("t")  # the request's own id, echoed
+    assert registered(daemon) == []
+    good = hashlib.sha256((host / "tickets" / "d.md").read_bytes()).hexdigest()
+    reply = client.call("post", {"path": "tickets/d.md", "sha256": good, "hold": True})
+    assert reply["ok"] is True, reply
+    assert registered(daemon) == ["tickets/d.md"]
