@@ -35,6 +35,7 @@ from sloopd.proc.children import ProcessGroups
 from sloopd.proc.sandbox import probe as sandbox_probe
 from sloopd.queue import gate
 from sloopd.queue.scheduler import Scheduler
+from sloopd.resume.recovery import recover as recover_runs
 from sloopd.runs.runner import RunManager
 from sloopd.runs.runstate import ActiveRun
 from sloopd.startup import DiskFull, StartupError, refusal, refuse_if_served, write_info
@@ -49,7 +50,6 @@ ORPHAN_REAP_SECONDS = 1.0
 # How long a killed daemon's git calls may take to finish before they are killed.
 SURVIVOR_WAIT_SECONDS = 10.0
 STATUS_SECONDS = 5.0
-STOPPED_REASON = "the daemon stopped while the run was in flight"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 log = logging.getLogger(__name__)
@@ -275,9 +275,13 @@ class Server:
         scheduler = Scheduler(daemon, runs.start, attempt_floor=found.attempt_floor)
         # The one late wiring step (see Daemon.connect): before recovery settles anything.
         daemon.connect(poke=scheduler.poke, events_appended=notices.poke)
-        for run_id, outcome in await runs.recover():
+        recovered = await recover_runs(runs)
+        for run_id, outcome in recovered.settled:
             log.warning("%s was in flight when the last daemon ended: settled %s", run_id, outcome)
         daemon.model = ReadModel.install(store, daemon.changes)
+        for run_id in recovered.continuing:
+            log.warning("%s was in flight when the last daemon ended: it continues", run_id)
+            runs.resume(run_id)
         return scheduler, groups
 
     async def _serve_metrics(self) -> None:
@@ -414,7 +418,7 @@ async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
 
 
 async def _stop_runs(runs: RunManager) -> None:
-    await runs.stop_all(STOPPED_REASON)
+    await runs.stop_all()
     runs.branches.stop_sweeping()  # the trash's backlog never holds a stop
 
 

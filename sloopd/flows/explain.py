@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from sloopd.flows.flow import Stage
-from sloopd.flows.walk import Execution, Walk
+from sloopd.flows.results import StageResult
+from sloopd.flows.walk import ENDED_BY_ABORTED, Execution, Walk
 from sloopd.util import quoting
 
 # A panel's reason names this many failing seats (the rest counted); a quoted reason,
@@ -139,3 +140,18 @@ def agent_exit_code(state: Walk) -> int | None:
         ):
             return execution.exit_code
     return None
+
+
+def ended_words(result: StageResult, *, aborted: bool = False) -> str:
+    """How an execution's record says it ended: ``passed``, ``failed: <reason>``, or
+    what cut it short (``aborted``, ``interrupted``, ``rebuilt``), which a reason
+    already starting with that word is not made to repeat (``aborted by the
+    operator: wrong ticket``, ``rebuilt: <cause>``)."""
+    cut = ENDED_BY_ABORTED if aborted else result.ended_by
+    word = cut or ("passed" if result.passed else "failed")
+    reason = result.reason
+    if not reason:
+        return word
+    if cut is not None and reason.startswith((f"{word} ", f"{word}:")):
+        return reason
+    return f"{word}: {reason}"

@@ -19,12 +19,13 @@ STAGE_STARTED = "stage_started"
 STAGE_FINISHED = "stage_finished"
 SEAT_STARTED = "seat_started"
 SEAT_FINISHED = "seat_finished"
+# 0.9: a daemon's stop cut a panel seat short; it sits again when the run continues.
+SEAT_INTERRUPTED = "seat_interrupted"
 VERDICT = "verdict"
 RETURNED = "returned"
 HALTED = "halted"
 NOTE = "note"
-# Written by ff_only just before main's ref moves: after a crash, the ref says whether
-# the merge it announces happened (sloopd.runs.recovery).
+# ff_only's, before main's ref moves: after a crash the ref says if it did (sloopd.resume).
 MERGE_INTENT = "merge_intent"
 # 0.9 (store schema 4): the merge queue sends the walk back to its landing's sync,
 # spending no returns: a run ahead left the queue, or main moved outside it.
@@ -32,8 +33,7 @@ REBUILT = "rebuilt"
 # Why an execution ended before its check could decide it (the stage row's ``ended_by``).
 ENDED_BY_REBUILT = "rebuilt"
 ENDED_BY_INTERRUPTED = "interrupted"
-# Never stored (an aborted execution's row stays as 0.8.0 wrote it): the wire derives it
-# from the run's state (sloopd.views.runview), and the execution's record says it.
+# Never stored (an aborted row stays as 0.8.0 wrote it): the wire derives it (views.runview).
 ENDED_BY_ABORTED = "aborted"
 
 
@@ -84,6 +84,10 @@ class Execution:
     # A sync conflict's marked regions, as its row stored them (absent before 0.9.0).
     hunks: list[str] = field(default_factory=list)
     hunks_clipped: bool = False
+    # Sittings a daemon's stop cut short ({"reviewer", "at_ms", "usage"}); seat_cut: its
+    # last row was one (that stop counts once in interrupted_in_a_row, not again).
+    interrupted_seats: list[dict[str, Any]] = field(default_factory=list)
+    seat_cut: bool = False
 
     @property
     def running(self) -> bool:
@@ -111,6 +115,8 @@ class Walk:
     # The merge queue's rebuilds so far, each {"stage", "cause", "at_ms"} (none spends
     # a returns budget).
     rebuilds: list[dict[str, Any]] = field(default_factory=list)
+    # Executions and sittings cut short since the last that ended on its own (next_move).
+    interrupted_in_a_row: int = 0
 
     @property
     def current(self) -> Execution | None:
@@ -261,6 +267,7 @@ def _on_seat_started(walk: Walk, row: LogRow) -> None:
         "node": None,
         "done": False,
     }
+    current.seat_cut = False
 
 
 def _on_seat_finished(walk: Walk, row: LogRow) -> None:
@@ -271,6 +278,20 @@ def _on_seat_finished(walk: Walk, row: LogRow) -> None:
     seat["usage"] = row.data.get("usage")
     seat["node"] = row.data.get("node")
     seat["done"] = True
+    walk.interrupted_in_a_row = 0
+
+
+def _on_seat_interrupted(walk: Walk, row: LogRow) -> None:
+    """The sitting ends unjudged: the seat is free to sit again in this execution."""
+    current = _running(walk, row)
+    _sitting_seat(current, row)
+    assert row.seat is not None  # _sitting_seat found it
+    del current.seats[row.seat]
+    current.interrupted_seats.append(
+        {"reviewer": row.seat, "at_ms": row.at_ms, "usage": row.data.get("usage")}
+    )
+    walk.interrupted_in_a_row += 1
+    current.seat_cut = True
 
 
 def _on_finished(walk: Walk, row: LogRow) -> None:
@@ -298,12 +319,20 @@ def _on_finished(walk: Walk, row: LogRow) -> None:
     current.onto = data.get("onto")
     current.hunks = list(data.get("hunks") or ())
     current.hunks_clipped = bool(data.get("hunks_clipped"))
+    if current.ended_by != ENDED_BY_INTERRUPTED:
+        walk.interrupted_in_a_row = 0
+    elif not current.seat_cut:
+        walk.interrupted_in_a_row += 1
     _decide_after(walk, current)
 
 
 def _decide_after(walk: Walk, done: Execution) -> None:
     """What follows a finished execution: the flow's rules, nothing else."""
     stage = done.stage
+    if done.ended_by == ENDED_BY_INTERRUPTED:
+        # No failure of the run's: the stage runs again from the same commit, no returns.
+        walk.next, walk.next_stage = "start", stage
+        return
     if done.ended_by == ENDED_BY_REBUILT:
         # Not the run's failure: its candidate went stale under it (sloopd.landing).
         if walk.flow.landing(stage.name) is None:
@@ -391,6 +420,7 @@ _HANDLERS = {
     STAGE_FINISHED: _on_finished,
     SEAT_STARTED: _on_seat_started,
     SEAT_FINISHED: _on_seat_finished,
+    SEAT_INTERRUPTED: _on_seat_interrupted,
     VERDICT: _on_verdict,
     RETURNED: _on_returned,
     HALTED: _on_halted,

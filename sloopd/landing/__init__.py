@@ -9,8 +9,9 @@ whose gates passed.  A failure counts against a run only once the runs ahead in 
 candidate have passed theirs; a run that leaves gets those behind it rebuilt, which
 spends none of their ``returns``.
 
-The queue lives in memory: a restart settles the runs in flight (sloopd.runs.recovery)
-and the queue starts empty.  The run driver (sloopd.runs.runner) asks it before a
+The queue lives in memory: after a restart the runs in flight that were at a landing
+join the new queue again in their old order and build their candidates anew
+(sloopd.resume.landing_order).  The run driver (sloopd.runs.runner) asks it before a
 landing's stages and after each; nothing else moves a run through it.
 
 Beside the queue: main's slot (``merge_slot``: one run moves main at a time, from a

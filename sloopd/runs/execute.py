@@ -33,10 +33,11 @@ from sloopd.runs.placing import Work
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.runs.spawning import ChildStarter, NotStarted, Ran, said_streams, stream_of
-from sloopd.runs.stop import TIMED_OUT, cancelled, child_stopped, stops_children
+from sloopd.runs.stop import TIMED_OUT, child_stopped, interrupts_git, stops_children, suspended
 from sloopd.util import quoting
 from sloopd.util.clock import now_ms
 from sloopd.vendor.usage import Usage
+from sloopd.vendor.usage import from_row as usage_from_row
 from sloopd.vendor.usage import total as usage_total
 
 
@@ -109,8 +110,8 @@ class StageExecutor:
             # an abort kills the git that moves the ref (and its hooks), and the ref
             # says whether the run merged.  The intent is durable before the ref
             # moves, so a crash from here on is settled from the ref too.
-            if cancelled(active.stop) is not None:
-                return False
+            if interrupts_git(active.stop):
+                return False  # an abort, or a stopping daemon (the run continues later)
             self.records.append_steps(
                 facts.run_id,
                 walk.MERGE_INTENT,
@@ -272,13 +273,19 @@ class StageExecutor:
     async def _run_panel(
         self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int, pinned: str
     ) -> StageResult:
-        """Seats one after another, each with its own credential; passes ≥ quorum."""
+        """Seats one after another, each with its own credential; passes ≥ quorum.
+
+        A panel continued after a daemon's stop (``Continue``) starts at its first seat
+        that has not reported: the seats that did keep their verdicts and usage."""
         discarded: list[dict[str, Any]] = []
-        seat_usage: list[Usage | None] = []
+        sat = self.records.replay(facts).current
+        seat_usage: list[Usage | None] = _usage_so_far(sat)
         timed_out: list[str] = []
         lost: list[str] = []
         cluster_down = False  # a seat was lost while the cluster could not be reached
         for seat, reviewer in enumerate(stage.reviewers):
+            if sat is not None and seat in sat.seats:
+                continue  # it reported before the daemon's stop
             if stops_children(active.stop):
                 break  # stopped: a spent budget ends the panel too
             await self.records.append_steps_durably(
@@ -310,8 +317,10 @@ class StageExecutor:
             if left is not None:
                 discarded.append(left)
             result = ended.row()
+            # Cut short by the daemon's stop: the seat sits again when the run continues.
+            kind = walk.SEAT_INTERRUPTED if suspended(active.stop) else walk.SEAT_FINISHED
             await self.records.append_steps_durably(
-                facts.run_id, walk.SEAT_FINISHED, stage.name, attempt, seat, result
+                facts.run_id, kind, stage.name, attempt, seat, result
             )
         state = self.records.replay(facts)
         current = state.current
@@ -360,6 +369,14 @@ class StageExecutor:
                 confidence=verdict.get("confidence"),
             )
         return StageResult.checked("panel", False, "panel stages need reviewer seats", code)
+
+
+def _usage_so_far(sat: walk.Execution | None) -> list[Usage | None]:
+    """What a continued panel's earlier sittings spent: its stage row counts them too."""
+    if sat is None:
+        return []
+    rows = [s["usage"] for s in sat.seats.values()] + [s["usage"] for s in sat.interrupted_seats]
+    return [usage_from_row(row) for row in rows]
 
 
 def _auto_message(facts: RunFacts, stage: Stage, attempt: int) -> str:

@@ -19,7 +19,7 @@ import orjson
 from sloopd.core.logsink import LogSink
 from sloopd.core.state import Daemon
 from sloopd.flows import walk
-from sloopd.flows.explain import agent_exit_code, run_diagnosis, run_reason
+from sloopd.flows.explain import agent_exit_code, ended_words, run_diagnosis, run_reason
 from sloopd.flows.flow import Stage
 from sloopd.flows.results import StageResult
 from sloopd.flows.stagelog import append_step, flow_of, read_log, replay_run
@@ -263,18 +263,3 @@ class RunRecords:
         if self.daemon.metrics is not None:
             self.daemon.metrics.runs_finished.labels(outcome).inc()
         self._wake_settle_waiters(run_id)
-
-
-def ended_words(result: StageResult, *, aborted: bool = False) -> str:
-    """How an execution's record says it ended: ``passed``, ``failed: <reason>``, or
-    what cut it short (``aborted``, ``interrupted``, ``rebuilt``), which a reason
-    already starting with that word is not made to repeat (``aborted by the
-    operator: wrong ticket``, ``rebuilt: <cause>``)."""
-    cut = walk.ENDED_BY_ABORTED if aborted else result.ended_by
-    word = cut or ("passed" if result.passed else "failed")
-    reason = result.reason
-    if not reason:
-        return word
-    if cut is not None and reason.startswith((f"{word} ", f"{word}:")):
-        return reason
-    return f"{word}: {reason}"

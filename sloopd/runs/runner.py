@@ -1,8 +1,9 @@
 """Runs in flight: prepare the worktree, walk the flow, settle.
 
 The driver of a run appends to its stage log and asks ``walk.replay`` for the
-next step after every append, so the log alone decides what happens; a run
-interrupted by a crash is settled from its log on the next start.
+next step after every append, so the log alone decides what happens; a run a
+stopped or crashed daemon left in flight continues from its log on the next start
+(``resume``, after sloopd.resume recorded what the stop cut short).
 """
 
 from __future__ import annotations
@@ -30,18 +31,15 @@ from sloopd.runs import disk_full, retries, watchdog
 from sloopd.runs import stop as stops
 from sloopd.runs.execute import StageExecutor
 from sloopd.runs.records import RunRecords
-from sloopd.runs.recovery import Recovery
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.store import Store, StoreUnavailable
 from sloopd.util.clock import now_ms
+from sloopd.vendor import usage as usages
 from sloopd.worker.credentials import Credentials
 from sloopd.worker.sockets import WorkerSockets
 
 log = logging.getLogger(__name__)
 
-STALL_CHECK_SECONDS = 1.0
-# A stall tick later than this means the daemon was stopped or held, not the agents.
-PAUSE_TOLERANCE_SECONDS = 0.5
 # How long a sandbox probe that passed stands for the runs started after it.
 SANDBOX_PROBE_REUSE_SECONDS = 5.0
 
@@ -104,26 +102,34 @@ class RunManager:
     def store(self) -> Store:
         return self.daemon.require_store()
 
-    def start(self, run_id: str) -> None:
+    def start(self, run_id: str, *, continuing: bool = False) -> None:
         config = self.daemon.config
         active = ActiveRun(run_id, config, stall_after_ms=config.agent.stall_after_ms)
         self.active[run_id] = active
-        active.task = asyncio.get_running_loop().create_task(self._drive(active))
+        active.task = asyncio.get_running_loop().create_task(self._drive(active, continuing))
 
-    async def _drive(self, active: ActiveRun) -> None:
+    def resume(self, run_id: str) -> None:
+        """Continue a run the last daemon left in flight, from its stage log: its checkout
+        and branch exist, its finished stages stand (sloopd.resume decided it may)."""
+        self.start(run_id, continuing=True)
+
+    async def _drive(self, active: ActiveRun, continuing: bool = False) -> None:
         run_id = active.run_id
         records = self.records
         try:
             facts = records.facts(run_id)
             active.budget = facts.flow.budget(active.config.agent)
             try:
-                facts = replace(facts, base=await self._prepare(active, facts))
+                prepare = self._continue if continuing else self._prepare
+                facts = replace(facts, base=await prepare(active, facts))
             except SandboxUnavailable as exc:
                 await records.settle_durably(run_id, "failed", None, str(exc))
                 return
             except gitops.GitInterrupted as exc:
-                # Stopped while its branch was made (a hook that hangs): as the stop says.
-                stop = stops.cancelled(active.stop) or stops.cancel(str(exc))
+                # Stopped while its branch was made (a hook that hangs): as the stop says;
+                # a stopping daemon queues the ticket again (the run has nothing to keep).
+                requeue = stops.suspended(active.stop)
+                stop = stops.cancelled(active.stop) or stops.cancel(str(exc), requeue=requeue)
                 await records.settle_durably(
                     run_id, "aborted", None, stop.reason, requeue=stop.requeue
                 )
@@ -174,8 +180,17 @@ class RunManager:
             await asyncio.sleep(1.0)
             return False
 
-    async def _prepare(self, active: ActiveRun, facts: RunFacts) -> str:
-        """The run's checkout, branch and worker socket; the commit its branch starts at."""
+    async def _continue(self, active: ActiveRun, facts: RunFacts) -> str:
+        """A continued run's worker socket and what it spent so far; its base commit."""
+        await self._probe_sandbox(active)
+        base = await self.branches.base(facts)
+        state = self.records.replay(facts)
+        finished = [e.usage for e in state.executions if not e.running]
+        active.spent = usages.total(usages.from_row(row) for row in finished)
+        await self.worker_sockets.open(facts.run_id)
+        return base
+
+    async def _probe_sandbox(self, active: ActiveRun) -> None:
         if active.config.sandbox != "none" and time.monotonic() >= self._sandbox_known_until:
             launcher = self.launchers[active.config.sandbox]
             missing = await asyncio.to_thread(launcher.unavailable)
@@ -189,6 +204,10 @@ class RunManager:
                     f"the sandbox cannot start, so no stage of this run was started: {missing} "
                     'Or set sandbox = "none" in sloop.toml to run agents unsandboxed (unsafe).'
                 )
+
+    async def _prepare(self, active: ActiveRun, facts: RunFacts) -> str:
+        """The run's checkout, branch and worker socket; the commit its branch starts at."""
+        await self._probe_sandbox(active)
         for old_id, _old_path in self.store.all("run_worktrees_of_ticket", (facts.ticket,)):
             await self.remove_worktree(old_id)
         facts.worktree.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -219,6 +238,8 @@ class RunManager:
             case stops.Execute(stage, attempt):
                 if await self.landing.before(active, facts, stage):
                     await self._execute(active, facts, stage, attempt)
+            case stops.Continue(stage, attempt):
+                await self._execute(active, facts, stage, attempt, continued=True)
             case stops.Rebuild(stage, attempt, reason):
                 self.landing.rebuild_after(facts, stage, attempt, reason)
             case stops.Return(stage, attempt, to):
@@ -231,6 +252,8 @@ class RunManager:
             case stops.Interrupted(stage, attempt):
                 result = StageResult.interrupted("interrupted before it finished")
                 self.records.finish(facts.run_id, stage, attempt, result)
+            case stops.Suspend():
+                return True  # in flight still: the next start continues it
             case stops.Settle() as settle:
                 if settle.outcome == "merged":
                     await self._remove_merged_worktree(facts.run_id)
@@ -267,18 +290,29 @@ class RunManager:
             log.warning("%s merged but its worktree stays: %s", run_id, exc)
 
     async def _execute(
-        self, active: ActiveRun, facts: RunFacts, stage: Stage, attempt: int
+        self,
+        active: ActiveRun,
+        facts: RunFacts,
+        stage: Stage,
+        attempt: int,
+        continued: bool = False,
     ) -> None:
-        self.records.append_steps(facts.run_id, walk.STAGE_STARTED, stage.name, attempt)
+        if not continued:
+            self.records.append_steps(facts.run_id, walk.STAGE_STARTED, stage.name, attempt)
         active.stage, active.attempt, active.stage_started_ms = stage.name, attempt, now_ms()
         self.sink.append(
             facts.run_id,
             stage.name,
             attempt,
             "system",
-            f"stage '{stage.name}' execution {attempt} started",
+            f"stage '{stage.name}' execution {attempt} "
+            + ("continues with its next seat" if continued else "started"),
         )
         result = await self.executor.execute(active, facts, stage, attempt)
+        if stops.suspended(active.stop) and stage.result_check == "panel":
+            # Its seats are recorded one by one: the panel continues, unjudged till then.
+            active.stage_ended()
+            return
         too_late = stops.merged_despite(active.stop, stage, result)
         if too_late is not None:
             # Too late to stop: main moved before the stop arrived, so the run merged.
@@ -346,34 +380,8 @@ class RunManager:
             tx.run("run_clear_worktree", (run_id,))
 
     async def watch_stalls(self) -> None:
-        """Stop a stage whose child has been silent past stall_kill_after, or ran past
-        its timeout (sloopd.runs.watchdog).
-
-        Time the daemon itself did not run (SIGSTOP, a suspended VM, a loop held by
-        a long call) is not the agents' silence: an agent blocked on a request to a
-        stopped daemon is waiting for us.  A tick that comes late by more than
-        PAUSE_TOLERANCE_SECONDS credits the gap to every child before judging.
-        """
-        last_tick = time.monotonic()
-        stalled: set[str] = set()
-        while True:
-            await asyncio.sleep(STALL_CHECK_SECONDS)
-            tick = time.monotonic()
-            paused = tick - last_tick - STALL_CHECK_SECONDS
-            last_tick = tick
-            if paused > PAUSE_TOLERANCE_SECONDS:
-                log.warning("the daemon did not run for %.1f s; not counted as silence", paused)
-                for active in self.active.values():
-                    active.credit_pause(paused)
-            for active in list(self.active.values()):
-                watchdog.check(active)
-            # A stall is read from the clock, not written: a run crossing its
-            # stall_after (or leaving it) is a new revision, so a held `show` (the
-            # web view's, `show --follow`) answers now rather than at its timeout.
-            now_stalled = {run_id for run_id, a in self.active.items() if a.stall() is not None}
-            if now_stalled != stalled:
-                stalled = now_stalled
-                self.daemon.changes.bump()
+        """Stop a stage whose child has been silent or ran too long (sloopd.runs.watchdog)."""
+        await watchdog.watch(self.daemon, self.active)
 
     async def collect_worktrees(self) -> list[str]:
         """``gc``: remove the worktrees that settled runs kept for inspection."""
@@ -401,16 +409,18 @@ class RunManager:
         if active.task is not None:
             await asyncio.shield(active.task)
 
-    async def stop_all(self, reason: str) -> None:
-        """A stopping daemon stops every run; each is settled and queued again."""
+    async def stop_all(self) -> None:
+        """A stopping daemon stops every run's child; each run's execution ends
+        interrupted and the run stays in flight, continued at the next start."""
         self.records.stopping = True
         await asyncio.gather(
-            *(self.abort(run_id, reason, requeue=True) for run_id in list(self.active)),
+            *(self._suspend(active) for active in list(self.active.values())),
             return_exceptions=True,
         )
 
-    async def recover(self) -> list[tuple[str, str]]:
-        """Settle runs a crashed daemon left in flight (sloopd.runs.recovery)."""
-        ids = [run_id for (run_id,) in self.store.all("runs_active_ids")]
-        recovery = Recovery(self.records, self.daemon.layout.repo, self.remove_worktree)
-        return await recovery.recover(ids)
+    async def _suspend(self, active: ActiveRun) -> None:
+        active.stop_with(stops.stopping())
+        if active.child is not None:
+            await active.child.stop()
+        if active.task is not None:
+            await asyncio.shield(active.task)

@@ -12,7 +12,15 @@ from sloopd.core.config import Config
 from sloopd.flows.flow import Budget, Flow
 from sloopd.proc.lines import LastWords
 from sloopd.proc.stage_io import RunningChild
-from sloopd.runs.stop import Stop, after_seat, after_stage, cancelled, rebuilt, stop_with
+from sloopd.runs.stop import (
+    Stop,
+    after_seat,
+    after_stage,
+    cancelled,
+    interrupts_git,
+    rebuilt,
+    stop_with,
+)
 from sloopd.vendor.tail import OutputTail
 from sloopd.vendor.usage import Usage, total
 
@@ -43,15 +51,15 @@ class ActiveRun:
     child_started_monotonic: float | None = None
     child_timeout_ms: int | None = None
     # What the run's agents reported spending: finished children, and the one
-    # executing (None until its stream reports).  Runs never resume after a restart,
-    # so memory holds the whole run.
+    # executing (None until its stream reports).  A run continued after a restart
+    # starts from what its stage log stored (sloopd.runs.runner.resume).
     budget: Budget = field(default_factory=Budget)
     spent: Usage | None = None
     live: Usage | None = None
     # Tools the child's CLI said it refused for want of permission (Claude Code's
     # permission_denials): named in the stage's reason.
     refused_tools: tuple[str, ...] = ()
-    # Set once the run is cancelled (an abort, a stopping daemon): the git call that
+    # Set once the run is cancelled or the daemon stops: the git call that
     # makes the run's branch or moves main is killed then, with its hooks, instead of
     # being waited for (sloopd.git.ops.update_refs, ff_only), so a hook that hangs
     # cannot hold the answer.
@@ -60,7 +68,7 @@ class ActiveRun:
     def stop_with(self, new: Stop) -> None:
         """The one way a run is told to stop: the stronger stop stays (sloopd.runs.stop)."""
         self.stop = stop_with(self.stop, new)
-        if cancelled(self.stop) is not None:
+        if interrupts_git(self.stop):
             self.interrupt.set()
 
     def stop_child(self, why: Stop) -> None:

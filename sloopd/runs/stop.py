@@ -1,7 +1,7 @@
 """Why a run stops, and what its driver does next: one value, pure decisions.
 
-Four things may stop a run, from four places: the abort verb (and a stopping
-daemon), the stall watchdog (silence, a stage's timeout), the output callback
+Five things may stop a run, from five places: the abort verb, a stopping daemon,
+the stall watchdog (silence, a stage's timeout), the output callback
 (a spent budget) and the classification of a failed stage (a vendor limit, a
 transient failure, a spent budget).  Each hands the run a ``Stop``; the run keeps
 the stronger through one setter (``ActiveRun.stop_with``, by ``stop_with``
@@ -11,9 +11,11 @@ recorded facts, pinned case by case by tests/unit/test_stop.py.
 
 A run's stops are layered by rank, strongest on top:
 
-* ``halt`` (4): settle failed, halt ``fail_action`` (no ``return_to`` budget is
+* ``halt`` (5): settle failed, halt ``fail_action`` (no ``return_to`` budget is
   spent), perhaps with the ticket queued again at ``requeue_at_ms``;
-* ``cancel`` (3): settle aborted; the ticket is queued again now if ``requeue``;
+* ``cancel`` (4): settle aborted; the ticket is queued again now if ``requeue``;
+* ``stopping`` (3): the daemon stops: the executing child is stopped, its execution
+  ends ``interrupted`` and the run stays in flight, to continue at the next start;
 * ``timed_out`` / ``budget_exceeded`` (2): the daemon stopped the stage's child;
   the stage fails with the detail;
 * ``stalled`` (1): the child was silent past stall_kill_after and was stopped;
@@ -23,7 +25,7 @@ The first stop of a rank wins; a weaker stop that comes later is kept beneath th
 stronger (a panel seat's timeout under an abort still names the seat), except a
 stall after a stop of rank 2: a child the daemon stopped is not judged for silence.
 The child's stops (ranks 1-2) end with the stage that had them; a run's stops
-(3-4) last until it settles.
+(3-5) last until it settles (or, stopping, until the driver lets it go).
 """
 
 from __future__ import annotations
@@ -37,21 +39,28 @@ from sloopd.flows.flow import Stage
 from sloopd.flows.results import StageResult, daemon_diagnosis
 from sloopd.flows.walk import ENDED_BY_REBUILT, Walk
 
-StopKind = Literal["stalled", "timed_out", "budget_exceeded", "rebuilt", "cancel", "halt"]
+StopKind = Literal[
+    "stalled", "timed_out", "budget_exceeded", "rebuilt", "stopping", "cancel", "halt"
+]
 BUDGET_EXCEEDED: Final = "budget_exceeded"
 TIMED_OUT: Final = "timed_out"
 STALLED: Final = "stalled"
 # The merge queue made the gate's candidate stale (sloopd.landing): its child is
 # stopped and the execution ends ``ended_by: "rebuilt"``, no failure of the run's.
 REBUILT: Final = "rebuilt"
+STOPPING: Final = "stopping"
+# How many executions or panel sittings in a row a daemon's stop may cut short before
+# the run stops continuing and settles failed (a stage that crashes the daemon).
+MAX_INTERRUPTED_IN_A_ROW: Final = 3
 
 RANK: Final[dict[str, int]] = {
     STALLED: 1,
     TIMED_OUT: 2,
     BUDGET_EXCEEDED: 2,
     REBUILT: 2,
-    "cancel": 3,
-    "halt": 4,
+    STOPPING: 3,
+    "cancel": 4,
+    "halt": 5,
 }
 CHILD_STOPPED: Final = 2  # the rank of the daemon stopping a stage's child
 RUN_STOPPED: Final = 3  # from here on the stop is the run's, not its stage's
@@ -92,6 +101,10 @@ def over_budget(detail: str) -> Stop:
 
 def rebuilt(cause: str) -> Stop:
     return Stop(REBUILT, reason=cause)
+
+
+def stopping() -> Stop:
+    return Stop(STOPPING, reason="the daemon stopped")
 
 
 def cancel(reason: str, *, requeue: bool = False) -> Stop:
@@ -157,6 +170,16 @@ def cancelled(stop: Stop | None) -> Stop | None:
     return stop.find("cancel") if stop is not None else None
 
 
+def suspended(stop: Stop | None) -> bool:
+    """The daemon stops and nothing stronger settles the run: it is left to continue."""
+    return stop is not None and stop.kind == STOPPING
+
+
+def interrupts_git(stop: Stop | None) -> bool:
+    """The git that makes the run's branch or moves main is killed, hooks and all."""
+    return stop is not None and stop.find("cancel", STOPPING) is not None
+
+
 def merged_despite(stop: Stop | None, stage: Stage, result: StageResult) -> str | None:
     """The abort's reason when it came too late: main moved, so the run merged."""
     aborted = cancelled(stop)
@@ -179,6 +202,11 @@ def judged(
         if merged_despite(stop, stage, result) is not None:
             return result
         return result.failed(aborted.reason)
+    if suspended(stop) and not (result.passed and stage.action in ("sync", "ff_only")):
+        # Cut short by the daemon's stop: run again from the same commit once the run
+        # continues, so its own commit (an agent's half-done work) is not kept.
+        interrupted = StageResult.interrupted("interrupted: the daemon stopped")
+        return interrupted.but(usage=result.usage, node=result.node)
     stopped = child_stopped(stop)
     if stopped is not None and stopped.kind == REBUILT:
         return result.but(
@@ -248,6 +276,20 @@ class Interrupted:
 
 
 @dataclass(frozen=True, slots=True)
+class Continue:
+    """Go on with the panel execution a stop left between seats: the seats that sat
+    keep their verdicts, the next one sits."""
+
+    stage: Stage
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class Suspend:
+    """The daemon stops: the driver lets the run go unsettled, to continue at next start."""
+
+
+@dataclass(frozen=True, slots=True)
 class Settle:
     """The run ends: merged | failed | needs_review | aborted."""
 
@@ -259,16 +301,21 @@ class Settle:
 
 
 # What the driver does next; each case carries exactly what it needs.
-Move = Execute | Rebuild | Return | Interrupted | Settle
+Move = Execute | Continue | Rebuild | Return | Interrupted | Suspend | Settle
 
 
 def next_move(state: Walk, stop: Stop | None) -> Move:
     """The driver's next step from the replayed walk and the run's stop."""
     current = state.current
-    if state.next == "running" and current is not None:
-        # Not finished by this driver (a step the store refused): it failed.
-        return Interrupted(current.stage, current.attempt)
     run_stop = stop if stop is not None and RANK[stop.kind] >= RUN_STOPPED else None
+    if state.next == "running" and current is not None:
+        if suspended(run_stop):
+            return Suspend()  # a panel between seats stays as it is, to continue
+        bounded = state.interrupted_in_a_row >= MAX_INTERRUPTED_IN_A_ROW
+        if current.stage.result_check == "panel" and run_stop is None and not bounded:
+            return Continue(current.stage, current.attempt)
+        # Not finished by a driver (a step the store refused, a restart): interrupted.
+        return Interrupted(current.stage, current.attempt)
     # A merge that moved main wins over any stop: the record follows the ref, and
     # what follows the merge does not run once the run is stopped.
     if state.main_moved() and (run_stop is not None or state.next in ("done", "halt")):
@@ -283,10 +330,14 @@ def next_move(state: Walk, stop: Stop | None) -> Move:
             reason=run_stop.reason,
             requeue_at_ms=run_stop.requeue_at_ms,
         )
+    if suspended(run_stop):
+        return Suspend()
     if run_stop is not None:
         return Settle("aborted", reason=run_stop.reason, requeue=run_stop.requeue)
     if state.next == "start" and state.next_stage is not None:
         stage = state.next_stage
+        if state.interrupted_in_a_row >= MAX_INTERRUPTED_IN_A_ROW:
+            return Settle("failed", halt="fail_action", reason=_too_often(state, stage))
         return Execute(stage, state.attempts_of(stage.name) + 1)
     if state.next == "rebuild" and state.executions:
         last = state.executions[-1]
@@ -297,6 +348,15 @@ def next_move(state: Walk, stop: Stop | None) -> Move:
     # The walk ends (halt or done) only with its outcome said (sloopd.flows.walk).
     assert state.outcome is not None, f"a walk at {state.next!r} with no outcome"
     return Settle(state.outcome, halt=state.halt)
+
+
+def _too_often(state: Walk, stage: Stage) -> str:
+    last = state.executions[-1].attempt if state.executions else 0
+    return (
+        f"stage '{stage.name}' execution {last} was cut short by the daemon's stop or "
+        f"crash {state.interrupted_in_a_row} times in a row (at most "
+        f"{MAX_INTERRUPTED_IN_A_ROW}); the run is not continued again"
+    )
 
 
 def _duration(ms: int) -> str:

@@ -376,6 +376,13 @@ SELECT stream, body FROM log_records INDEXED BY log_records_execution
 WHERE run = ? AND stage = ? AND attempt = ? AND stream IN ('stdout', 'stderr')
 ORDER BY position DESC LIMIT ?
 
+-- What an execution a daemon's stop cut short printed on stdout, in order: the usage
+-- its agent's stream reported is read back from it (sloopd.resume.spent).
+-- name: logs_execution_stdout
+SELECT body FROM log_records INDEXED BY log_records_execution
+WHERE run = ? AND stage = ? AND attempt = ? AND stream = 'stdout'
+ORDER BY position
+
 -- name: logs_rows_after
 SELECT position, body FROM log_records WHERE run = ? AND position > ? ORDER BY position
 

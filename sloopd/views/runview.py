@@ -152,8 +152,9 @@ def _execution_row(
     running = execution.running
     seats = sorted(execution.seats.items())
     spent = execution.usage
-    if running:  # the seats that sat, and the child executing now
-        spent = rows.usage_sum([*(seat["usage"] for _, seat in seats), live])
+    cut = execution.interrupted_seats
+    if running:  # the seats that sat (a daemon's stop cut short, too), and the child now
+        spent = rows.usage_sum([*(s["usage"] for _, s in seats), *(s["usage"] for s in cut), live])
     state = "running" if running else "passed" if execution.passed else "failed"
     finished = execution.finished_at_ms
     return {
@@ -182,6 +183,8 @@ def _execution_row(
             }
             # Additive in 0.8.0: the Ray node the seat ran on (null: the daemon's host).
             | {"node": seat.get("node")}
+            # Additive in 0.9.0: its sittings a daemon's stop cut short (issue 38).
+            | {"interrupted": [_sitting(s) for s in cut if s["reviewer"] == seat["reviewer"]]}
             for _, seat in seats
         ]
         if execution.stage.result_check == "panel"
@@ -198,6 +201,10 @@ def _execution_row(
         # "rebuilt" (the merge queue rebuilt its candidate), "interrupted", "aborted".
         "ended_by": execution.ended_by,
     }
+
+
+def _sitting(cut: dict[str, Any]) -> dict[str, Any]:
+    return {"at_ms": cut["at_ms"], "usage": cut["usage"]}
 
 
 def _verdict_reason(reason: str | None) -> str | None:

@@ -65,6 +65,11 @@ LAYERS: dict[str, frozenset[str]] = {
             "worker",
         }
     ),
+    # Continuing the runs a stopped daemon left in flight (issue 38): above the driver,
+    # which it hands them to; only the composition root imports it.
+    "resume": frozenset(
+        {"wire", "store", "util", "vendor", "flows", "core", "git", "landing", "runs"}
+    ),
     # Stages on Ray: the daemon's side (launcher, child, cluster_gate) and the node's
     # (node, room, relay) over the same launchers (proc) and workspace (git) as a
     # stage on the daemon's host; never the runs layer, which reaches it only

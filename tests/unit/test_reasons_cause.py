@@ -14,12 +14,11 @@ from typing import Any
 import pytest
 
 from sloopd.flows.diagnosed import diagnosed
-from sloopd.flows.explain import QUOTED_REASON_CHARS, panel_reason, run_reason
+from sloopd.flows.explain import QUOTED_REASON_CHARS, ended_words, panel_reason, run_reason
 from sloopd.flows.flow import Reviewer, Stage
 from sloopd.flows.results import StageResult
 from sloopd.flows.walk import ENDED_BY_INTERRUPTED, Execution, Walk
 from sloopd.proc.lines import MAX_LINE_BYTES, SAID_CHARS, LastWords
-from sloopd.runs.records import ended_words
 
 FAILED_LINE = "FAILED: answer.txt WANT=Z1a2b GOT=guess"
 

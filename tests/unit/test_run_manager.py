@@ -97,20 +97,27 @@ def test_abort_stops_the_running_child_through_the_groups(machinery: Machinery) 
     assert len(machinery.launcher.launches) == 1
 
 
-def test_a_stopping_daemon_stops_every_run_in_flight(machinery: Machinery) -> None:
+def test_a_stopping_daemon_stops_every_child_and_leaves_the_run_to_continue(
+    machinery: Machinery,
+) -> None:
     machinery.launcher.script(Script(until_stopped=True))
 
     async def scenario() -> str:
         run_id = machinery.claim("one")
         machinery.runs.start(run_id)
         await machinery.groups.started()
-        await machinery.runs.stop_all("the daemon stopped")
+        await machinery.runs.stop_all()
         return run_id
 
     run_id = asyncio.run(scenario())
     assert machinery.groups.stopped() == [f"{run_id}/implement#1"]
     shown = machinery.shown(run_id)
-    assert (shown["state"], shown["reason"]) == ("aborted", "the daemon stopped")
+    # Issue 38: still in flight, its execution cut short: the next start continues it.
+    assert shown["state"] == "running"
+    (implement,) = [s for s in shown["stages"] if s["stage"] == "implement"]
+    assert (implement["state"], implement["ended_by"]) == ("failed", "interrupted")
+    assert implement["reason"] == "interrupted: the daemon stopped"
+    assert not machinery.runs.active
 
 
 def test_each_child_gets_the_runs_own_home_and_worker_socket(machinery: Machinery) -> None:

@@ -1,0 +1,306 @@
+"""A restart costs only what was running: runs in flight continue (issue 38).
+
+The issue's flow, through the real daemon: ``prepare`` (an agent stage that commits)
+→ ``work`` (an agent stage that commits, held on a flag) → ``sync`` → ``merge``.  The
+daemon is killed with SIGKILL, or stopped with SIGTERM, while ``work`` runs, then
+started again.  What must hold: one run, the same id, alias and attempt, merged;
+``prepare`` executed once and its commit is in main; ``work``'s first execution ended
+``interrupted`` (its output kept), the second started from the same commit and
+passed; the ticket was never queued again.  The same for a command stage, a panel
+between seats (the seat that reported keeps its verdict), a run whose commits are
+gone (aborted, queued again), and a stage that is cut short again and again (the run
+stops continuing after three interruptions in a row and settles failed).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.agents import Bench, install_probe, probe_argv, sloop_toml, ticket_text
+from tests.support.daemon import git, query, wait_until
+
+FLOW = "fix"
+
+
+def _rows(run: dict[str, Any], stage: str) -> list[dict[str, Any]]:
+    return [row for row in run["stages"] if row["stage"] == stage and row["state"] != "pending"]
+
+
+def _dumps(bench: Bench, prefix: str) -> list[dict[str, Any]]:
+    found = sorted(bench.path("").glob(f"{prefix}-*.json"))
+    return [json.loads(path.read_text()) for path in found]
+
+
+def _interrupt(bench: Bench, how: str) -> None:
+    """The daemon ends as ``how`` says: a crash, or a clean stop (systemctl stop)."""
+    assert bench.daemon is not None
+    if how == "kill9":
+        bench.daemon.kill9()
+    else:
+        assert bench.stop() == 0
+
+
+def _issue_flow(bench: Bench, work_stage: dict[str, Any]) -> None:
+    prepare = bench.argv(
+        "--env-dump",
+        bench.flag("prepare-{run}-{attempt}.json"),
+        "--write",
+        "prepared-{run}.txt=prepared",
+    )
+    flows = {
+        FLOW: [
+            {"name": "prepare", "action": "agent", "command": prepare},
+            work_stage,
+            {"name": "sync", "action": "sync"},
+            {"name": "merge", "action": "ff_only"},
+        ]
+    }
+    bench.setup(sloop_toml(bench.argv(), flows=flows), {"t": ticket_text("Continue me", flow=FLOW)})
+
+
+def _work_agent(bench: Bench) -> dict[str, Any]:
+    command = bench.argv(
+        "--env-dump",
+        bench.flag("work-{run}-{attempt}.json"),
+        "--say",
+        "work {attempt} began",
+        "--wait-for",
+        bench.flag("go-work"),
+        "--write",
+        "worked-{run}.txt=worked",
+    )
+    return {"name": "work", "action": "agent", "command": command}
+
+
+def _started_again(bench: Bench, run_id: str, stage: str, attempt: int) -> None:
+    def running() -> bool:
+        shown = bench.show_run(run_id)
+        assert shown is not None
+        assert not shown["terminal"], shown
+        return any(r["attempt"] == attempt and r["state"] == "running" for r in _rows(shown, stage))
+
+    wait_until(running, timeout=30)
+
+
+@pytest.mark.parametrize("how", ["kill9", "sigterm"])
+def test_the_issue_flow_continues_at_work_and_merges_once(bench: Bench, how: str) -> None:
+    _issue_flow(bench, _work_agent(bench))
+    bench.start()
+    bench.post("t")
+    before = bench.wait_stage_running("t#1", "work")
+    run_id = before["id"]
+    # What was stored before the stop is kept (lines still in the sink's buffer when a
+    # SIGKILL lands are not: they were never stored).
+    said = ("work", 1, "stdout", "work 1 began")
+    wait_until(lambda: said in bench.log_lines(run_id), timeout=20)
+    _interrupt(bench, how)
+
+    bench.start()
+    _started_again(bench, run_id, "work", 2)
+    bench.release("go-work")
+    run = bench.wait_run(run_id)
+
+    assert (run["id"], run["alias"], run["attempt"], run["state"]) == (
+        run_id,
+        "t#1",
+        1,
+        "merged",
+    ), run
+    assert query(bench.state_dir, "SELECT count(*) FROM runs") == [(1,)]
+    # prepare executed once; its commit, made before the stop, is in main.
+    assert len(_dumps(bench, "prepare")) == 1
+    (prepared,) = _rows(run, "prepare")
+    assert (prepared["attempt"], prepared["state"]) == (1, "passed")
+    git(bench.repo, "merge-base", "--is-ancestor", prepared["commit"], "main")
+    # work: cut short once (no returns, no retries spent), then run again and passed.
+    first, second = _rows(run, "work")
+    assert (first["attempt"], first["state"], first["ended_by"]) == (1, "failed", "interrupted")
+    assert (second["attempt"], second["state"], second["ended_by"]) == (2, "passed", None)
+    assert second["started_at_ms"] >= first["finished_at_ms"]
+    dumps = _dumps(bench, "work")
+    assert len(dumps) == 2
+    # The second execution started from the same commit, in a fresh place.
+    tree = git(bench.repo, "ls-tree", "--name-only", "main").split()
+    assert {f"prepared-{run_id}.txt", f"worked-{run_id}.txt"} <= set(tree)
+    # Its output is kept: the interrupted execution's line is still there.
+    lines = bench.log_lines(run_id)
+    assert said in lines
+    assert ("work", 2, "stdout", "work 2 began") in lines
+    kinds = bench.event_kinds(run_id)
+    assert "run_continued" in kinds
+    assert "run_aborted" not in kinds
+    # The ticket was never queued again: one trigger claimed, by this run.
+    ticket = bench.ticket("t")
+    assert ticket["state"] == "merged"
+    assert query(bench.state_dir, "SELECT count(*) FROM triggers") == [(1,)]
+
+
+def test_a_command_stage_runs_again_after_a_crash(bench: Bench) -> None:
+    check = bench.argv(
+        "--env-dump",
+        bench.flag("check-{run}-{attempt}.json"),
+        "--wait-for",
+        bench.flag("go-check"),
+    )
+    _issue_flow(bench, {"name": "work", "action": "command", "command": check})
+    bench.start()
+    bench.post("t")
+    run_id = bench.wait_stage_running("t#1", "work")["id"]
+    wait_until(lambda: len(_dumps(bench, "check")) == 1, timeout=20)
+    bench.daemon.kill9()  # type: ignore[union-attr]
+
+    bench.start()
+    _started_again(bench, run_id, "work", 2)
+    bench.release("go-check")
+    run = bench.wait_run(run_id)
+    assert run["state"] == "merged", run
+    assert [(r["attempt"], r["ended_by"]) for r in _rows(run, "work")] == [
+        (1, "interrupted"),
+        (2, None),
+    ]
+    assert len(_dumps(bench, "prepare")) == 1
+
+
+def _seat(bench: Bench, seat: int, steps: list[dict[str, Any]]) -> list[str]:
+    """A probing reviewer that first counts its sitting in ``seat<N>-sittings``."""
+    count = 'echo sat >> "$0"; exec "$@"'
+    probe = probe_argv(bench, bench.flag(f"seat{seat}-out.json"), steps)
+    return ["/bin/sh", "-c", count, bench.flag(f"seat{seat}-sittings"), *probe]
+
+
+def _panel_flow(bench: Bench) -> None:
+    install_probe(bench)
+    verdict = ["verdict", "pass", "--reason"]
+    seat0 = _seat(bench, 0, [{"do": "ctl", "key": "v", "argv": [*verdict, "seat zero fine"]}])
+    seat1 = _seat(
+        bench,
+        1,
+        [
+            {"do": "wait", "path": bench.flag("go-seat1")},
+            {"do": "ctl", "key": "v", "argv": [*verdict, "seat one fine"]},
+        ],
+    )
+    review = {
+        "name": "review",
+        "action": "agent",
+        "result_check": "panel",
+        "quorum": 2,
+        "reviewers": [
+            {"target": "claude", "command": seat0},
+            {"target": "codex", "command": seat1},
+        ],
+    }
+    flows = {
+        FLOW: [
+            {"name": "work", "action": "agent", "command": bench.argv("--write", "w.txt=w")},
+            review,
+            {"name": "merge", "action": "ff_only"},
+        ]
+    }
+    bench.setup(sloop_toml(bench.argv(), flows=flows), {"t": ticket_text("Panel", flow=FLOW)})
+
+
+def _sittings(bench: Bench, seat: int) -> int:
+    path = bench.path(f"seat{seat}-sittings")
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+@pytest.mark.parametrize("how", ["kill9", "sigterm"])
+def test_a_panel_continues_with_the_seat_that_was_sitting(bench: Bench, how: str) -> None:
+    _panel_flow(bench)
+    bench.start()
+    bench.post("t")
+    run_id = bench.wait_stage_running("t#1", "review")["id"]
+    wait_until(lambda: _sittings(bench, 1) == 1, timeout=30)
+    _interrupt(bench, how)
+
+    bench.start()
+    wait_until(lambda: _sittings(bench, 1) == 2, timeout=30)
+    bench.release("go-seat1")
+    run = bench.wait_run(run_id)
+    assert run["state"] == "merged", run
+    # One execution of the panel: seat 0 sat once and kept its verdict, seat 1 sat twice.
+    (review,) = _rows(run, "review")
+    assert (review["attempt"], review["state"]) == (1, "passed")
+    assert (_sittings(bench, 0), _sittings(bench, 1)) == (1, 2)
+    verdicts = [(s["reviewer"], s["verdict"], s["reason"]) for s in review["reviewers"]]
+    assert verdicts == [(0, "pass", "seat zero fine"), (1, "pass", "seat one fine")]
+    assert [len(s["interrupted"]) for s in review["reviewers"]] == [0, 1]
+    assert len(_rows(run, "work")) == 1
+
+
+def test_a_stage_cut_short_three_times_in_a_row_settles_failed(bench: Bench) -> None:
+    hang = bench.argv("--env-dump", bench.flag("hang-{run}-{attempt}.json"), "--hang")
+    _issue_flow(bench, {"name": "work", "action": "agent", "command": hang})
+    bench.start()
+    bench.post("t")
+    run_id = bench.wait_stage_running("t#1", "work")["id"]
+    for attempt in (1, 2, 3):
+        wait_until(lambda a=attempt: len(_dumps(bench, "hang")) == a, timeout=30)
+        bench.daemon.kill9()  # type: ignore[union-attr]
+        bench.start()
+        if attempt < 3:
+            _started_again(bench, run_id, "work", attempt + 1)
+    run = bench.wait_run(run_id)
+    assert run["state"] == "failed", run
+    assert "3 times in a row" in run["reason"], run
+    assert [r["ended_by"] for r in _rows(run, "work")] == ["interrupted"] * 3
+    # A bound the operator reads: the ticket is not queued again behind their back.
+    assert bench.ticket("t")["state"] == "failed"
+    assert query(bench.state_dir, "SELECT count(*) FROM runs") == [(1,)]
+
+
+def _drop_run_refs(bench: Bench, run_id: str, keep: Callable[[str], bool]) -> None:
+    refs = git(bench.repo, "for-each-ref", "--format=%(refname)", f"refs/sloop/runs/{run_id}/")
+    for ref in refs.split():
+        if not keep(ref):
+            git(bench.repo, "update-ref", "-d", ref)
+
+
+def test_a_run_whose_start_commit_is_gone_is_aborted_and_queued_again(bench: Bench) -> None:
+    _issue_flow(bench, _work_agent(bench))
+    bench.start()
+    bench.post("t")
+    run_id = bench.wait_stage_running("t#1", "work")["id"]
+    bench.daemon.kill9()  # type: ignore[union-attr]
+    # A repository restored beside the store: the run's pinned base is gone.
+    _drop_run_refs(bench, run_id, keep=lambda ref: not ref.endswith("/base"))
+
+    bench.release("go-work")
+    bench.start()
+    run = bench.wait_run(run_id)
+    assert run["state"] == "aborted", run
+    assert "its start commit" in run["reason"], run
+    again = bench.wait_run("t#2")
+    assert again["state"] == "merged", again
+
+
+def test_a_store_that_forgot_a_run_leaves_its_leftovers_alone(bench: Bench, tmp_path: Path) -> None:
+    """A store restored from before the run was claimed knows no run in flight: nothing
+    is continued, the run's branch stays, and the next run is numbered past it."""
+    _issue_flow(bench, _work_agent(bench))
+    bench.start()
+    assert bench.stop() == 0
+    files = [bench.state_dir / f"store.sqlite3{suffix}" for suffix in ("", "-wal", "-shm")]
+    saved = {path: path.read_bytes() for path in files if path.exists()}
+    bench.start()
+    bench.post("t")
+    bench.wait_stage_running("t#1", "work")
+    bench.daemon.kill9()  # type: ignore[union-attr]
+    for path in files:
+        path.unlink(missing_ok=True)
+    for path, data in saved.items():
+        path.write_bytes(data)
+
+    bench.release("go-work")
+    bench.start()
+    assert git(bench.repo, "rev-parse", "--verify", "sloop/t/1")
+    bench.post("t")
+    run = bench.wait_run("t#2")
+    assert run["state"] == "merged", run
+    assert [r[0] for r in query(bench.state_dir, "SELECT alias FROM runs")] == ["t#2"]
