@@ -112,6 +112,11 @@ class Recovery:
             records.settle(run_id, "aborted", None, reason, requeue=False)
             return "aborted"
         gone = await self._missing_commit(facts, state)
+        if gone is not None and not state.executions:
+            # Killed while its branch was made: nothing to continue, queued again.
+            reason = f"{RESTARTED}, before its first stage started"
+            records.settle(run_id, "aborted", None, reason, requeue=True)
+            return "aborted"
         if gone is not None:
             records.settle(run_id, "aborted", None, f"{RESTARTED}; {gone}", requeue=True)
             return "aborted"

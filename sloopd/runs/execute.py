@@ -279,7 +279,7 @@ class StageExecutor:
         that has not reported: the seats that did keep their verdicts and usage."""
         discarded: list[dict[str, Any]] = []
         sat = self.records.replay(facts).current
-        seat_usage: list[Usage | None] = _usage_so_far(sat)
+        seat_usage: list[Usage | None] = usage_so_far(sat)
         timed_out: list[str] = []
         lost: list[str] = []
         cluster_down = False  # a seat was lost while the cluster could not be reached
@@ -371,7 +371,7 @@ class StageExecutor:
         return StageResult.checked("panel", False, "panel stages need reviewer seats", code)
 
 
-def _usage_so_far(sat: walk.Execution | None) -> list[Usage | None]:
+def usage_so_far(sat: walk.Execution | None) -> list[Usage | None]:
     """What a continued panel's earlier sittings spent: its stage row counts them too."""
     if sat is None:
         return []

@@ -29,7 +29,7 @@ from sloopd.proc.stage_io import Launcher
 from sloopd.queue import gate
 from sloopd.runs import disk_full, retries, watchdog
 from sloopd.runs import stop as stops
-from sloopd.runs.execute import StageExecutor
+from sloopd.runs.execute import StageExecutor, usage_so_far
 from sloopd.runs.records import RunRecords
 from sloopd.runs.runstate import ActiveRun, RunFacts
 from sloopd.store import Store, StoreUnavailable
@@ -185,8 +185,8 @@ class RunManager:
         await self._probe_sandbox(active)
         base = await self.branches.base(facts)
         state = self.records.replay(facts)
-        finished = [e.usage for e in state.executions if not e.running]
-        active.spent = usages.total(usages.from_row(row) for row in finished)
+        finished = [usages.from_row(e.usage) for e in state.executions if not e.running]
+        active.spent = usages.total([*finished, *usage_so_far(state.current)])
         await self.worker_sockets.open(facts.run_id)
         return base
 

@@ -7,7 +7,8 @@ moved); or while the run's branch is being made (``reference-transaction`` again
 the run has not started).  ``repo.git_timeout`` is ten minutes, so nothing but the stop itself can
 end the git call in time.  An ``abort`` is answered, and a SIGTERMed daemon exits,
 while the hook would still be sleeping: the hook was killed with its git, and the
-run settled as main's ref says (merged exactly when main holds its work).  What the
+run settled as main's ref says (merged exactly when main holds its work), or, for a
+stopping daemon whose merge had not moved main, left to continue at the next start.  What the
 killed git left (lock files, a checkout moved ahead of its branch) is cleaned up, so
 the next run merges.
 """
@@ -158,36 +159,41 @@ def test_sigterm_in_a_hung_post_merge_hook_exits_and_records_the_merge(hung: Ben
     assert runs_of(bench) == [("R1", "merged")]
 
 
-def test_sigterm_in_a_hung_hook_before_the_move_exits_and_queues_again(hung: Bench) -> None:
+def test_sigterm_in_a_hung_hook_before_the_move_exits_and_continues(hung: Bench) -> None:
     bench = hung
     walk_into_hung_hook(bench, "requeued", "reference-transaction", HANGS_BEFORE_THE_MOVE)
     assert bench.stop() == 0, bench.log()
     assert_hook_killed(bench)
     assert not main_holds(bench, "requeued")
-    assert runs_of(bench) == [("R1", "aborted")]
+    # Issue 38: left in flight, its merge cut short; the next start merges it.
+    assert runs_of(bench) == [("R1", "running")]
     assert_checkout_clean(bench)
     remove_hook(bench, "reference-transaction")
-    bench.start()  # the stopped run's ticket was queued again: its next run merges
-    assert bench.wait_run("R2")["state"] == "merged"
+    bench.start()
+    run = bench.wait_run("R1")
+    assert run["state"] == "merged", run
+    merges = [(s["attempt"], s["ended_by"]) for s in run["stages"] if s["stage"] == "merge"]
+    assert merges == [(1, "interrupted"), (2, None)], run
     assert main_holds(bench, "requeued")
+    assert runs_of(bench) == [("R1", "merged")]
 
 
 def test_sigkill_in_a_hung_hook_before_the_move_leaves_the_next_merge_possible(
     hung: Bench,
 ) -> None:
     # The killed daemon's git lives on in the hook; the next daemon waits for it, then
-    # kills it, and settles the run from the ref: not moved, so aborted and queued
-    # again.  Its merge had moved the checkout's files already: they are put back.
+    # kills it, and settles the merge from the ref: not moved, so the run continues and
+    # merges again.  Its merge had moved the checkout's files already: they are put back.
     bench = hung
     walk_into_hung_hook(bench, "killed", "reference-transaction", HANGS_BEFORE_THE_MOVE)
     assert bench.daemon is not None
     bench.daemon.kill9()
     remove_hook(bench, "reference-transaction")  # the one hanging runs on regardless
     bench.start()
-    assert bench.wait_run("R2", timeout=90)["state"] == "merged"
+    assert bench.wait_run("R1", timeout=90)["state"] == "merged"
     assert_hook_killed(bench)
     assert main_holds(bench, "killed")
-    assert runs_of(bench) == [("R1", "aborted"), ("R2", "merged")]
+    assert runs_of(bench) == [("R1", "merged")]
 
 
 # Holds the transaction that makes a run's branch (its base ref is made with it) at

@@ -126,16 +126,21 @@ def test_grandchild_outliving_its_agent_is_killed(bench: Bench) -> None:
 
 
 def test_daemon_killed_mid_stage_then_restarted(bench: Bench) -> None:
-    # The first run's agent hangs; the next attempt's agent finishes.
+    # The first execution's agent waits for a flag the test sets after the restart.
     agent = bench.argv(
-        "--pidfile", bench.flag("{run}.pid"), "--hang-run", "R1", "--write", "{ticket}.txt=x"
+        "--pidfile",
+        bench.flag("{run}-{attempt}.pid"),
+        "--wait-for",
+        bench.flag("go"),
+        "--write",
+        "{ticket}.txt=x",
     )
     bench.setup(sloop_toml(agent), {"crash": ticket_text("Crash midway")})
     bench.start()
     bench.post("crash")
     bench.wait_stage_running("crash#1", "implement")
     mine = run_env(bench, "R1")
-    agent_pid = read_pid(bench.path("R1.pid"))
+    agent_pid = read_pid(bench.path("R1-1.pid"))
     assert bench.daemon is not None
     bench.daemon.kill9()
     # The sandbox dies with its daemon (bwrap --die-with-parent): nothing of the run is
@@ -144,53 +149,54 @@ def test_daemon_killed_mid_stage_then_restarted(bench: Bench) -> None:
     assert processes_with(*mine) == []
 
     bench.start()  # same state and socket directories
+    bench.release("go")
 
+    # Issue 38: the run continues at its interrupted stage instead of being redone.
     first = bench.wait_run("R1")
-    assert first["state"] == "aborted", first
-    assert first["halt"] is None, first
-    assert "restart" in first["reason"], first
+    assert first["state"] == "merged", first
     assert first["finished_at_ms"] is not None
     assert stage_table(first) == [
         ("implement", 1, "failed"),
-        ("sync", 0, "pending"),
-        ("merge", 0, "pending"),
+        ("implement", 2, "passed"),
+        ("sync", 1, "passed"),
+        ("merge", 1, "passed"),
     ]
+    assert first["stages"][0]["ended_by"] == "interrupted"
     assert "restart" in first["stages"][0]["reason"]
-
-    # The ticket was queued again (a new trigger) and its next attempt ran to the end.
-    second = bench.wait_run("crash#2")
-    assert second["id"] == "R2", second
-    assert second["attempt"] == 2, second
-    assert second["state"] == "merged", second
-    assert second["trigger"] != first["trigger"]
     ticket = bench.ticket("crash")
     assert ticket["state"] == "merged"
-    assert [(r["id"], r["state"]) for r in ticket["runs"]] == [("R2", "merged"), ("R1", "aborted")]
-    assert bench.event_kinds("R1") == ["run_claimed", "run_started", "run_aborted"]
-    assert bench.rev("main") == bench.rev("sloop/crash/2")
+    assert [(r["id"], r["state"]) for r in ticket["runs"]] == [("R1", "merged")]
+    kinds = bench.event_kinds("R1")
+    assert kinds == ["run_claimed", "run_started", "run_continued", "run_finished"], kinds
+    assert bench.rev("main") == bench.rev("sloop/crash/1")
 
 
 @pytest.mark.on_ray
-def test_daemon_stopped_mid_stage_requeues_the_run(bench: Bench) -> None:
+def test_daemon_stopped_mid_stage_continues_the_run(bench: Bench) -> None:
     agent = bench.argv(
-        "--pidfile", bench.flag("{run}.pid"), "--hang-run", "R1", "--write", "x.txt=x"
+        "--pidfile",
+        bench.flag("{run}-{attempt}.pid"),
+        "--wait-for",
+        bench.flag("go"),
+        "--write",
+        "x.txt=x",
     )
     bench.setup(sloop_toml(agent), {"stop": ticket_text("Stop midway")})
     bench.start()
     bench.post("stop")
     bench.wait_stage_running("stop#1", "implement")
     mine = run_env(bench, "R1")
-    agent_pid = read_pid(bench.path("R1.pid"))
+    agent_pid = read_pid(bench.path("R1-1.pid"))
 
     assert bench.stop() == 0, bench.log()
     assert not alive_with(agent_pid, *mine)  # a stopping daemon stops every group
     assert processes_with(*mine) == []
 
     bench.start()
+    bench.release("go")
     first = bench.wait_run("R1")
-    assert first["state"] == "aborted", first
-    assert "stop" in first["reason"], first
-    second = bench.wait_run("stop#2")
-    assert second["state"] == "merged", second
-    assert second["trigger"] != first["trigger"]
-    assert [r["id"] for r in bench.ticket("stop")["runs"]] == ["R2", "R1"]
+    assert first["state"] == "merged", first
+    (cut, again) = [r for r in first["stages"] if r["stage"] == "implement"]
+    assert (cut["ended_by"], cut["reason"]) == ("interrupted", "interrupted: the daemon stopped")
+    assert (again["attempt"], again["state"]) == (2, "passed")
+    assert [r["id"] for r in bench.ticket("stop")["runs"]] == ["R1"]

@@ -27,9 +27,9 @@ from tests.support.agents import (
 )
 
 UNAUTHORIZED = {"code": "unauthorized", "message": "not authorized", "details": {}}
-# usage: additive in 0.6.0, the seat's own.
+# usage: additive in 0.6.0, the seat's own; interrupted: 0.9.0, sittings a stop cut short.
 REVIEWER_KEYS = frozenset(
-    {"reviewer", "target", "verdict", "confidence", "reason", "usage", "node"}
+    {"reviewer", "target", "verdict", "confidence", "reason", "usage", "node", "interrupted"}
 )
 
 
@@ -37,8 +37,9 @@ def seats_of(stage_row: dict[str, Any]) -> list[dict[str, Any]]:
     """A panel's seats without their usage (these agents print no usage stream) and
     the node they ran on (null here; a Ray node's in the Ray run)."""
     assert all(seat["usage"] is None for seat in stage_row["reviewers"]), stage_row
+    assert all(seat["interrupted"] == [] for seat in stage_row["reviewers"]), stage_row
     return [
-        {k: v for k, v in seat.items() if k not in ("usage", "node")}
+        {k: v for k, v in seat.items() if k not in ("usage", "node", "interrupted")}
         for seat in stage_row["reviewers"]
     ]
 

@@ -602,7 +602,9 @@ def test_a_vanished_peer_from_inside_a_run_is_refused(bench: Bench) -> None:
     assert set(seen["counts"]) == {"unauthorized"}, seen
 
 
-def test_a_run_settled_after_a_crash_leaves_no_worker_socket(bench: Bench) -> None:
+def test_a_run_continued_after_a_crash_gets_a_new_socket_and_settles_without_one(
+    bench: Bench,
+) -> None:
     bench.setup(sloop_toml(bench.argv("--hang")), {"one": ticket_text("One")})
     bench.start()
     bench.post("one")
@@ -612,9 +614,18 @@ def test_a_run_settled_after_a_crash_leaves_no_worker_socket(bench: Bench) -> No
     assert bench.daemon is not None
     bench.daemon.kill9()
     bench.start()
+    # The run continues (issue 38): the killed daemon's socket is replaced by a live one.
+    wait_until(
+        lambda: any(
+            r["stage"] == "implement" and r["attempt"] == 2 and r["state"] == "running"
+            for r in (bench.show_run("R1") or {"stages": []})["stages"]
+        ),
+        timeout=30,
+    )
+    assert connect_error(worker_socket) is None
+    bench.ok("abort", {"run": "R1"})
     run = bench.wait_run("R1")
     assert run["state"] == "aborted", run
-    # Settled at the restart, before the new daemon answered: nothing listens there, and
-    # nothing should be left there either.
+    # Settled: nothing listens there, and nothing should be left there either.
     assert connect_error(worker_socket) in ("FileNotFoundError", "ConnectionRefusedError")
     assert not worker_socket.exists()
