@@ -92,10 +92,20 @@ def stages_section(rows: Any, now: int, paint: Paint) -> list[str]:
                         text(r.get("confidence")),
                         usage_text(r.get("usage")),
                         *([node_text(r.get("node"))] if placed else []),
-                        text(r.get("reason")) if r.get("reason") else "",
+                        _seat_reason(r),
                     ]
                     for r in seats
                 ],
                 paint,
             )
     return out
+
+
+def _seat_reason(seat: Mapping[str, Any]) -> str:
+    """The seat's reason, and (0.9.0) how often a daemon's stop made it sit again."""
+    said = text(seat.get("reason")) if seat.get("reason") else ""
+    cut = seat.get("interrupted")
+    if not isinstance(cut, list) or not cut:
+        return said
+    again = f"sat again after {len(cut)} interrupted sitting" + ("s" if len(cut) > 1 else "")
+    return f"{said} ({again})" if said else again

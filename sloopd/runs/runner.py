@@ -109,8 +109,7 @@ class RunManager:
         active.task = asyncio.get_running_loop().create_task(self._drive(active, continuing))
 
     def resume(self, run_id: str) -> None:
-        """Continue a run the last daemon left in flight, from its stage log: its checkout
-        and branch exist, its finished stages stand (sloopd.resume decided it may)."""
+        """Continue a run the last daemon left in flight (sloopd.resume decided it may)."""
         self.start(run_id, continuing=True)
 
     async def _drive(self, active: ActiveRun, continuing: bool = False) -> None:

@@ -1,13 +1,11 @@
 """Why a run stops, and what its driver does next: one value, pure decisions.
 
-Five things may stop a run, from five places: the abort verb, a stopping daemon,
-the stall watchdog (silence, a stage's timeout), the output callback
-(a spent budget) and the classification of a failed stage (a vendor limit, a
-transient failure, a spent budget).  Each hands the run a ``Stop``; the run keeps
-the stronger through one setter (``ActiveRun.stop_with``, by ``stop_with``
-here), and the driver asks ``next_move`` what follows from the replayed walk and
-that one value, as ``walk.replay`` decides a walk's step: pure functions over
-recorded facts, pinned case by case by tests/unit/test_stop.py.
+Five things may stop a run: the abort verb, a stopping daemon, the stall watchdog
+(silence, a timeout), the output callback (a spent budget) and the classification of
+a failed stage (a vendor limit, a transient failure, a spent budget).  Each hands the
+run a ``Stop``; the run keeps the stronger through one setter (``stop_with``), and the
+driver asks ``next_move`` what follows from the replayed walk and that one value: pure
+functions over recorded facts, pinned case by case by tests/unit/test_stop.py.
 
 A run's stops are layered by rank, strongest on top:
 
@@ -37,7 +35,7 @@ from typing import Any, Final, Literal
 from sloopd.flows.diagnosed import diagnosed
 from sloopd.flows.flow import Stage
 from sloopd.flows.results import StageResult, daemon_diagnosis
-from sloopd.flows.walk import ENDED_BY_REBUILT, Walk
+from sloopd.flows.walk import ENDED_BY_REBUILT, Execution, Walk
 
 StopKind = Literal[
     "stalled", "timed_out", "budget_exceeded", "rebuilt", "stopping", "cancel", "halt"
@@ -277,8 +275,7 @@ class Interrupted:
 
 @dataclass(frozen=True, slots=True)
 class Continue:
-    """Go on with the panel execution a stop left between seats: the seats that sat
-    keep their verdicts, the next one sits."""
+    """Go on with a panel a stop left between seats: those that sat keep their verdicts."""
 
     stage: Stage
     attempt: int
@@ -309,13 +306,7 @@ def next_move(state: Walk, stop: Stop | None) -> Move:
     current = state.current
     run_stop = stop if stop is not None and RANK[stop.kind] >= RUN_STOPPED else None
     if state.next == "running" and current is not None:
-        if suspended(run_stop):
-            return Suspend()  # a panel between seats stays as it is, to continue
-        bounded = state.interrupted_in_a_row >= MAX_INTERRUPTED_IN_A_ROW
-        if current.stage.result_check == "panel" and run_stop is None and not bounded:
-            return Continue(current.stage, current.attempt)
-        # Not finished by a driver (a step the store refused, a restart): interrupted.
-        return Interrupted(current.stage, current.attempt)
+        return _unfinished(state, current, run_stop)
     # A merge that moved main wins over any stop: the record follows the ref, and
     # what follows the merge does not run once the run is stopped.
     if state.main_moved() and (run_stop is not None or state.next in ("done", "halt")):
@@ -331,7 +322,9 @@ def next_move(state: Walk, stop: Stop | None) -> Move:
             requeue_at_ms=run_stop.requeue_at_ms,
         )
     if suspended(run_stop):
-        return Suspend()
+        if state.next not in ("done", "halt"):
+            return Suspend()
+        run_stop = None  # the walk ended on its own before the stop: settled as it says
     if run_stop is not None:
         return Settle("aborted", reason=run_stop.reason, requeue=run_stop.requeue)
     if state.next == "start" and state.next_stage is not None:
@@ -348,6 +341,16 @@ def next_move(state: Walk, stop: Stop | None) -> Move:
     # The walk ends (halt or done) only with its outcome said (sloopd.flows.walk).
     assert state.outcome is not None, f"a walk at {state.next!r} with no outcome"
     return Settle(state.outcome, halt=state.halt)
+
+
+def _unfinished(state: Walk, current: Execution, run_stop: Stop | None) -> Move:
+    """An execution no driver finished (a refused step, a restart, a panel between seats)."""
+    if suspended(run_stop):
+        return Suspend()  # a panel between seats stays as it is, to continue
+    bounded = state.interrupted_in_a_row >= MAX_INTERRUPTED_IN_A_ROW
+    if current.stage.result_check == "panel" and run_stop is None and not bounded:
+        return Continue(current.stage, current.attempt)
+    return Interrupted(current.stage, current.attempt)
 
 
 def _too_often(state: Walk, stage: Stage) -> str:

@@ -120,6 +120,9 @@ STOPS: dict[str, Stop | None] = {
     "spent": SPENT,
     "abort+limit": stops.stop_with(ABORT, LIMIT),
     "abort+timeout": stops.stop_with(ABORT, stops.timed_out("t")),
+    # The daemon stops (issue 38): the run is left in flight, to continue.
+    "stopping": stops.stopping(),
+    "stopping+abort": stops.stop_with(stops.stopping(), ABORT),
 }
 CHILD = ("none", "stall", "timeout", "budget")  # the child's stops decide no step
 ABORTED = "settle aborted reason='aborted by alice'"
@@ -135,28 +138,38 @@ RUN_STOPS = {
     "spent": SPENT_,
     "abort+limit": LIMITED,  # a halt wins over an abort
     "abort+timeout": ABORTED,
+    "stopping": "suspend",
+    "stopping+abort": ABORTED,  # an abort that came too is the operator's word
 }
+ENDED = {"stopping": None}  # a walk that ended on its own settles as it says
 MERGED = "settle merged"
 
 
 def _rows(state: str, child: str, **run: str) -> list[tuple[str, str, str]]:
     return [(state, name, child) for name in CHILD] + [
-        (state, name, run.get(name, expected)) for name, expected in RUN_STOPS.items()
+        (state, name, run.get(name, expected) or child) for name, expected in RUN_STOPS.items()
     ]
 
 
 NEXT_MOVES = [
     *_rows("fresh", "execute implement#1"),
     # Interrupted (a step the store refused): closed first, whatever the stop.
+    # A stopping daemon leaves it running, for the next start to record (sloopd.resume).
     *_rows(
-        "running", "interrupted implement#1", **dict.fromkeys(RUN_STOPS, "interrupted implement#1")
+        "running",
+        "interrupted implement#1",
+        **(dict.fromkeys(RUN_STOPS, "interrupted implement#1") | {"stopping": "suspend"}),
     ),
-    *_rows("merging", "interrupted merge#1", **dict.fromkeys(RUN_STOPS, "interrupted merge#1")),
+    *_rows(
+        "merging",
+        "interrupted merge#1",
+        **(dict.fromkeys(RUN_STOPS, "interrupted merge#1") | {"stopping": "suspend"}),
+    ),
     *_rows("return", "return test#1 to implement"),
-    *_rows("needs_review", "settle needs_review"),
+    *_rows("needs_review", "settle needs_review", **ENDED),
     # An abort settles aborted even where the walk itself halts.
-    *_rows("failed", "settle failed halt=fail_action"),
-    *_rows("corrupt", "settle failed halt=corrupt_log"),
+    *_rows("failed", "settle failed halt=fail_action", **ENDED),
+    *_rows("corrupt", "settle failed halt=corrupt_log", **ENDED),
     # Main moved: merged, whatever the stop; without one, the walk goes on.
     *_rows("merged", MERGED, **dict.fromkeys(RUN_STOPS, MERGED)),
     *_rows("moved_then_start", "execute check#1", **dict.fromkeys(RUN_STOPS, MERGED)),
@@ -174,6 +187,10 @@ def _said(move: stops.Move) -> str:
             return f"return {stage.name}#{attempt} to {to.name}"
         case stops.Rebuild(stage, attempt, reason):
             return f"rebuild {stage.name}#{attempt} reason={reason!r}"
+        case stops.Continue(stage, attempt):
+            return f"continue {stage.name}#{attempt}"
+        case stops.Suspend():
+            return "suspend"
     assert isinstance(move, stops.Settle)
     parts = [f"settle {move.outcome}"]
     if move.halt is not None:
