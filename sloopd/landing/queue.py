@@ -250,15 +250,17 @@ class MergeQueue:
         self._emptied()
         self._notify()
 
-    def leave(self, run_id: str, cause: str, kind: str) -> None:
+    def leave(self, run_id: str, cause: str, kind: str, *, behind: bool = True) -> None:
         """The run leaves without landing (its own failure stood, an abort, its end):
-        every run behind whose candidate holds its work is rebuilt.  Idempotent."""
+        every run behind whose candidate holds its work is rebuilt (not when ``behind``
+        is False: the daemon stops, and the whole queue with it).  Idempotent."""
         entry = self._entries.pop(run_id, None)
         if entry is None:
             return
         self._event("queue_left", entry, {"cause": cause})
-        behind = [e for e in self._entries.values() if run_id in e.onto_runs]
-        self._make_stale(behind, f"{run_id} left the merge queue ({cause})", kind, run_id)
+        if behind:
+            holding = [e for e in self._entries.values() if run_id in e.onto_runs]
+            self._make_stale(holding, f"{run_id} left the merge queue ({cause})", kind, run_id)
         self._emptied()
         self._notify()
 

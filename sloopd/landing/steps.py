@@ -43,6 +43,9 @@ class InFlight(Protocol):
     def aborted(self) -> str | None:
         """The abort's reason while the run is cancelled, else None."""
 
+    def continues(self) -> bool:
+        """The daemon stops and the run stays in flight (it continues at the next start)."""
+
 
 class Facts(Protocol):
     """A run's stored facts (``sloopd.runs.runstate.RunFacts``)."""
@@ -191,10 +194,16 @@ class LandingSteps:
 
     def ended(self, active: InFlight) -> None:
         """The run's driver ends: a run still queued leaves (an abort, a stop, a crash of
-        its driver), and those behind it are rebuilt without its work."""
+        its driver), and those behind it are rebuilt without its work, unless the
+        daemon stops with the run in flight (issue 38: it continues at the next start)."""
         self._gating.discard(active.run_id)
         aborted = active.aborted()
         if aborted is not None:
             self.queue.leave(active.run_id, f"aborted: {aborted}", "left_aborted")
+        elif active.continues():
+            # The daemon stops: the queue goes with it, and the next start builds every
+            # candidate again in the old order (sloopd.resume.landing_order).  No run
+            # ahead left for good, so none behind is rebuilt for it now.
+            self.queue.leave(active.run_id, "the daemon stopped", "left_other", behind=False)
         else:
             self.queue.leave(active.run_id, "the run ended", "left_other")

@@ -20,6 +20,7 @@ from sloopd.runs.stop import (
     interrupts_git,
     rebuilt,
     stop_with,
+    suspended,
 )
 from sloopd.vendor.tail import OutputTail
 from sloopd.vendor.usage import Usage, total
@@ -89,6 +90,11 @@ class ActiveRun:
         """The abort's reason while the run is cancelled (``cancel`` always gives one)."""
         found = cancelled(self.stop)
         return None if found is None else found.reason or ""
+
+    def continues(self) -> bool:
+        """The daemon stops and nothing stronger settles the run: it stays in flight, to
+        continue at the next start."""
+        return suspended(self.stop)
 
     def seat_ended(self) -> None:
         """A panel seat's timeout is spent: each seat has its own clock."""
