@@ -12,16 +12,8 @@ from sloopd.core.config import Config
 from sloopd.flows.flow import Budget, Flow
 from sloopd.proc.lines import LastWords
 from sloopd.proc.stage_io import RunningChild
-from sloopd.runs.stop import (
-    Stop,
-    after_seat,
-    after_stage,
-    cancelled,
-    interrupts_git,
-    rebuilt,
-    stop_with,
-    suspended,
-)
+from sloopd.runs import stop as stops
+from sloopd.runs.stop import Stop
 from sloopd.vendor.tail import OutputTail
 from sloopd.vendor.usage import Usage, total
 
@@ -68,8 +60,8 @@ class ActiveRun:
 
     def stop_with(self, new: Stop) -> None:
         """The one way a run is told to stop: the stronger stop stays (sloopd.runs.stop)."""
-        self.stop = stop_with(self.stop, new)
-        if interrupts_git(self.stop):
+        self.stop = stops.stop_with(self.stop, new)
+        if stops.interrupts_git(self.stop):
             self.interrupt.set()
 
     def stop_child(self, why: Stop) -> None:
@@ -84,25 +76,24 @@ class ActiveRun:
     def rebuild(self, cause: str) -> None:
         """The merge queue's word that the run's candidate is stale: the executing child
         stops and its stage ends ``rebuilt`` (sloopd.landing.steps)."""
-        self.stop_child(rebuilt(cause))
+        self.stop_child(stops.rebuilt(cause))
 
     def aborted(self) -> str | None:
         """The abort's reason while the run is cancelled (``cancel`` always gives one)."""
-        found = cancelled(self.stop)
+        found = stops.cancelled(self.stop)
         return None if found is None else found.reason or ""
 
     def continues(self) -> bool:
-        """The daemon stops and nothing stronger settles the run: it stays in flight, to
-        continue at the next start."""
-        return suspended(self.stop)
+        """The daemon stops and nothing stronger settles the run: it continues at next start."""
+        return stops.suspended(self.stop)
 
     def seat_ended(self) -> None:
         """A panel seat's timeout is spent: each seat has its own clock."""
-        self.stop = after_seat(self.stop)
+        self.stop = stops.after_seat(self.stop)
 
     def stage_ended(self) -> None:
         """The child's stops end with its stage; an abort or a halt outlives it."""
-        self.stop = after_stage(self.stop)
+        self.stop = stops.after_stage(self.stop)
 
     def used(self) -> Usage | None:
         """The run's usage so far, the executing child's included."""

@@ -185,7 +185,7 @@ def _panel_flow(bench: Bench) -> None:
             {"do": "ctl", "key": "v", "argv": [*verdict, "seat one fine"]},
         ],
     )
-    review = {
+    review: dict[str, Any] = {
         "name": "review",
         "action": "agent",
         "result_check": "panel",
