@@ -46,6 +46,7 @@ _AGENT_KEYS = {
     "agent_timeout",
     "command_timeout",
     "transient_retries",
+    "max_interruptions",
     "transient_backoff",
     "transient_backoff_max",
     "stream",
@@ -96,6 +97,9 @@ class AgentSettings:
     # An overloaded or unreachable vendor: the ticket is queued again this many
     # times, after transient_backoff, doubling, at most transient_backoff_max.
     transient_retries: int = 3
+    # A run whose executions a daemon's crash cut short this many times in a row is not
+    # continued again: it settles failed (issue 38; a clean stop does not count).
+    max_interruptions: int = 3
     transient_backoff_ms: int = 60_000
     transient_backoff_max_ms: int = 30 * 60_000
     # The JSON event stream agent stages print (their usage is read from it).
@@ -158,6 +162,12 @@ def parse_agent(section: dict[str, Any]) -> AgentSettings:
         least=0,
         error=FlowError,
     )
+    interruptions = validate.count(
+        section.get("max_interruptions", defaults.max_interruptions),
+        "agent.max_interruptions",
+        least=1,
+        error=FlowError,
+    )
     return AgentSettings(
         command,
         durations["stall_after"],
@@ -172,6 +182,7 @@ def parse_agent(section: dict[str, Any]) -> AgentSettings:
         agent_timeout_ms=durations["agent_timeout"],
         command_timeout_ms=durations["command_timeout"],
         transient_retries=retries,
+        max_interruptions=interruptions,
         transient_backoff_ms=durations["transient_backoff"],
         transient_backoff_max_ms=durations["transient_backoff_max"],
         stream=stream(section.get("stream", default_stream), "agent.stream"),

@@ -76,6 +76,9 @@ class StageResult:
     node: dict[str, Any] | None = None
     # Why it ended before its check decided (walk.ENDED_BY_*); None: it was decided.
     ended_by: str | None = None
+    # Interrupted by a clean stop of the daemon (SIGTERM), which the bound on continuing
+    # a run does not count (walk.Walk.interrupted_in_a_row): only crashes do.
+    clean: bool = False
     # A merge-queue sync: the runs whose work its candidate holds besides main's.
     onto: tuple[str, ...] | None = None
     # A sync conflict's marked regions (sloopd.git.conflicts: bounded, escapes removed),
@@ -162,6 +165,8 @@ class StageResult:
             row["node"] = self.node
         if self.ended_by is not None:
             row["ended_by"] = self.ended_by
+        if self.clean:
+            row["clean"] = True
         if self.onto is not None:
             row["onto"] = list(self.onto)
         if self.hunks:

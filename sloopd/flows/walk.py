@@ -115,7 +115,7 @@ class Walk:
     # The merge queue's rebuilds so far, each {"stage", "cause", "at_ms"} (none spends
     # a returns budget).
     rebuilds: list[dict[str, Any]] = field(default_factory=list)
-    # Executions and sittings cut short since the last that ended on its own (next_move).
+    # Executions and sittings a crash cut short since the last that ended on its own.
     interrupted_in_a_row: int = 0
 
     @property
@@ -290,7 +290,7 @@ def _on_seat_interrupted(walk: Walk, row: LogRow) -> None:
     current.interrupted_seats.append(
         {"reviewer": row.seat, "at_ms": row.at_ms, "usage": row.data.get("usage")}
     )
-    walk.interrupted_in_a_row += 1
+    walk.interrupted_in_a_row += 0 if row.data.get("clean") else 1
     current.seat_cut = True
 
 
@@ -321,7 +321,7 @@ def _on_finished(walk: Walk, row: LogRow) -> None:
     current.hunks_clipped = bool(data.get("hunks_clipped"))
     if current.ended_by != ENDED_BY_INTERRUPTED:
         walk.interrupted_in_a_row = 0
-    elif not current.seat_cut:
+    elif not current.seat_cut and not data.get("clean"):
         walk.interrupted_in_a_row += 1
     _decide_after(walk, current)
 

@@ -319,6 +319,7 @@ class StageExecutor:
             result = ended.row()
             # Cut short by the daemon's stop: the seat sits again when the run continues.
             kind = walk.SEAT_INTERRUPTED if suspended(active.stop) else walk.SEAT_FINISHED
+            result |= {"clean": True} if kind == walk.SEAT_INTERRUPTED else {}
             await self.records.append_steps_durably(
                 facts.run_id, kind, stage.name, attempt, seat, result
             )

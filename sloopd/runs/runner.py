@@ -233,7 +233,7 @@ class RunManager:
     async def _step(self, active: ActiveRun, facts: RunFacts) -> bool:
         """Take the walk's next step (sloopd.runs.stop.next_move); True once settled."""
         state = self.records.replay(facts)
-        match stops.next_move(state, active.stop):
+        match stops.next_move(state, active.stop, active.config.agent.max_interruptions):
             case stops.Execute(stage, attempt):
                 if await self.landing.before(active, facts, stage):
                     await self._execute(active, facts, stage, attempt)

@@ -47,8 +47,9 @@ STALLED: Final = "stalled"
 # stopped and the execution ends ``ended_by: "rebuilt"``, no failure of the run's.
 REBUILT: Final = "rebuilt"
 STOPPING: Final = "stopping"
-# How many executions or panel sittings in a row a daemon's stop may cut short before
-# the run stops continuing and settles failed (a stage that crashes the daemon).
+# How many executions or panel sittings in a row a daemon's crash may cut short before
+# the run stops continuing and settles failed (a stage that crashes the daemon): the
+# default of [agent] max_interruptions.
 MAX_INTERRUPTED_IN_A_ROW: Final = 3
 
 RANK: Final[dict[str, int]] = {
@@ -204,7 +205,7 @@ def judged(
         # Cut short by the daemon's stop: run again from the same commit once the run
         # continues, so its own commit (an agent's half-done work) is not kept.
         interrupted = StageResult.interrupted("interrupted: the daemon stopped")
-        return interrupted.but(usage=result.usage, node=result.node)
+        return interrupted.but(usage=result.usage, node=result.node, clean=True)
     stopped = child_stopped(stop)
     if stopped is not None and stopped.kind == REBUILT:
         return result.but(
@@ -301,12 +302,12 @@ class Settle:
 Move = Execute | Continue | Rebuild | Return | Interrupted | Suspend | Settle
 
 
-def next_move(state: Walk, stop: Stop | None) -> Move:
+def next_move(state: Walk, stop: Stop | None, bound: int = MAX_INTERRUPTED_IN_A_ROW) -> Move:
     """The driver's next step from the replayed walk and the run's stop."""
     current = state.current
     run_stop = stop if stop is not None and RANK[stop.kind] >= RUN_STOPPED else None
     if state.next == "running" and current is not None:
-        return _unfinished(state, current, run_stop)
+        return _unfinished(state, current, run_stop, bound)
     # A merge that moved main wins over any stop: the record follows the ref, and
     # what follows the merge does not run once the run is stopped.
     if state.main_moved() and (run_stop is not None or state.next in ("done", "halt")):
@@ -329,8 +330,8 @@ def next_move(state: Walk, stop: Stop | None) -> Move:
         return Settle("aborted", reason=run_stop.reason, requeue=run_stop.requeue)
     if state.next == "start" and state.next_stage is not None:
         stage = state.next_stage
-        if state.interrupted_in_a_row >= MAX_INTERRUPTED_IN_A_ROW:
-            return Settle("failed", halt="fail_action", reason=_too_often(state, stage))
+        if state.interrupted_in_a_row >= bound:
+            return Settle("failed", halt="fail_action", reason=_too_often(state, stage, bound))
         return Execute(stage, state.attempts_of(stage.name) + 1)
     if state.next == "rebuild" and state.executions:
         last = state.executions[-1]
@@ -343,22 +344,22 @@ def next_move(state: Walk, stop: Stop | None) -> Move:
     return Settle(state.outcome, halt=state.halt)
 
 
-def _unfinished(state: Walk, current: Execution, run_stop: Stop | None) -> Move:
+def _unfinished(state: Walk, current: Execution, run_stop: Stop | None, bound: int) -> Move:
     """An execution no driver finished (a refused step, a restart, a panel between seats)."""
     if suspended(run_stop):
         return Suspend()  # a panel between seats stays as it is, to continue
-    bounded = state.interrupted_in_a_row >= MAX_INTERRUPTED_IN_A_ROW
+    bounded = state.interrupted_in_a_row >= bound
     if current.stage.result_check == "panel" and run_stop is None and not bounded:
         return Continue(current.stage, current.attempt)
     return Interrupted(current.stage, current.attempt)
 
 
-def _too_often(state: Walk, stage: Stage) -> str:
+def _too_often(state: Walk, stage: Stage, bound: int) -> str:
     last = state.executions[-1].attempt if state.executions else 0
     return (
-        f"stage '{stage.name}' execution {last} was cut short by the daemon's stop or "
-        f"crash {state.interrupted_in_a_row} times in a row (at most "
-        f"{MAX_INTERRUPTED_IN_A_ROW}); the run is not continued again"
+        f"stage '{stage.name}' execution {last} was cut short by a crash of the daemon "
+        f"{state.interrupted_in_a_row} times in a row (agent.max_interruptions = {bound}); "
+        "the run is not continued again"
     )
 
 

@@ -29,7 +29,14 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.support.agents import Bench, processes_with, sloop_toml, ticket_text
+from tests.support.agents import (
+    CHAOS_INTERRUPTIONS,
+    Bench,
+    agent_key,
+    processes_with,
+    sloop_toml,
+    ticket_text,
+)
 from tests.support.daemon import git, query, wait_until
 
 KILLS = int(os.environ.get("SLOOP_CRASH_KILLS", "20"))
@@ -151,7 +158,7 @@ def crash_walks(bench: Bench, kills: int, seed: int) -> None:
     names = [f"c{i}" for i in range(kills + 8)]
     agent = bench.argv("--write", "merged/{run}.txt={run}")
     bench.setup(
-        sloop_toml(agent, parallel=2),
+        agent_key(sloop_toml(agent, parallel=2), "max_interruptions", CHAOS_INTERRUPTIONS),
         {name: ticket_text(f"Crash {name}") for name in names},
     )
     install_hooks(bench.repo)

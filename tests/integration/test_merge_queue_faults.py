@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from tests.support import mergequeue as mq
-from tests.support.agents import Bench
+from tests.support.agents import CHAOS_INTERRUPTIONS, Bench
 from tests.support.daemon import git, query, wait_until
 
 KILLS = int(os.environ.get("SLOOP_QUEUE_CRASH_KILLS", "20"))
@@ -132,6 +132,7 @@ def crash_queue(bench: Bench, kills: int, seed: int) -> None:
         mq.queue_flow(bench, gate_s=0.3),
         {name: mq.queue_ticket(f"Crash {name}") for name in names},
         parallel=PARALLEL,
+        max_interruptions=CHAOS_INTERRUPTIONS,
     )
     install_hook(bench.repo)
     before = set(mq.reflog(bench.repo))

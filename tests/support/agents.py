@@ -229,6 +229,18 @@ def sloop_toml(
     return "\n".join(lines) + "\n"
 
 
+def agent_key(config: str, key: str, value: Any) -> str:
+    """``config`` (a sloop_toml text) with one more ``[agent]`` key."""
+    assert "[agent]\n" in config, config
+    return config.replace("[agent]\n", f"[agent]\n{key} = {toml_value(value)}\n", 1)
+
+
+# Random SIGKILLs from outside are the chaos tests' weather, not a stage that crashes the
+# daemon: a run they cut short again and again is continued, not failed by the bound
+# (agent.max_interruptions, which tests/integration/test_continue_runs.py checks).
+CHAOS_INTERRUPTIONS = 1000
+
+
 def ticket_text(title: str, body: str = "", **front: str | int) -> str:
     lines: list[str] = []
     if front:

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.support.agents import Bench, sloop_toml, ticket_text
+from tests.support.agents import Bench, agent_key, sloop_toml, ticket_text
 from tests.support.daemon import git, sloopctl_argv, sloopctl_env, wait_until
 
 GATE = "test"  # the gate stage's name in every flow here
@@ -216,9 +216,13 @@ def setup(
     *,
     parallel: int,
     merge_window: int | None = None,
+    max_interruptions: int | None = None,
 ) -> None:
     install(bench)
-    bench.setup(queue_toml(bench, flow, parallel=parallel, merge_window=merge_window), tickets)
+    text = queue_toml(bench, flow, parallel=parallel, merge_window=merge_window)
+    if max_interruptions is not None:
+        text = agent_key(text, "max_interruptions", max_interruptions)
+    bench.setup(text, tickets)
 
 
 # --- driving the daemon -----------------------------------------------------------------

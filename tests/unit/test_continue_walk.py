@@ -15,6 +15,7 @@ import pytest
 
 from sloopctl.stages_view import stages_section
 from sloopd.flows import walk
+from sloopd.flows.agent_settings import FlowError, parse_agent
 from sloopd.flows.flow import parse
 from sloopd.flows.results import StageResult
 from sloopd.runs import stop as stops
@@ -189,3 +190,27 @@ def test_sloopctl_says_a_seat_sat_again() -> None:
     lines = "\n".join(stages_section([stage_row], 0, lambda text, _style: text))
     assert "sat again after 2 interrupted sittings" in lines
     assert "fine (" not in lines
+
+
+def test_a_clean_stop_does_not_count_toward_the_bound() -> None:
+    clean = {**CUT, "reason": "interrupted: the daemon stopped", "clean": True}
+    rows = [*_ran("implement", 1, {"passed": True})]
+    for attempt in range(1, 6):
+        rows += _ran("test", attempt, clean)
+    state = _log(*rows)
+    assert state.interrupted_in_a_row == 0
+    assert stops.next_move(state, None) == stops.Execute(FLOWS.stage("test"), 6)  # type: ignore[arg-type]
+    # A crash after them counts, and the bound is the configured one.
+    crashed = _log(*rows, *_ran("test", 6, CUT))
+    assert crashed.interrupted_in_a_row == 1
+    move = stops.next_move(crashed, None, bound=1)
+    assert isinstance(move, stops.Settle)
+    assert move.reason is not None
+    assert "agent.max_interruptions = 1" in move.reason
+
+
+def test_the_bound_is_a_setting() -> None:
+    assert parse_agent({}).max_interruptions == stops.MAX_INTERRUPTED_IN_A_ROW
+    assert parse_agent({"max_interruptions": 7}).max_interruptions == 7
+    with pytest.raises(FlowError, match=r"agent\.max_interruptions"):
+        parse_agent({"max_interruptions": 0})

@@ -145,7 +145,7 @@ ENDED = {"stopping": None}  # a walk that ended on its own settles as it says
 MERGED = "settle merged"
 
 
-def _rows(state: str, child: str, **run: str) -> list[tuple[str, str, str]]:
+def _rows(state: str, child: str, **run: str | None) -> list[tuple[str, str, str]]:
     return [(state, name, child) for name in CHILD] + [
         (state, name, run.get(name, expected) or child) for name, expected in RUN_STOPS.items()
     ]
