@@ -304,3 +304,41 @@ def test_a_store_that_forgot_a_run_leaves_its_leftovers_alone(bench: Bench, tmp_
     run = bench.wait_run("t#2")
     assert run["state"] == "merged", run
     assert [r[0] for r in query(bench.state_dir, "SELECT alias FROM runs")] == ["t#2"]
+
+
+def test_a_crash_mid_sync_runs_the_sync_again(bench: Bench) -> None:
+    """A sync is git's work for milliseconds, too short to kill the daemon in by timing:
+    the store a crash mid-sync leaves (its stage_started with nothing after) is made by
+    cutting the log back to that row while the daemon is down, as a crash would have."""
+    check = bench.argv("--wait-for", bench.flag("go-check"))
+    prepare = bench.argv("--write", "prepared-{run}.txt=prepared")
+    flows: dict[str, list[dict[str, Any]]] = {
+        FLOW: [
+            {"name": "prepare", "action": "agent", "command": prepare},
+            {"name": "sync", "action": "sync"},
+            {"name": "check", "action": "command", "command": check},
+            {"name": "merge", "action": "ff_only"},
+        ]
+    }
+    bench.setup(sloop_toml(bench.argv(), flows=flows), {"t": ticket_text("Sync", flow=FLOW)})
+    bench.start()
+    bench.post("t")
+    run_id = bench.wait_stage_running("t#1", "check")["id"]
+    bench.daemon.kill9()  # type: ignore[union-attr]
+    with bench.store() as conn:
+        ((started,),) = conn.execute(
+            "SELECT seq FROM stage_log WHERE run = ? AND stage = 'sync' AND kind = ?",
+            (run_id, "stage_started"),
+        ).fetchall()
+        conn.execute("DELETE FROM stage_log WHERE run = ? AND seq > ?", (run_id, started))
+
+    bench.start()
+    bench.release("go-check")
+    run = bench.wait_run(run_id)
+    assert run["state"] == "merged", run
+    assert [(r["attempt"], r["ended_by"]) for r in _rows(run, "sync")] == [
+        (1, "interrupted"),
+        (2, None),
+    ]
+    assert [r["attempt"] for r in _rows(run, "prepare")] == [1]
+    assert f"prepared-{run_id}.txt" in git(bench.repo, "ls-tree", "--name-only", "main").split()
