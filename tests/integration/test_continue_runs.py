@@ -14,7 +14,6 @@ stops continuing after three interruptions in a row and settles failed).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,9 +30,11 @@ def _rows(run: dict[str, Any], stage: str) -> list[dict[str, Any]]:
     return [row for row in run["stages"] if row["stage"] == stage and row["state"] != "pending"]
 
 
-def _dumps(bench: Bench, prefix: str) -> list[dict[str, Any]]:
-    found = sorted(bench.path("").glob(f"{prefix}-*.json"))
-    return [json.loads(path.read_text()) for path in found]
+def _dumps(bench: Bench, prefix: str) -> list[Path]:
+    """The environment dumps of ``prefix``'s executions, one per execution that started.
+
+    Counted, not read: an agent writes its dump in place, so one may be half-written."""
+    return sorted(bench.path("").glob(f"{prefix}-*.json"))
 
 
 def _interrupt(bench: Bench, how: str) -> None:

@@ -15,7 +15,7 @@ holds both stages' files.
 
 from __future__ import annotations
 
-import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,9 +39,10 @@ def _rows(run: dict[str, Any], stage: str) -> list[dict[str, Any]]:
     return [row for row in run["stages"] if row["stage"] == stage and row["state"] != "pending"]
 
 
-def _dumps(bench: Bench, prefix: str) -> list[dict[str, Any]]:
-    found = sorted(bench.path("").glob(f"{prefix}-*.json"))
-    return [json.loads(path.read_text()) for path in found]
+def _dumps(bench: Bench, prefix: str) -> list[Path]:
+    """One environment dump per execution that started: counted, not read (an agent
+    writes its dump in place, so one may be half-written)."""
+    return sorted(bench.path("").glob(f"{prefix}-*.json"))
 
 
 def _setup(bench: Bench, cluster: RayCluster) -> None:
