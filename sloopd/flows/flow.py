@@ -112,6 +112,15 @@ class Stage:
     def advisory(self) -> bool:
         return self.fail_action == "continue"
 
+    def stream_of(self, seat: int | None, agent_stream: str) -> str:
+        """The stream its child prints: the seat's, else the stage's, else ``[agent]``'s
+        (``agent_stream``); a command stage runs tools, not agents: none."""
+        if self.action != "agent":
+            return "none"
+        if seat is not None and self.reviewers[seat].stream is not None:
+            return self.reviewers[seat].stream or "none"
+        return self.stream or agent_stream
+
     @property
     def produces(self) -> bool:
         """Whether its commits become the run's work (else it reviews a pinned commit)."""

@@ -21,22 +21,13 @@ from sloopd.vendor import usage as usages
 from sloopd.vendor.pricing import CostReader
 
 
-def stream_name(config: Config, stage: Stage, seat: int | None) -> str:
-    """The stream the child printed (as ``sloopd.runs.spawning.stream_of`` says)."""
-    if stage.action != "agent":
-        return "none"
-    if seat is not None and stage.reviewers[seat].stream is not None:
-        return stage.reviewers[seat].stream or "none"
-    return stage.stream or config.agent.stream
-
-
 def spent_by(
     store: Store, config: Config, run_id: str, stage: Stage, attempt: int, seat: int | None
 ) -> dict[str, Any] | None:
     """The usage row of one execution (or panel seat) from its stored stdout; None when
     its stream reported none."""
     try:
-        parse = usages.for_execution(stream_name(config, stage, seat))
+        parse = usages.for_execution(stage.stream_of(seat, config.agent.stream))
     except usages.UnknownStream:
         return None
     if parse is None:

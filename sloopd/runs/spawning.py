@@ -343,15 +343,8 @@ class ChildStarter:
 
 
 def stream_of(active: ActiveRun, stage: Stage, seat: int | None) -> str:
-    """The stream a child prints: its seat's, else its stage's, else [agent]'s.
-
-    Command stages run tools, not agents: they have none.
-    """
-    if stage.action != "agent":
-        return "none"
-    if seat is not None and stage.reviewers[seat].stream is not None:
-        return stage.reviewers[seat].stream or "none"
-    return stage.stream or active.config.agent.stream
+    """The stream a child prints, as its run was admitted (``Stage.stream_of``)."""
+    return stage.stream_of(seat, active.config.agent.stream)
 
 
 def said_streams(active: ActiveRun, stage: Stage) -> tuple[str, ...]:
