@@ -15,11 +15,15 @@ holds both stages' files.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.integration.test_continue_runs import (
+    assert_one_run_merged_with_prepare_once,
+    dumps_of,
+    rows_of,
+)
 from tests.ray.test_ray_faults import drivers_of, wait_for
 from tests.support.agents import Bench, processes_with, sloop_toml, ticket_text
 from tests.support.daemon import git, query
@@ -33,16 +37,6 @@ FLOW = "fix"
 EXECUTOR = '[executor]\naddress = "{address}"\n'
 # Every SLOOP_ATTEMPT's start commit, as its child saw it, in the flags folder.
 HEAD = 'git rev-parse HEAD > "$0/$SLOOP_STAGE-head-$SLOOP_ATTEMPT"; exec "$@"'
-
-
-def _rows(run: dict[str, Any], stage: str) -> list[dict[str, Any]]:
-    return [row for row in run["stages"] if row["stage"] == stage and row["state"] != "pending"]
-
-
-def _dumps(bench: Bench, prefix: str) -> list[Path]:
-    """One environment dump per execution that started: counted, not read (an agent
-    writes its dump in place, so one may be half-written)."""
-    return sorted(bench.path("").glob(f"{prefix}-*.json"))
 
 
 def _setup(bench: Bench, cluster: RayCluster) -> None:
@@ -107,7 +101,7 @@ def _work_running(bench: Bench, run_id: str, attempt: int) -> dict[str, Any]:
         shown = bench.show_run(run_id)
         if shown is None or shown["terminal"]:
             return shown
-        rows = _rows(shown, "work")
+        rows = rows_of(shown, "work")
         on_node = [
             r for r in rows if r["attempt"] == attempt and r["state"] == "running" and r["node"]
         ]
@@ -154,20 +148,10 @@ def test_a_run_whose_stage_ran_on_a_node_continues_after_a_restart(
     bench.release("go-work")
     run = bench.wait_run(run_id, timeout=SETTLE_S)
 
-    assert (run["id"], run["alias"], run["attempt"], run["state"]) == (
-        run_id,
-        "t#1",
-        1,
-        "merged",
-    ), run
-    assert query(bench.state_dir, "SELECT count(*) FROM runs") == [(1,)]
-    # prepare executed once, on the daemon's host; its commit is in main.
-    assert len(_dumps(bench, "prepare")) == 1
-    (prepared,) = _rows(run, "prepare")
-    assert (prepared["attempt"], prepared["state"], prepared["node"]) == (1, "passed", None)
-    git(bench.repo, "merge-base", "--is-ancestor", prepared["commit"], "main")
+    prepared = assert_one_run_merged_with_prepare_once(bench, run, run_id)
+    assert prepared["node"] is None  # prepare ran on the daemon's host
     # work: cut short once on its node, then run again on a node and passed.
-    rows = _rows(run, "work")
+    rows = rows_of(run, "work")
     assert [(r["attempt"], r["state"], r["ended_by"]) for r in rows] == [
         (1, "failed", "interrupted"),
         (2, "passed", None),
@@ -180,7 +164,7 @@ def test_a_run_whose_stage_ran_on_a_node_continues_after_a_restart(
         # a child's node is stored with its end, so the crashed one's row shows none.)
         assert first["node"] is not None, first
     assert second["started_at_ms"] >= first["finished_at_ms"]
-    assert len(_dumps(bench, "work")) == 2
+    assert len(dumps_of(bench, "work")) == 2
     # Both executions started from the same commit: prepare's.
     heads = [bench.path(f"work-head-{n}").read_text().strip() for n in (1, 2)]
     assert heads == [prepared["commit"]] * 2, (heads, prepared)

@@ -147,28 +147,30 @@ def test_a_stopping_daemon_suspends_a_panel_and_a_stage_but_not_an_abort() -> No
     assert isinstance(stops.next_move(state, aborted), stops.Interrupted)
 
 
-@pytest.mark.parametrize(
-    ("action", "passed", "kept"),
-    [
-        ("agent", True, False),
-        ("agent", False, False),
-        ("sync", True, True),
-        ("ff_only", True, True),
-    ],
-)
-def test_what_a_stopping_daemon_keeps_of_a_result(action: str, passed: bool, kept: bool) -> None:
-    stage = next(s for s in FLOWS.stages if s.action == action) if action != "sync" else None
-    if stage is None:
-        stage = parse({}, {"f": {"stages": [{"name": "s", "action": "sync"}]}}).flows["f"].stages[0]
-    usage = {"input_tokens": 9, "output_tokens": 1, "cached_tokens": 0, "cost_usd": None}
-    result = StageResult(passed=passed, reason="r", commit="abc", usage=usage)
-    judged = stops.judged(result, stops.stopping(), stage, lambda: {})
-    if kept:
-        assert judged == result
-        return
+USAGE = {"input_tokens": 9, "output_tokens": 1, "cached_tokens": 0, "cost_usd": None}
+# A flow with a sync, for the git stages a stopping daemon lets stand.
+SYNC = parse({}, {"f": {"stages": [{"name": "s", "action": "sync"}]}}).flows["f"].stages[0]
+
+
+def _stage(action: str) -> Any:
+    return SYNC if action == "sync" else next(s for s in FLOWS.stages if s.action == action)
+
+
+@pytest.mark.parametrize("passed", [True, False])
+def test_a_stopping_daemon_cuts_a_child_stage_short(passed: bool) -> None:
+    result = StageResult(passed=passed, reason="r", commit="abc", usage=USAGE)
+    judged = stops.judged(result, stops.stopping(), _stage("agent"), lambda: {})
+    # Run again from the same commit: the agent's own commit is not kept.
     assert (judged.passed, judged.ended_by, judged.commit) == (False, "interrupted", None)
     assert judged.reason == "interrupted: the daemon stopped"
-    assert judged.usage == usage  # the budget counts what it spent
+    assert judged.clean
+    assert judged.usage == USAGE  # the budget counts what it spent
+
+
+@pytest.mark.parametrize("action", ["sync", "ff_only"])
+def test_a_stopping_daemon_lets_a_git_stage_that_passed_stand(action: str) -> None:
+    result = StageResult(passed=True, reason="r", commit="abc", usage=USAGE)
+    assert stops.judged(result, stops.stopping(), _stage(action), lambda: {}) == result
 
 
 def test_sloopctl_says_a_seat_sat_again() -> None:
