@@ -45,9 +45,12 @@ async def recover(runs: RunManager) -> Recovered:
     ids = [run_id for (run_id,) in runs.store.all("runs_active_ids")]
     recovered = await Recovery(runs).recover(ids)
     recovered.continuing = rejoin(runs, recovered.continuing)
+    bound = runs.daemon.config.agent.max_interruptions
     for run_id in recovered.continuing:
         facts = runs.records.facts(run_id)
         state = runs.records.replay(facts)
+        if state.interrupted_in_a_row >= bound:
+            continue  # its driver settles it failed at its first step: it goes on no more
         at = state.current.stage if state.current is not None else state.next_stage
         runs.daemon.append_event(
             "run_continued",

@@ -20,21 +20,49 @@ from typing import Any
 
 import pytest
 
-from tests.support.agents import Bench, install_probe, probe_argv, sloop_toml, ticket_text
-from tests.support.daemon import git, query, wait_until
+from tests.support.agents import (
+    Bench,
+    agent_key,
+    install_probe,
+    probe_argv,
+    sloop_toml,
+    ticket_text,
+)
+from tests.support.daemon import REPO_ROOT, git, query, wait_until
+from tests.support.usage_stream import SPEC as USAGE_SPEC
+from tests.support.usage_stream import line as usage_line
 
 FLOW = "fix"
 
 
-def _rows(run: dict[str, Any], stage: str) -> list[dict[str, Any]]:
+def rows_of(run: dict[str, Any], stage: str) -> list[dict[str, Any]]:
     return [row for row in run["stages"] if row["stage"] == stage and row["state"] != "pending"]
 
 
-def _dumps(bench: Bench, prefix: str) -> list[Path]:
+def dumps_of(bench: Bench, prefix: str) -> list[Path]:
     """The environment dumps of ``prefix``'s executions, one per execution that started.
 
     Counted, not read: an agent writes its dump in place, so one may be half-written."""
     return sorted(bench.path("").glob(f"{prefix}-*.json"))
+
+
+def assert_one_run_merged_with_prepare_once(
+    bench: Bench, run: dict[str, Any], run_id: str
+) -> dict[str, Any]:
+    """The issue's "done when": one run (same id, alias, attempt), merged; ``prepare``
+    executed once and its commit, made before the stop, in main.  Its row."""
+    assert (run["id"], run["alias"], run["attempt"], run["state"]) == (
+        run_id,
+        "t#1",
+        1,
+        "merged",
+    ), run
+    assert query(bench.state_dir, "SELECT count(*) FROM runs") == [(1,)]
+    assert len(dumps_of(bench, "prepare")) == 1
+    (prepared,) = rows_of(run, "prepare")
+    assert (prepared["attempt"], prepared["state"]) == (1, "passed")
+    git(bench.repo, "merge-base", "--is-ancestor", prepared["commit"], "main")
+    return prepared
 
 
 def _interrupt(bench: Bench, how: str) -> None:
@@ -83,7 +111,9 @@ def _started_again(bench: Bench, run_id: str, stage: str, attempt: int) -> None:
         shown = bench.show_run(run_id)
         assert shown is not None
         assert not shown["terminal"], shown
-        return any(r["attempt"] == attempt and r["state"] == "running" for r in _rows(shown, stage))
+        return any(
+            r["attempt"] == attempt and r["state"] == "running" for r in rows_of(shown, stage)
+        )
 
     wait_until(running, timeout=30)
 
@@ -106,24 +136,14 @@ def test_the_issue_flow_continues_at_work_and_merges_once(bench: Bench, how: str
     bench.release("go-work")
     run = bench.wait_run(run_id)
 
-    assert (run["id"], run["alias"], run["attempt"], run["state"]) == (
-        run_id,
-        "t#1",
-        1,
-        "merged",
-    ), run
-    assert query(bench.state_dir, "SELECT count(*) FROM runs") == [(1,)]
-    # prepare executed once; its commit, made before the stop, is in main.
-    assert len(_dumps(bench, "prepare")) == 1
-    (prepared,) = _rows(run, "prepare")
-    assert (prepared["attempt"], prepared["state"]) == (1, "passed")
-    git(bench.repo, "merge-base", "--is-ancestor", prepared["commit"], "main")
+    prepared = assert_one_run_merged_with_prepare_once(bench, run, run_id)
+    assert prepared["node"] is None
     # work: cut short once (no returns, no retries spent), then run again and passed.
-    first, second = _rows(run, "work")
+    first, second = rows_of(run, "work")
     assert (first["attempt"], first["state"], first["ended_by"]) == (1, "failed", "interrupted")
     assert (second["attempt"], second["state"], second["ended_by"]) == (2, "passed", None)
     assert second["started_at_ms"] >= first["finished_at_ms"]
-    dumps = _dumps(bench, "work")
+    dumps = dumps_of(bench, "work")
     assert len(dumps) == 2
     # The second execution started from the same commit, in a fresh place.
     tree = git(bench.repo, "ls-tree", "--name-only", "main").split()
@@ -152,7 +172,7 @@ def test_a_command_stage_runs_again_after_a_crash(bench: Bench) -> None:
     bench.start()
     bench.post("t")
     run_id = bench.wait_stage_running("t#1", "work")["id"]
-    wait_until(lambda: len(_dumps(bench, "check")) == 1, timeout=20)
+    wait_until(lambda: len(dumps_of(bench, "check")) == 1, timeout=20)
     bench.daemon.kill9()  # type: ignore[union-attr]
 
     bench.start()
@@ -160,11 +180,11 @@ def test_a_command_stage_runs_again_after_a_crash(bench: Bench) -> None:
     bench.release("go-check")
     run = bench.wait_run(run_id)
     assert run["state"] == "merged", run
-    assert [(r["attempt"], r["ended_by"]) for r in _rows(run, "work")] == [
+    assert [(r["attempt"], r["ended_by"]) for r in rows_of(run, "work")] == [
         (1, "interrupted"),
         (2, None),
     ]
-    assert len(_dumps(bench, "prepare")) == 1
+    assert len(dumps_of(bench, "prepare")) == 1
 
 
 def _seat(bench: Bench, seat: int, steps: list[dict[str, Any]]) -> list[str]:
@@ -226,13 +246,13 @@ def test_a_panel_continues_with_the_seat_that_was_sitting(bench: Bench, how: str
     run = bench.wait_run(run_id)
     assert run["state"] == "merged", run
     # One execution of the panel: seat 0 sat once and kept its verdict, seat 1 sat twice.
-    (review,) = _rows(run, "review")
+    (review,) = rows_of(run, "review")
     assert (review["attempt"], review["state"]) == (1, "passed")
     assert (_sittings(bench, 0), _sittings(bench, 1)) == (1, 2)
     verdicts = [(s["reviewer"], s["verdict"], s["reason"]) for s in review["reviewers"]]
     assert verdicts == [(0, "pass", "seat zero fine"), (1, "pass", "seat one fine")]
     assert [len(s["interrupted"]) for s in review["reviewers"]] == [0, 1]
-    assert len(_rows(run, "work")) == 1
+    assert len(rows_of(run, "work")) == 1
 
 
 def test_a_stage_cut_short_three_times_in_a_row_settles_failed(bench: Bench) -> None:
@@ -242,7 +262,7 @@ def test_a_stage_cut_short_three_times_in_a_row_settles_failed(bench: Bench) -> 
     bench.post("t")
     run_id = bench.wait_stage_running("t#1", "work")["id"]
     for attempt in (1, 2, 3):
-        wait_until(lambda a=attempt: len(_dumps(bench, "hang")) == a, timeout=30)
+        wait_until(lambda a=attempt: len(dumps_of(bench, "hang")) == a, timeout=30)
         bench.daemon.kill9()  # type: ignore[union-attr]
         bench.start()
         if attempt < 3:
@@ -250,7 +270,14 @@ def test_a_stage_cut_short_three_times_in_a_row_settles_failed(bench: Bench) -> 
     run = bench.wait_run(run_id)
     assert run["state"] == "failed", run
     assert "3 times in a row" in run["reason"], run
-    assert [r["ended_by"] for r in _rows(run, "work")] == ["interrupted"] * 3
+    assert [r["ended_by"] for r in rows_of(run, "work")] == ["interrupted"] * 3
+    # Each start it went on from said so, counting the crashes; the last one did not.
+    events = bench.ok("events", {"scope": run_id})["events"]  # one page holds them
+    continued = [e["data"] for e in events if e["kind"] == "run_continued"]
+    assert continued == [
+        {"stage": "work", "interrupted_in_a_row": 1},
+        {"stage": "work", "interrupted_in_a_row": 2},
+    ], events
     # A bound the operator reads: the ticket is not queued again behind their back.
     assert bench.ticket("t")["state"] == "failed"
     assert query(bench.state_dir, "SELECT count(*) FROM runs") == [(1,)]
@@ -337,9 +364,48 @@ def test_a_crash_mid_sync_runs_the_sync_again(bench: Bench) -> None:
     bench.release("go-check")
     run = bench.wait_run(run_id)
     assert run["state"] == "merged", run
-    assert [(r["attempt"], r["ended_by"]) for r in _rows(run, "sync")] == [
+    assert [(r["attempt"], r["ended_by"]) for r in rows_of(run, "sync")] == [
         (1, "interrupted"),
         (2, None),
     ]
-    assert [r["attempt"] for r in _rows(run, "prepare")] == [1]
+    assert [r["attempt"] for r in rows_of(run, "prepare")] == [1]
     assert f"prepared-{run_id}.txt" in git(bench.repo, "ls-tree", "--name-only", "main").split()
+
+
+@pytest.mark.parametrize("how", ["kill9", "sigterm"])
+def test_the_interrupted_execution_s_usage_counts_in_the_run(bench: Bench, how: str) -> None:
+    """Budgets count what the cut-short execution spent: after a clean stop, what its
+    stream reported; after a crash, what its stored output says, read back."""
+    bench.env["PYTHONPATH"] = str(REPO_ROOT)  # the daemon imports the test's parser
+    spend = bench.argv(
+        "--say",
+        usage_line(100, 20),
+        "--say",
+        "work {attempt} began",
+        "--wait-for",
+        bench.flag("go-work"),
+        "--write",
+        "worked-{run}.txt=worked",
+    )
+    _issue_flow(bench, {"name": "work", "action": "agent", "command": spend})
+    config = (bench.repo / "sloop.toml").read_text()
+    bench.write_config(agent_key(config, "stream", USAGE_SPEC))
+    git(bench.repo, "commit", "-qam", "the usage stream")
+    bench.start()
+    bench.post("t")
+    run_id = bench.wait_stage_running("t#1", "work")["id"]
+    said = ("work", 1, "stdout", "work 1 began")  # printed after its usage line
+    wait_until(lambda: said in bench.log_lines(run_id), timeout=20)
+    _interrupt(bench, how)
+
+    bench.start()
+    _started_again(bench, run_id, "work", 2)
+    bench.release("go-work")
+    run = bench.wait_run(run_id)
+    assert run["state"] == "merged", run
+    spent = {"input_tokens": 100, "output_tokens": 20, "cached_tokens": 0, "cost_usd": None}
+    first, second = rows_of(run, "work")
+    assert (first["ended_by"], first["usage"]) == ("interrupted", spent), first
+    assert second["usage"] == spent, second
+    # The run's total holds both executions' (prepare's agent reports nothing).
+    assert (run["usage"]["input_tokens"], run["usage"]["output_tokens"]) == (200, 40), run
