@@ -65,7 +65,10 @@ class Logs:
             if len(after) > MAX_CURSOR_DIGITS:
                 return None
             cursor = int(after)
-        return self.pages.page(store, facts, EVERY_RECORD, cursor, None, wrap).data
+        # Straight to the range read: ``page`` would go there too, and a gap (None)
+        # goes the general way.
+        found = self.pages.range(store, facts, cursor, None, wrap)
+        return None if found is None else found[0]
 
     def page(self, args: dict[str, Any]) -> orjson.Fragment | Hold:
         store = self.daemon.require_store()

@@ -144,16 +144,15 @@ class LogPages:
         tail: int | None,
         wrap: Wrap = DATA_ONLY,
     ) -> LogPage:
+        if selector is EVERY_RECORD:
+            found = self.range(store, facts, after, tail, wrap)
+            if found is not None:
+                return LogPage(*found)
         terminal = facts.terminal
         if terminal and not self.sink.idle:
-            # The settling record may still sit in the batch; a follower must
-            # never see terminal+complete while a record is missing.
-            self.sink.flush()
-        if selector is EVERY_RECORD:
-            page = self._range(store, facts, after, tail, terminal, wrap)
-            if page is not None:
-                return page
-        elif _claims_unstaged(facts.flow(), selector) and facts.unstaged(store):
+            self.sink.flush()  # as in ``range``
+        unstaged = selector is not EVERY_RECORD and _claims_unstaged(facts.flow(), selector)
+        if unstaged and facts.unstaged(store):
             return self._legacy(store, facts, selector, after, tail, terminal, wrap)
         return self._indexed(store, facts, selector, after, tail, terminal, wrap)
 
@@ -167,18 +166,30 @@ class LogPages:
             facts.end_at = self.sink.generation
         return facts.end
 
-    def _range(
-        self,
-        store: Store,
-        facts: RunFacts,
-        after: int,
-        tail: int | None,
-        terminal: bool,
-        wrap: Wrap,
-    ) -> LogPage | None:
-        """Every record: a range of positions, or None when the range has a gap."""
+    def range(
+        self, store: Store, facts: RunFacts, after: int, tail: int | None, wrap: Wrap
+    ) -> tuple[bytes, int] | None:
+        """Every record after ``after`` (or its tail): a range of positions read in one
+        query, as (the data inside ``wrap``, how many records); None when the range has
+        a gap (the index answers then).
+
+        The hot page (``Logs.fast``) is this and one query: in a served daemon every
+        Python call a page makes costs several times what it does in a loop, so
+        ``end`` is written out here.
+        """
+        terminal = facts.terminal
+        sink = self.sink
+        if terminal and not sink.idle:
+            # The settling record may still sit in the batch; a follower must
+            # never see terminal+complete while a record is missing.
+            sink.flush()
         run = facts.run_id
-        end = self.end(store, run, facts)
+        end = sink.stored_through(run)
+        if end is None:
+            if facts.end_at != sink.generation:
+                facts.end = int(store.scalar("logs_max_position", (run,)) or 0)
+                facts.end_at = sink.generation
+            end = facts.end
         start, size, elided = after, LOGS_PAGE_RECORDS, 0
         if tail is not None:
             # The tail begins N records before the end (positions are the ordinal).
@@ -187,15 +198,13 @@ class LogPages:
         upto = min(start + size, end)
         if upto <= start:
             # Nothing after the cursor: the cursor stays, or moves to the end.
-            return LogPage(_data(None, max(after, end), True, elided, terminal, wrap), 0)
+            return _data(None, max(after, end), True, elided, terminal, wrap), 0
         head, rest = wrap[0] + _RECORDS, _rest(upto, upto >= end, elided, terminal) + wrap[1]
         row = store.one("logs_range", (run, start, upto, head, rest))
-        if row is None:
-            return None
-        data, count = row
-        if count != upto - start:
+        if row is None or row[1] != upto - start:
             return None  # a position is missing: read by the index instead
-        return LogPage(data, count)
+        data: bytes = row[0]
+        return data, upto - start
 
     def _indexed(
         self,

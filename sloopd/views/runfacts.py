@@ -10,6 +10,7 @@ store settled and the cache not.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -53,6 +54,9 @@ class RunLookup:
         self.daemon = daemon
         self._by_ref: dict[str, RunFacts] = {}
         self._by_id: dict[str, RunFacts] = {}
+        # The run a reference named when it was last looked up, if it was: the dict's
+        # own method, no Python call on the hot page (the dict is cleared, never replaced).
+        self.cached: Callable[[str], RunFacts | None] = self._by_ref.get
         daemon.feed_notices.on_settled.append(self._settled)
 
     def facts(self, store: Store, ref: str) -> RunFacts:
@@ -73,10 +77,6 @@ class RunLookup:
         self._by_ref[ref] = facts
         self._by_id[run_id] = facts
         return facts
-
-    def cached(self, ref: str) -> RunFacts | None:
-        """The run ``ref`` named when it was last looked up, if it was."""
-        return self._by_ref.get(ref)
 
     def _settled(self, run_id: str) -> None:
         facts = self._by_id.get(run_id)

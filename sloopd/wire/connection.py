@@ -75,9 +75,21 @@ class Connection(asyncio.Protocol):
             line = data[:-1]
             if len(line) > api.MAX_REQUEST_BYTES:
                 self._submit(error_line(None, OVERLONG_LINE))
-            elif line.strip():
-                self._submit(self._handle_line(line))
-            return
+            elif line and not line.isspace():
+                reply = self._handle_line(line)
+                transport = self._transport
+                if type(reply) is bytes and not self._queue and transport is not None:
+                    # _submit's common case written out (every call counts here): an
+                    # answer with nothing queued before it goes out at once.
+                    if not transport.is_closing():
+                        transport.write(reply)
+                else:
+                    self._submit(reply)
+        else:
+            self._buffered(data)
+
+    def _buffered(self, data: bytes) -> None:
+        """Part of a line, several lines, or what follows an over-long line."""
         buffer = self._buffer
         buffer += data
         start = 0

@@ -104,7 +104,11 @@ class Dispatcher:
             return self._error(salvage.recover_id(line), err, verb, started)
         fast = self._fast_reply(message)
         if fast is not None:
-            self._observe(message["verb"], "ok", started)
+            # ``_observe`` written out: on the hot page every Python call counts, several
+            # times more in a served daemon than in a loop (benchmarks/RESULTS.md).
+            observer = self.observer
+            if observer is not None:
+                observer(message["verb"], "ok", time.perf_counter() - started)
             return fast
         request = _plain_request(message)
         request_id = request.id if request is not None else api.readable_id(message)

@@ -287,6 +287,9 @@ def test_blank_lines_are_ignored(client: Client) -> None:
     assert_ok(client.read(), "after")
     client.send_raw(b"\n")
     assert_ok(client.request(request(id="next")), "next")
+    # A line of whitespace alone in its read (the daemon's one-line path): no answer.
+    client.send_raw(b" \t\r\x0b\x0c\n")
+    assert_ok(client.request(request(id="last")), "last")
 
 
 def test_crlf_line_endings_are_accepted(client: Client) -> None:
