@@ -240,7 +240,9 @@ def event_words(kind: Any, data: Any) -> str | None:
             return f"joined the merge queue, {ordinal(position)}"
         return "joined the merge queue"
     if kind == "queue_rebuilt":
-        cause = text(data.get("cause")) if data.get("cause") else "rebuilt"
+        # The sentence (``reason``, 0.9.0) where there is one, else the cause's label.
+        said = data.get("reason") or data.get("cause")
+        cause = text(said) if said else "rebuilt"
         # The run that left, unless the cause already names it.
         by = f" (by {text(data['by'])})" if data.get("by") and text(data["by"]) not in cause else ""
         return f"{cause}{by}" if cause.startswith("rebuilt") else f"rebuilt: {cause}{by}"

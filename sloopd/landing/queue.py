@@ -279,7 +279,8 @@ class MergeQueue:
             if entry.stale is not None or entry.builds == 0:
                 continue
             entry.stale = cause
-            self._event("queue_rebuilt", entry, {"cause": cause, "by": by})
+            # ``cause`` is the metric's label (docs/protocol.md), ``reason`` the sentence.
+            self._event("queue_rebuilt", entry, {"cause": kind, "by": by, "reason": cause})
             if self.daemon.metrics is not None:
                 self.daemon.metrics.merge_queue_rebuilds.labels(kind).inc()
             self._on_stale(entry.run_id, cause)

@@ -148,13 +148,16 @@ def test_a_run_that_leaves_gets_every_run_holding_its_work_rebuilt() -> None:
         kinds = [e[0] for e in daemon.events]
         assert kinds.count("queue_rebuilt") == 2
         assert kinds.count("queue_left") == 1
+        # cause: the metric's label (docs/protocol.md); reason: the sentence.
+        rebuilt = [data for kind, _, data in daemon.events if kind == "queue_rebuilt"]
+        assert rebuilt == [{"cause": "left_failed", "by": "R1", "reason": judged.cause}] * 2
 
     asyncio.run(scenario())
 
 
 def test_runs_land_in_order_and_a_main_moved_outside_rebuilds_them_all() -> None:
     async def scenario() -> None:
-        queue, _, world = make()
+        queue, daemon, world = make()
         stop = asyncio.Event()
         join(queue, "R1", "R2")
         await queue.build_turn("R1", stop)
@@ -178,6 +181,8 @@ def test_runs_land_in_order_and_a_main_moved_outside_rebuilds_them_all() -> None
         turn = await queue.landing_turn("R3", stop)
         assert isinstance(turn, Rebuild)
         assert "main moved outside" in turn.cause
+        moved = [data for kind, _, data in daemon.events if kind == "queue_rebuilt"]
+        assert moved == [{"cause": "main_moved", "by": None, "reason": turn.cause}]
         assert await queue.build_turn("R3", stop) == Go("pushed", ())
 
     asyncio.run(scenario())

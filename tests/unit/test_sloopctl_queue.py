@@ -325,10 +325,20 @@ def test_following_a_queued_run_says_its_place_and_each_change_of_it() -> None:
         ("queue_joined", {"position": 2}, "joined the merge queue, 2nd"),
         (
             "queue_rebuilt",
-            {"cause": "R5 left the queue (stage 'test' failed)", "by": "R5"},
+            {
+                "cause": "left_failed",
+                "by": "R5",
+                "reason": "R5 left the queue (stage 'test' failed)",
+            },
             "rebuilt: R5 left the queue (stage 'test' failed)",
         ),
-        ("queue_rebuilt", {"cause": "main moved", "by": None}, "rebuilt: main moved"),
+        (
+            "queue_rebuilt",
+            {"cause": "main_moved", "by": None, "reason": "main moved outside the merge queue"},
+            "rebuilt: main moved outside the merge queue",
+        ),
+        # Without a reason (a daemon that sends none): the label, and who left.
+        ("queue_rebuilt", {"cause": "left_conflict", "by": "R5"}, "rebuilt: left_conflict (by R5)"),
         (
             "queue_landed",
             {"commit": SHA, "waited_ms": 95_000},

@@ -122,7 +122,8 @@ EVENTS = [
     {"cursor": "1", "at_ms": NOW - 60_000, "kind": "queue_joined", "ticket": "T10", "run": "R10",
      "data": {"position": 3}},
     {"cursor": "2", "at_ms": NOW - 50_000, "kind": "queue_rebuilt", "ticket": "T10", "run": "R10",
-     "data": {"cause": "R5 left the queue (stage 'test' failed)", "by": "R5"}},
+     "data": {"cause": "left_failed", "by": "R5",
+              "reason": "R5 left the queue (stage 'test' failed)"}},
     {"cursor": "3", "at_ms": NOW - 40_000, "kind": "queue_landed", "ticket": "T7", "run": "R7",
      "data": {"commit": "3f2a9c1d0b12" + "0" * 28, "waited_ms": 95_000}},
 ]  # fmt: skip

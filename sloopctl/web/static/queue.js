@@ -150,7 +150,9 @@ export function eventWords(kind, data) {
       ? `joined the merge queue, ${ordinal(data.position)}` : "joined the merge queue";
   }
   if (kind === "queue_rebuilt") {
-    const cause = data.cause ? String(data.cause) : "rebuilt";
+    // The sentence (reason, 0.9.0) where there is one, else the cause's label.
+    const said = data.reason || data.cause;
+    const cause = said ? String(said) : "rebuilt";
     const by = data.by && !cause.includes(String(data.by)) ? ` (by ${data.by})` : "";
     return cause.startsWith("rebuilt") ? `${cause}${by}` : `rebuilt: ${cause}${by}`;
   }
