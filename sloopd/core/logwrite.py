@@ -64,6 +64,10 @@ class LogWriter:
         # The last position buffered per run (pending), and stored per run (committed).
         self._pending_last: dict[str, int] = {}
         self._stored: dict[str, int] = {}
+        # The last position of a run committed by this sink; None if it wrote none.  The
+        # dict's own method: the hot ``logs`` page asks it with no Python call (the dict
+        # is updated in place, never replaced).
+        self.stored_through: Callable[[str], int | None] = self._stored.get
         self._timer: asyncio.TimerHandle | None = None
         self._soon = False  # the timer is the next turn of the loop, not FLUSH_INTERVAL
         self._on_flush = on_flush
@@ -96,10 +100,6 @@ class LogWriter:
     def idle(self) -> bool:
         """Nothing is buffered, held or counted as lost: a flush would write nothing."""
         return not self._pending and not self.losses and self.held is None
-
-    def stored_through(self, run: str) -> int | None:
-        """The last position of ``run`` committed by this sink; None if it wrote none."""
-        return self._stored.get(run)
 
     def flush(self) -> bool:
         """Write what is buffered as far as the store and the reserve let it, in order.

@@ -109,14 +109,13 @@ class LogPage(NamedTuple):
     records: int
 
 
+# What follows a page's records in its data (the order docs/protocol.md shows): the
+# next cursor, complete, elided, terminal.
+_REST: Final = b'],"next_cursor":"%d","complete":%s,"elided":%d,"terminal":%s}'
+
+
 def _rest(next_position: int, complete: bool, elided: int, terminal: bool) -> bytes:
-    """What follows a page's records in its data (the order docs/protocol.md shows)."""
-    return b'],"next_cursor":"%d","complete":%s,"elided":%d,"terminal":%s}' % (
-        next_position,
-        _JSON_BOOL[complete],
-        elided,
-        _JSON_BOOL[terminal],
-    )
+    return _REST % (next_position, _JSON_BOOL[complete], elided, _JSON_BOOL[terminal])
 
 
 def _data(
@@ -199,8 +198,9 @@ class LogPages:
         if upto <= start:
             # Nothing after the cursor: the cursor stays, or moves to the end.
             return _data(None, max(after, end), True, elided, terminal, wrap), 0
-        head, rest = wrap[0] + _RECORDS, _rest(upto, upto >= end, elided, terminal) + wrap[1]
-        row = store.one("logs_range", (run, start, upto, head, rest))
+        # ``_rest`` written out: one Python call fewer on the hot page.
+        rest = _REST % (upto, _JSON_BOOL[upto >= end], elided, _JSON_BOOL[terminal]) + wrap[1]
+        row = store.one("logs_range", (run, start, upto, wrap[0] + _RECORDS, rest))
         if row is None or row[1] != upto - start:
             return None  # a position is missing: read by the index instead
         data: bytes = row[0]
