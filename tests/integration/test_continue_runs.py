@@ -7,13 +7,15 @@ started again.  What must hold: one run, the same id, alias and attempt, merged;
 ``prepare`` executed once and its commit is in main; ``work``'s first execution ended
 ``interrupted`` (its output kept), the second started from the same commit and
 passed; the ticket was never queued again.  The same for a command stage, a panel
-between seats (the seat that reported keeps its verdict), a run whose commits are
+between seats (the seat that reported keeps its verdict), a stage's ``timeout`` (each
+execution's own, not the stage's across a restart), a run whose commits are
 gone (aborted, queued again), and a stage that is cut short again and again (the run
 stops continuing after three interruptions in a row and settles failed).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -185,6 +187,39 @@ def test_a_command_stage_runs_again_after_a_crash(bench: Bench) -> None:
         (2, None),
     ]
     assert len(dumps_of(bench, "prepare")) == 1
+
+
+def test_a_continued_stage_s_timeout_starts_again_with_its_execution(bench: Bench) -> None:
+    """The stage's ``timeout`` is each execution's own (docs/operator-guide.md): the
+    first execution runs 4 s before the crash, the second 5 s; together (and with the
+    daemon's downtime) past the stage's 8 s, each well within it: the run merges."""
+    check = bench.argv(
+        "--env-dump",
+        bench.flag("check-{run}-{attempt}.json"),
+        "--wait-for",
+        bench.flag("go-check"),
+    )
+    work = {"name": "work", "action": "command", "command": check, "timeout": "8s"}
+    _issue_flow(bench, work)
+    bench.start()
+    bench.post("t")
+    run_id = bench.wait_stage_running("t#1", "work")["id"]
+    wait_until(lambda: len(dumps_of(bench, "check")) == 1, timeout=20)
+    time.sleep(4)
+    bench.daemon.kill9()  # type: ignore[union-attr]
+
+    bench.start()
+    _started_again(bench, run_id, "work", 2)
+    wait_until(lambda: len(dumps_of(bench, "check")) == 2, timeout=20)
+    time.sleep(5)
+    bench.release("go-check")
+    run = bench.wait_run(run_id)
+    assert run["state"] == "merged", run
+    work_rows = rows_of(run, "work")
+    assert [(r["attempt"], r["state"], r["ended_by"]) for r in work_rows] == [
+        (1, "failed", "interrupted"),
+        (2, "passed", None),
+    ], work_rows
 
 
 def _seat(bench: Bench, seat: int, steps: list[dict[str, Any]]) -> list[str]:
