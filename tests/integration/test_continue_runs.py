@@ -191,21 +191,21 @@ def test_a_command_stage_runs_again_after_a_crash(bench: Bench) -> None:
 
 def test_a_continued_stage_s_timeout_starts_again_with_its_execution(bench: Bench) -> None:
     """The stage's ``timeout`` is each execution's own (docs/operator-guide.md): the
-    first execution runs 4 s before the crash, the second 5 s; together (and with the
-    daemon's downtime) past the stage's 8 s, each well within it: the run merges."""
+    first execution runs 6 s before the crash, the second 5 s; together (and with the
+    daemon's downtime) past the stage's 10 s, each well within it: the run merges."""
     check = bench.argv(
         "--env-dump",
         bench.flag("check-{run}-{attempt}.json"),
         "--wait-for",
         bench.flag("go-check"),
     )
-    work = {"name": "work", "action": "command", "command": check, "timeout": "8s"}
+    work = {"name": "work", "action": "command", "command": check, "timeout": "10s"}
     _issue_flow(bench, work)
     bench.start()
     bench.post("t")
     run_id = bench.wait_stage_running("t#1", "work")["id"]
     wait_until(lambda: len(dumps_of(bench, "check")) == 1, timeout=20)
-    time.sleep(4)
+    time.sleep(6)
     bench.daemon.kill9()  # type: ignore[union-attr]
 
     bench.start()
