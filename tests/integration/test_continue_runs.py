@@ -94,10 +94,12 @@ def _issue_flow(bench: Bench, work_stage: dict[str, Any]) -> None:
     bench.setup(sloop_toml(bench.argv(), flows=flows), {"t": ticket_text("Continue me", flow=FLOW)})
 
 
-def _work_agent(bench: Bench) -> dict[str, Any]:
+def _work_agent(bench: Bench, *first: str) -> dict[str, Any]:
+    """``work``: does ``first`` (probe steps), says it began, waits for ``go-work``."""
     command = bench.argv(
         "--env-dump",
         bench.flag("work-{run}-{attempt}.json"),
+        *first,
         "--say",
         "work {attempt} began",
         "--wait-for",
@@ -120,13 +122,12 @@ def _started_again(bench: Bench, run_id: str, stage: str, attempt: int) -> None:
     wait_until(running, timeout=30)
 
 
-@pytest.mark.parametrize("how", ["kill9", "sigterm"])
-def test_the_issue_flow_continues_at_work_and_merges_once(bench: Bench, how: str) -> None:
-    _issue_flow(bench, _work_agent(bench))
+def _work_cut_short_then_finished(bench: Bench, how: str) -> tuple[str, dict[str, Any]]:
+    """Post ``t``; once ``work`` (``_work_agent``) has said it began, stop the daemon as
+    ``how`` says, start it again and let the continued execution finish: (run id, run)."""
     bench.start()
     bench.post("t")
-    before = bench.wait_stage_running("t#1", "work")
-    run_id = before["id"]
+    run_id: str = bench.wait_stage_running("t#1", "work")["id"]
     # What was stored before the stop is kept (lines still in the sink's buffer when a
     # SIGKILL lands are not: they were never stored).
     said = ("work", 1, "stdout", "work 1 began")
@@ -136,7 +137,13 @@ def test_the_issue_flow_continues_at_work_and_merges_once(bench: Bench, how: str
     bench.start()
     _started_again(bench, run_id, "work", 2)
     bench.release("go-work")
-    run = bench.wait_run(run_id)
+    return run_id, bench.wait_run(run_id)
+
+
+@pytest.mark.parametrize("how", ["kill9", "sigterm"])
+def test_the_issue_flow_continues_at_work_and_merges_once(bench: Bench, how: str) -> None:
+    _issue_flow(bench, _work_agent(bench))
+    run_id, run = _work_cut_short_then_finished(bench, how)
 
     prepared = assert_one_run_merged_with_prepare_once(bench, run, run_id)
     assert prepared["node"] is None
@@ -152,7 +159,7 @@ def test_the_issue_flow_continues_at_work_and_merges_once(bench: Bench, how: str
     assert {f"prepared-{run_id}.txt", f"worked-{run_id}.txt"} <= set(tree)
     # Its output is kept: the interrupted execution's line is still there.
     lines = bench.log_lines(run_id)
-    assert said in lines
+    assert ("work", 1, "stdout", "work 1 began") in lines
     assert ("work", 2, "stdout", "work 2 began") in lines
     kinds = bench.event_kinds(run_id)
     assert "run_continued" in kinds
@@ -163,36 +170,11 @@ def test_the_issue_flow_continues_at_work_and_merges_once(bench: Bench, how: str
     assert query(bench.state_dir, "SELECT count(*) FROM triggers") == [(1,)]
 
 
-def test_a_command_stage_runs_again_after_a_crash(bench: Bench) -> None:
-    check = bench.argv(
-        "--env-dump",
-        bench.flag("check-{run}-{attempt}.json"),
-        "--wait-for",
-        bench.flag("go-check"),
-    )
-    _issue_flow(bench, {"name": "work", "action": "command", "command": check})
-    bench.start()
-    bench.post("t")
-    run_id = bench.wait_stage_running("t#1", "work")["id"]
-    wait_until(lambda: len(dumps_of(bench, "check")) == 1, timeout=20)
-    bench.daemon.kill9()  # type: ignore[union-attr]
-
-    bench.start()
-    _started_again(bench, run_id, "work", 2)
-    bench.release("go-check")
-    run = bench.wait_run(run_id)
-    assert run["state"] == "merged", run
-    assert [(r["attempt"], r["ended_by"]) for r in rows_of(run, "work")] == [
-        (1, "interrupted"),
-        (2, None),
-    ]
-    assert len(dumps_of(bench, "prepare")) == 1
-
-
-def test_a_continued_stage_s_timeout_starts_again_with_its_execution(bench: Bench) -> None:
-    """The stage's ``timeout`` is each execution's own (docs/operator-guide.md): the
-    first execution runs 6 s before the crash, the second 5 s; together (and with the
-    daemon's downtime) past the stage's 10 s, each well within it: the run merges."""
+def test_a_command_stage_runs_again_after_a_crash_within_its_own_timeout(bench: Bench) -> None:
+    """A command stage cut short runs again, and the stage's ``timeout`` is each
+    execution's own (docs/operator-guide.md): the first execution runs 6 s before the
+    crash, the second 5 s; together (and with the daemon's downtime) past the stage's
+    10 s, each well within it: the run merges."""
     check = bench.argv(
         "--env-dump",
         bench.flag("check-{run}-{attempt}.json"),
@@ -220,6 +202,7 @@ def test_a_continued_stage_s_timeout_starts_again_with_its_execution(bench: Benc
         (1, "failed", "interrupted"),
         (2, "passed", None),
     ], work_rows
+    assert len(dumps_of(bench, "prepare")) == 1
 
 
 def _seat(bench: Bench, seat: int, steps: list[dict[str, Any]]) -> list[str]:
@@ -412,31 +395,11 @@ def test_the_interrupted_execution_s_usage_counts_in_the_run(bench: Bench, how: 
     """Budgets count what the cut-short execution spent: after a clean stop, what its
     stream reported; after a crash, what its stored output says, read back."""
     bench.env["PYTHONPATH"] = str(REPO_ROOT)  # the daemon imports the test's parser
-    spend = bench.argv(
-        "--say",
-        usage_line(100, 20),
-        "--say",
-        "work {attempt} began",
-        "--wait-for",
-        bench.flag("go-work"),
-        "--write",
-        "worked-{run}.txt=worked",
-    )
-    _issue_flow(bench, {"name": "work", "action": "agent", "command": spend})
+    _issue_flow(bench, _work_agent(bench, "--say", usage_line(100, 20)))
     config = (bench.repo / "sloop.toml").read_text()
     bench.write_config(agent_key(config, "stream", USAGE_SPEC))
     git(bench.repo, "commit", "-qam", "the usage stream")
-    bench.start()
-    bench.post("t")
-    run_id = bench.wait_stage_running("t#1", "work")["id"]
-    said = ("work", 1, "stdout", "work 1 began")  # printed after its usage line
-    wait_until(lambda: said in bench.log_lines(run_id), timeout=20)
-    _interrupt(bench, how)
-
-    bench.start()
-    _started_again(bench, run_id, "work", 2)
-    bench.release("go-work")
-    run = bench.wait_run(run_id)
+    _, run = _work_cut_short_then_finished(bench, how)  # "began" follows the usage
     assert run["state"] == "merged", run
     spent = {"input_tokens": 100, "output_tokens": 20, "cached_tokens": 0, "cost_usd": None}
     first, second = rows_of(run, "work")
