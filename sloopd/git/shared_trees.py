@@ -8,10 +8,20 @@ layer is the upper folder of an overlay over its parent's stack in which the
 daemon's sandboxed git ran ``read-tree -m -u <parent> <tree>``, so it holds the
 files that changed, a whiteout for each one deleted and the index of the new tree
 (O(changed files)).  A run's commit stacks over its base; a new ``main`` over the
-previous ``main``; past ``MAX_DEPTH`` layers a tree is made whole again.
+previous ``main``'s stack; past ``MAX_DEPTH`` layers a tree is made whole again.
+
+Which layer of that stack: trees made one from another (a drain's ``main``s) are
+numbered along their line, and the n-th stacks over the one numbered n with its
+lowest set bit cleared (a skip list).  A line of N trees is then at most log2(N) + 1
+layers deep, and a file changed in it is written O(log N) times in all: stacked each
+over the last, a line would reach ``MAX_DEPTH`` (a whole tree, O(tree)) every 16
+trees; stacked over one fixed layer, every tree would write again every file changed
+since that layer, and every stage's ``git add`` would hash them all again (git reads
+the files a difference wrote in the same second as its index).
 
 On disk, under ``root`` (``<state dir>/trees-<uid>``): ``<key>/l`` is the layer and
-``<key>/meta`` says its parent, depth, size and entries; the key is the tree's id.
+``<key>/meta`` says its parent, depth, size, entries and number in its line; the key
+is the tree's id.
 A layer is made in a ``.building-*`` folder and renamed to its key only when
 whole, so a crash (SIGKILL, a full disk) leaves nothing that is used: the next
 daemon sets those folders aside.  Layers survive a restart (the meta files are
@@ -70,6 +80,7 @@ class _Layer:
     size: int
     entries: int
     used: float
+    number: int = 0  # in the line of trees made one from another; a whole tree is 0
 
 
 class SharedTrees:
@@ -111,6 +122,7 @@ class SharedTrees:
                 found[entry.name] = _Layer(
                     entry.name, meta["parent"], int(meta["depth"]), int(meta["size"]),
                     int(meta["entries"]), (entry / "meta").stat().st_mtime,
+                    int(meta.get("number", 0)),  # a layer of before 0.9.0 counts as 0
                 )  # fmt: skip
             except (OSError, ValueError, KeyError, TypeError):
                 self._set_aside(entry)
@@ -215,35 +227,64 @@ class SharedTrees:
             return 1 << 30
         return done.stdout.count("\0")
 
-    async def _parent_for(self, tree: str, near: list[str]) -> str | None:
-        """The layer to stack ``tree`` over: the first of ``near`` (then of the layers
-        used last) it differs from by little.  One ``diff-tree`` per candidate tried, and
-        the run's own commits first: in a drain that is one git per tree made."""
-        recent = sorted(self._layers.values(), key=lambda layer: -layer.used)[:4]
-        for key in dict.fromkeys([*near, *(layer.key for layer in recent)]):
-            layer = self._layers.get(key)
-            if layer is None or layer.depth + 1 > MAX_DEPTH:
+    async def _parent_for(self, tree: str, near: list[str]) -> tuple[str, int] | None:
+        """The layer to stack ``tree`` over and ``tree``'s number in its line; None for
+        a whole tree.
+
+        The nearest layer is the first of ``near``, then of the layers used last (a
+        chain's top before what is under it), that ``tree`` differs from by little.
+        ``tree`` follows it in its line and stacks over the layer the skip list names
+        in its chain (module docstring), or over the nearest itself when that one is
+        too far.  When the nearest's stack is as deep as a stack goes, the tree is made
+        whole: stacked over a shallower layer instead, every tree after it would write
+        every file changed since that layer again.  One ``diff-tree`` per candidate
+        tried and one for the skip list's layer: in a drain, one or two per tree made.
+        """
+        recent = sorted(self._layers.values(), key=lambda layer: (-layer.used, -layer.depth))
+        for key in dict.fromkeys([*near, *(layer.key for layer in recent[:4])]):
+            nearest = self._layers.get(key)
+            if nearest is None or not await self._close(key, tree):
                 continue
-            if await self._changes(key, tree) <= max(SMALL_DIFF, layer.entries // 4):
-                return key
+            number = nearest.number + 1
+            skip = self._numbered_at_most(key, number & (number - 1))
+            if skip != key and self._fits(skip) and await self._close(skip, tree):
+                return skip, number
+            return (key, number) if self._fits(key) else None
         return None
 
+    def _fits(self, key: str) -> bool:
+        return self._layers[key].depth + 1 <= MAX_DEPTH
+
+    async def _close(self, key: str, tree: str) -> bool:
+        """Whether ``tree`` is worth stacking over ``key`` rather than made whole."""
+        entries = self._layers[key].entries
+        return await self._changes(key, tree) <= max(SMALL_DIFF, entries // 4)
+
+    def _numbered_at_most(self, key: str, number: int) -> str:
+        """The first layer of ``key``'s chain, top first, numbered ``number`` or less
+        (the chain's whole tree, numbered 0, at the latest)."""
+        for each in self.chain(key):
+            if self._layers[each].number <= number:
+                return each
+        return each
+
     async def _build(self, tree: str, commit: str, near: list[str]) -> None:
-        parent = await self._parent_for(tree, near)
+        found = await self._parent_for(tree, near)
+        parent, number = found if found is not None else (None, 0)
         if parent is not None and parent not in self._layers:
-            parent = None  # evicted while it was compared: made whole instead
+            parent, number = None, 0  # evicted while it was compared: made whole instead
         # The parent's chain is held while the difference is made over it: a stage
         # letting go of its trees meanwhile must not evict what the build reads.
         under = self.chain(parent) if parent is not None else ()
         self._holds.update(under)
         try:
-            await self._build_over(tree, commit, parent)
+            await self._build_over(tree, commit, parent, number)
         finally:
             self._holds.subtract(under)
             self._holds += Counter()  # drops the keys no one holds any more
         self._evict(keep=tree)
 
-    async def _build_over(self, tree: str, commit: str, parent: str | None) -> None:
+    async def _build_over(self, tree: str, commit: str, parent: str | None, number: int) -> None:
         place = self.root / f"{_BUILDING}{uuid.uuid4().hex}"
         place.mkdir(mode=0o700)
         layer = place / "l"
@@ -262,7 +303,8 @@ class SharedTrees:
             if parent is None:
                 await _not_racy(index)
             size = await asyncio.to_thread(_size, layer)
-            meta = {"parent": parent, "depth": depth, "size": size, "entries": entries}
+            meta = {"parent": parent, "depth": depth, "size": size, "entries": entries,
+                    "number": number}  # fmt: skip
             (place / "meta").write_text(json.dumps(meta), encoding="utf-8")
             for scratch in ("w", "m", "h"):
                 shutil.rmtree(place / scratch, ignore_errors=True)
@@ -270,7 +312,7 @@ class SharedTrees:
         except BaseException:
             self._set_aside(place)
             raise
-        self._layers[tree] = _Layer(tree, parent, depth, size, entries, time.time())
+        self._layers[tree] = _Layer(tree, parent, depth, size, entries, time.time(), number)
 
     async def _difference(self, place: Path, parent: str, tree: str) -> None:
         """The new layer as the upper folder of ``read-tree -m -u parent tree`` run over

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sloopd.git.shared_trees import MAX_DEPTH, SharedTrees
+from sloopd.git import shared_trees as shared_trees_module
+from sloopd.git.shared_trees import SharedTrees
 from sloopd.proc.overlay_probe import probe
 from sloopd.util.trash import Trash
 
@@ -92,24 +93,59 @@ def test_a_commit_of_a_run_stacks_only_its_difference(tmp_path: Path, repo: Path
     assert meta["depth"] == 2
 
 
-def test_a_stack_is_made_whole_again_past_its_depth(tmp_path: Path, repo: Path) -> None:
-    skip_without_overlays(tmp_path)
+def make_line(
+    tmp_path: Path, repo: Path, trees: int, *, named_near: bool = True
+) -> list[tuple[str, ...]]:
+    """``trees`` commits made one after another, each adding a file ``n<k>.txt`` (a
+    drain's ``main``s), each held after the one before it, named as ``near`` or (as a
+    stage starting at a run's base does) not; each one's chain."""
 
-    async def go() -> list[int]:
-        trees = shared(tmp_path, repo)
-        depths = []
+    async def go() -> list[tuple[str, ...]]:
+        shared_trees = shared(tmp_path, repo)
+        chains = []
         previous = git(repo, "rev-parse", "HEAD")
-        for n in range(MAX_DEPTH + 2):
+        await shared_trees.hold(previous)  # the line's whole tree, numbered 0
+        for n in range(1, trees + 1):
             sha = commit(repo, f"n{n}.txt")
-            chain = await trees.hold(sha, (previous,))
-            trees.release(chain)
-            depths.append(len(chain))
+            chain = await shared_trees.hold(sha, (previous,) if named_near else ())
+            shared_trees.release(chain)
+            chains.append(chain)
             previous = sha
-        return depths
+        return chains
 
-    depths = asyncio.run(go())
-    assert max(depths) == MAX_DEPTH
-    assert depths[-1] < MAX_DEPTH  # a whole tree again, then stacked on
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("named_near", [True, False])
+def test_a_line_of_trees_stacks_as_a_skip_list(
+    tmp_path: Path, repo: Path, named_near: bool
+) -> None:
+    # Observed before (benchmarks/RESULTS.md, drain): a stage's base held with nothing
+    # near stacked every new main over the line's whole tree (the first of the layers
+    # used last), so each layer wrote every file added since (up to 512) and every
+    # stage's ``git add`` hashed and wrote them all again: O(history) a run.
+    skip_without_overlays(tmp_path)
+    chains = make_line(tmp_path, repo, 40, named_near=named_near)
+    for n, chain in enumerate(chains, start=1):
+        lowest_bit = n & -n
+        # The n-th tree stacks over the (n - lowest_bit)-th: 1 + popcount(n) layers deep,
+        assert len(chain) == 1 + bin(n).count("1"), n
+        meta = json.loads((tmp_path / "trees" / chain[0] / "meta").read_text())
+        assert meta["number"] == n
+        # and it holds the files of the trees since that one, no other.
+        added = {f"n{k}.txt" for k in range(n - lowest_bit + 1, n + 1)}
+        assert files_of(tmp_path / "trees" / chain[0] / "l") == added, n
+    assert max(len(chain) for chain in chains) <= 1 + (40).bit_length()
+
+
+def test_a_stack_is_made_whole_again_past_its_depth(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    skip_without_overlays(tmp_path)
+    monkeypatch.setattr(shared_trees_module, "MAX_DEPTH", 3)
+    depths = [len(chain) for chain in make_line(tmp_path, repo, 10)]
+    # Numbers 1-6 fit in 3 layers; the 7th would be a 4th: a whole tree, then a new line.
+    assert depths == [2, 2, 3, 2, 3, 3, 1, 2, 2, 3]
 
 
 def test_past_the_limit_the_least_recently_used_unheld_trees_go(tmp_path: Path, repo: Path) -> None:
