@@ -13,12 +13,17 @@ whatever the history (``core.alternateRefsCommand`` is ``true``: the main reposi
 refs are not listed either; the base ref stops the connectivity walk).
 
 What the inbox received was checked there (``fetch.fsckObjects``; the tip must descend
-from the base), so a refused tip's objects never reach the main repository.  Accepted
-objects move into the main objects directory as git's own quarantine moves them
-(``tmp-objdir.c``): loose objects first, then each pack before its index, never
-replacing an object already there (objects are named by their content).  Then the refs
-move in one ``update-ref`` transaction.  The inbox goes in every case; one a killed
-daemon left is removed at the next start (``sweep``).
+from the base), so a refused tip's objects never reach the main repository. A fetch
+that checks its objects keeps them as a pack however few they are (git unpacks a fetch
+of under 100 objects only when it does not check them), and a pack a run would make
+the main repository's ``gc --auto`` (past 50 packs) repack every object of it every 50
+runs: a small pack (``UNPACK_LIMIT``) is unpacked into loose objects in the inbox, as
+an unchecked fetch would have left them. Accepted objects move into the main objects
+directory as git's own quarantine moves them (``tmp-objdir.c``): loose objects first,
+then each pack before its index, never replacing an object already there (objects are
+named by their content). Then the refs move in one ``update-ref`` transaction. The
+inbox goes in every case; one a killed daemon left is removed at the next start
+(``sweep``).
 """
 
 from __future__ import annotations
@@ -56,6 +61,11 @@ _HEX2: Final = re.compile(r"[0-9a-f]{2}\Z")
 # Git's quarantine order for pack/ (tmp-objdir.c, pack_copy_priority): a reader that
 # sees an index finds its pack.  A .keep is not carried: it would pin the pack forever.
 _PACK_ORDER: Final = (".pack", ".rev", ".idx")
+# Git's own default for a fetch (``fetch.unpackLimit``): fewer objects than this are left
+# loose.  And a small pack only: an agent's one large file is kept packed, not read whole.
+UNPACK_LIMIT: Final = 100
+UNPACK_MAX_BYTES: Final = 1 << 20
+_PACK_SIDECARS: Final = (".idx", ".rev", ".keep", ".promisor")
 
 
 async def bring_back(
@@ -86,6 +96,7 @@ async def bring_back(
     try:
         _make_inbox(inbox, objects, object_format, base)
         sha = await _fetch_checked(inbox, worktree, branch, base, sandboxed_upload_pack, deadline)
+        await _unpack_small_packs(inbox, deadline)
         await asyncio.to_thread(_move_objects, inbox / "objects", objects)
         moves = "".join(f"update {ref} {sha}\n" for ref in (private_ref, *also))
         what = f"recording {private_ref}"
@@ -169,6 +180,37 @@ def _make_inbox(inbox: Path, objects: Path, object_format: str, base: str) -> No
     (inbox / "config").write_text(config, encoding="utf-8")
     (inbox / "HEAD").write_text("ref: refs/heads/base\n", encoding="utf-8")
     (inbox / "refs" / "heads" / "base").write_text(f"{base}\n", encoding="utf-8")
+
+
+async def _unpack_small_packs(inbox: Path, deadline: _Deadline) -> None:
+    """Each small pack the checked fetch kept, as loose objects in the inbox (module
+    docstring); objects the main repository has already are not written again."""
+    packs = inbox / "objects" / "pack"
+    for pack in sorted(packs.glob("pack-*.pack")) if packs.is_dir() else ():
+        if not _small_pack(pack):
+            continue
+        # Out of the object store first: unpack-objects writes only what git cannot
+        # find, and it would find every object of this pack in the pack itself.
+        data = pack.read_bytes()
+        for suffix in _PACK_SIDECARS:
+            pack.with_suffix(suffix).unlink(missing_ok=True)
+        pack.unlink()
+        what = "unpacking the objects brought back"
+        done = await run_bounded(
+            ["git", f"--git-dir={inbox}", "unpack-objects", "-q"],
+            timeout=deadline.left(what), what=what, stdin=data,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise CheckoutError(f"{what} failed: {git_reason(done.stderr)}.")
+
+
+def _small_pack(pack: Path) -> bool:
+    with open(pack, "rb") as stream:
+        header = stream.read(12)
+        size = os.fstat(stream.fileno()).st_size
+    if header[:4] != b"PACK" or size > UNPACK_MAX_BYTES:
+        return False
+    return int.from_bytes(header[8:12], "big") < UNPACK_LIMIT
 
 
 def _move_objects(source: Path, objects: Path) -> None:

@@ -108,6 +108,41 @@ def test_an_accepted_tip_brings_every_object_and_leaves_no_inbox(place: Place) -
     assert place.inboxes() == []
 
 
+def packs_of(repo: Path) -> set[str]:
+    return {p.name for p in (objects_of(repo) / "pack").glob("pack-*.pack")}
+
+
+def test_a_few_objects_come_back_loose_not_as_a_pack(place: Place) -> None:
+    # Observed (benchmarks/RESULTS.md, drain): the checked fetch kept every run's three
+    # or four objects as a pack of their own, so the main repository's gc --auto
+    # repacked all of it every 50 runs, a cost growing with the history.
+    before = packs_of(place.repo)
+    for n in range(3):
+        tip = place.agent_commits({f"n{n}.txt": f"{n}\n"}, f"work {n}")
+        assert place.bring_back() == tip
+    assert packs_of(place.repo) == before
+    loose = int(git(place.repo, "count-objects", "-v").split("count: ")[1].split()[0])
+    assert loose >= 9  # a blob, a tree and a commit a run
+    git(place.repo, "fsck", "--no-dangling")
+    assert git(place.repo, "show", f"{PRIVATE}:n2.txt") == "2"
+    assert place.inboxes() == []
+
+
+def test_many_objects_or_a_large_one_come_back_as_a_pack(place: Place) -> None:
+    before = packs_of(place.repo)
+    many = {f"m{n}.txt": f"file {n}\n" for n in range(intake.UNPACK_LIMIT)}
+    tip = place.agent_commits(many, "many")
+    assert place.bring_back() == tip
+    assert len(packs_of(place.repo) - before) == 1
+    # One file too large to read whole: kept as git sent it.
+    large = os.urandom(intake.UNPACK_MAX_BYTES + 1).hex()
+    second = place.agent_commits({"large.bin": large}, "large")
+    assert place.bring_back() == second
+    assert len(packs_of(place.repo) - before) == 2
+    git(place.repo, "fsck", "--no-dangling")
+    assert place.inboxes() == []
+
+
 def test_a_refused_tip_adds_no_object_to_the_main_repository(place: Place) -> None:
     # The agent's history leaves the base: a commit of its own on the base's parent.
     parent = head(place.repo, "main~1")
