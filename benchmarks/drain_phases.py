@@ -11,7 +11,7 @@ its claim-to-settled time.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +44,9 @@ class Phases:
     total_ms: float = 0.0  # claimed → settled, summed
     sums: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     missing: int = 0  # runs whose agent lines were not found (phases then skipped)
+    # "state: reason" of each run that settled without merging, and how many: a drain
+    # that merged less than it was given says why in its own table.
+    unmerged: Counter[str] = field(default_factory=Counter)
 
     def mean(self, key: str) -> float:
         return self.sums[key] / max(1, self.runs - self.missing)
@@ -57,6 +60,8 @@ class Phases:
         out.append(f"{self.queued_ms / max(1, self.runs):8.1f} ms  waiting: resume → claimed")
         if self.missing:
             out.append(f"({self.missing} runs without both agent lines left out of the phases)")
+        for why, count in self.unmerged.most_common(5):
+            out.append(f"not merged: {count} runs, {why}")
         return out
 
 
@@ -90,11 +95,13 @@ def _read(db: apsw.Connection, resumed_ms: float) -> Phases:
         steps[run].append((kind, stage, at))
     agent = _agent_lines(db)
     last_ms = resumed_ms
-    for run, state, claimed, started, finished in db.execute(
-        "SELECT id, state, claimed_at_ms, started_at_ms, finished_at_ms FROM runs"
+    for run, state, reason, claimed, started, finished in db.execute(
+        "SELECT id, state, reason, claimed_at_ms, started_at_ms, finished_at_ms FROM runs"
     ):
         phases.runs += 1
         phases.merged += state == "merged"
+        if state != "merged":
+            phases.unmerged[f"{state}: {(reason or '-')[:160]}"] += 1
         if finished is None or started is None:
             phases.missing += 1
             continue
