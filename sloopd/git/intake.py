@@ -197,7 +197,8 @@ async def _unpack_small_packs(inbox: Path, deadline: _Deadline) -> None:
         pack.unlink()
         what = "unpacking the objects brought back"
         done = await run_bounded(
-            ["git", f"--git-dir={inbox}", "unpack-objects", "-q"],
+            # --strict: each object checked again as it is written (the fetch did too).
+            ["git", f"--git-dir={inbox}", "unpack-objects", "-q", "--strict"],
             timeout=deadline.left(what), what=what, stdin=data,
         )  # fmt: skip
         if done.returncode != 0:

@@ -245,6 +245,8 @@ class SharedTrees:
             nearest = self._layers.get(key)
             if nearest is None or not await self._close(key, tree):
                 continue
+            if key not in self._layers:
+                continue  # evicted while it was compared (a stage let go of it)
             number = nearest.number + 1
             skip = self._numbered_at_most(key, number & (number - 1))
             if skip != key and self._fits(skip) and await self._close(skip, tree):
@@ -253,7 +255,8 @@ class SharedTrees:
         return None
 
     def _fits(self, key: str) -> bool:
-        return self._layers[key].depth + 1 <= MAX_DEPTH
+        layer = self._layers.get(key)  # None: evicted meanwhile (``_build`` makes it whole)
+        return layer is None or layer.depth + 1 <= MAX_DEPTH
 
     async def _close(self, key: str, tree: str) -> bool:
         """Whether ``tree`` is worth stacking over ``key`` rather than made whole."""
