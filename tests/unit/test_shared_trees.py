@@ -211,3 +211,33 @@ def test_a_tree_being_stacked_keeps_its_parent_though_the_parent_is_let_go(
     first, second = asyncio.run(go())
     assert second[1:] == first
     assert all((tmp_path / "trees" / key / "l").is_dir() for key in second)
+
+
+def test_a_nearest_layer_evicted_while_compared_is_passed_over(tmp_path: Path, repo: Path) -> None:
+    # A stage letting go of its trees evicts what no one holds, also while a build is
+    # comparing a candidate parent with ``diff-tree``: that candidate is then gone.
+    skip_without_overlays(tmp_path)
+    base = git(repo, "rev-parse", "HEAD")
+    first = commit(repo, "one.txt")
+    second = commit(repo, "two.txt")
+
+    async def go() -> tuple[str, tuple[str, ...]]:
+        trees = shared(tmp_path, repo)
+        trees.release(await trees.hold(base))
+        top = (await trees.hold(first, (base,)))[0]
+        trees.release(trees.chain(top))
+        compare = trees._changes
+
+        async def evicting(key: str, tree: str) -> int:
+            found = await compare(key, tree)
+            if key == top:
+                trees._layers.pop(top)  # as ``_evict`` does for a layer no one holds
+            return found
+
+        trees._changes = evicting  # type: ignore[method-assign,assignment]
+        return top, await trees.hold(second, (first,))
+
+    gone, chain = asyncio.run(go())
+    assert gone not in chain
+    made = set().union(*(files_of(tmp_path / "trees" / key / "l") for key in chain))
+    assert {"one.txt", "two.txt"} <= made
