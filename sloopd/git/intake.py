@@ -34,6 +34,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import time
 import uuid
 from collections.abc import Sequence
@@ -244,7 +245,12 @@ def _place(item: Path, target: Path) -> None:
 
 
 def sweep(repo_objects: Path) -> int:
-    """Remove the inboxes a killed daemon left (older than ``STALE_S``); how many."""
+    """Remove the inboxes a killed daemon left (older than ``STALE_S``); how many.
+
+    Also gives back the x bits of object folders a daemon before 0.9.0 made while it
+    had narrowed the umask (``sloopd.wire.connection.bound_private``): such a folder
+    (0600) could be listed but not entered, and every fetch of its objects failed."""
+    _enterable_object_folders(repo_objects)
     folder = repo_objects / INBOXES
     if not folder.is_dir():
         return 0
@@ -256,3 +262,18 @@ def sweep(repo_objects: Path) -> int:
                 trees.remove_blocking(inbox)
                 removed += 1
     return removed
+
+
+def _enterable_object_folders(repo_objects: Path) -> None:
+    """x wherever r is, on this user's object folders that have r but no x for it."""
+    me = os.geteuid()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(repo_objects):
+            if not _HEX2.match(entry.name) or not entry.is_dir(follow_symlinks=False):
+                continue
+            with contextlib.suppress(OSError):
+                found = entry.stat(follow_symlinks=False)
+                if found.st_uid != me or found.st_mode & stat.S_IXUSR:
+                    continue
+                readable = found.st_mode & (stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+                os.chmod(entry.path, stat.S_IMODE(found.st_mode) | (readable >> 2))

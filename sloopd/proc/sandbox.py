@@ -397,10 +397,10 @@ def probe(bwrap: str = "bwrap") -> str | None:
         work, home = Path(tmp, "work"), Path(tmp, "home")
         work.mkdir()
         home.mkdir()
-        # Modes set, not left to the umask: the probe runs in a thread, and the loop
-        # narrows the process umask to 0177 while it binds a worker socket; folders
-        # made then had no x bit, and the sandbox (its capabilities dropped) could not
-        # enter them ("Can't chdir to /sloop/work"), so a run was refused.
+        # Modes set, not left to the umask: the probe runs in a thread, and before
+        # 0.9.0 the loop narrowed the process umask to 0177 while it bound a worker
+        # socket; folders made then had no x bit, and the sandbox (its capabilities
+        # dropped) could not enter them ("Can't chdir to /sloop/work").
         for folder in (Path(tmp), work, home):
             os.chmod(folder, 0o700)
         spec = SandboxSpec(checkout=work, home=home, network=False, env={"PATH": "/usr/bin:/bin"})

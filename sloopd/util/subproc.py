@@ -205,9 +205,9 @@ async def _start(
     argv: Sequence[str], env: Mapping[str, str] | None, stdin: bytes | None, cwd: Path | None
 ) -> subprocess.Popen[bytes]:
     environ = {**(env if env is not None else os.environ), **tooltree.marker()}
-    # The umask as the loop's thread sees it now, handed to the tool: the loop narrows
-    # the process umask for a moment while it binds a socket (``bound_private``), and
-    # a tool started from the other thread just then made folders no one could enter.
+    # The umask as the loop's thread sees it now, handed to the tool: should anything
+    # narrow the process umask for a moment (``bound_private`` did before 0.9.0), a
+    # tool started from the other thread just then would make folders no one can enter.
     mask = _umask()
 
     def popen() -> subprocess.Popen[bytes]:

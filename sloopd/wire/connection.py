@@ -209,19 +209,18 @@ class Connection(asyncio.Protocol):
 def bound_private(path: Path) -> socket.socket:
     """A Unix socket bound at ``path``, 0600 from birth, for ``create_unix_server(sock=)``.
 
-    The umask is narrowed only around the synchronous ``bind``: narrowed across an
-    ``await`` (``create_unix_server`` yields a loop turn), every coroutine running
-    meanwhile made files and folders, and started children, with umask 0177 (a
-    sandbox probe's folders could then not be entered).
+    Linux makes a socket's file with the mode of the socket's own inode, less the umask:
+    that inode is made 0600 before ``bind``, so the process umask is never touched.  It
+    is one per process: narrowed around ``bind`` (as before 0.9.0), every thread's
+    files and folders made meanwhile lost their x bits, and an ``objects/<xx>/`` folder
+    the bring-back made just then could not be entered by any sandbox after it (every
+    later fetch of those objects failed: tests/unit/test_socket_umask.py).
     """
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        previous = os.umask(0o177)
-        try:
-            sock.bind(str(path))
-        finally:
-            os.umask(previous)
-        os.chmod(path, 0o600)
+        os.fchmod(sock.fileno(), 0o600)
+        sock.bind(str(path))
+        os.chmod(path, 0o600)  # exactly 0600 whatever the umask took away
     except BaseException:
         sock.close()
         raise

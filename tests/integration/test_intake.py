@@ -177,3 +177,20 @@ def test_a_killed_daemons_inbox_is_swept_at_start_and_a_fresh_one_is_not(place: 
     assert not old.exists()
     assert fresh.exists()
     assert intake.sweep(place.repo / "no such objects") == 0
+
+
+def test_an_object_folder_without_x_bits_is_given_them_back_at_start(place: Place) -> None:
+    """Observed 2026-12-07: a folder ``objects/<xx>`` made 0600 (a thread's ``mkdir``
+    while the daemon had narrowed the umask to bind a socket) can be listed but not
+    entered; the sandboxed upload-pack then failed every bring-back whose base lay
+    there (``fatal: oops (<base>)``).  The start's sweep gives the x bits back."""
+    base_folder = objects_of(place.repo) / place.base[:2]
+    assert (base_folder / place.base[2:]).is_file()  # the base is a loose object
+    place.agent_commits({"new.txt": "new\n"}, "agent's work")
+    base_folder.chmod(0o600)
+    with pytest.raises(CheckoutError, match="oops"):
+        place.bring_back()
+    intake.sweep(objects_of(place.repo))
+    assert base_folder.stat().st_mode & 0o777 == 0o700
+    tip = place.bring_back()
+    assert has_object(place.repo, tip)

@@ -229,9 +229,10 @@ def test_a_tool_that_finishes_keeps_its_result_under_an_interrupt_never_set() ->
 
 
 def test_a_tool_gets_the_loops_umask_though_started_while_it_is_narrowed() -> None:
-    """Tools start from a thread of their own; the loop narrows the process umask for a
-    moment while it binds a socket.  A tool started in that moment must still get the
-    umask the loop had when it asked (with 0177 its folders could not be entered)."""
+    """Tools start from a thread of their own; should the process umask be narrowed for
+    a moment (``bound_private`` did before 0.9.0), a tool started in that moment must
+    still get the umask the loop had when it asked (with 0177 its folders could not be
+    entered)."""
     before = os.umask(0o022)
     os.umask(before)
 
