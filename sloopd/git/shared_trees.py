@@ -249,7 +249,14 @@ class SharedTrees:
                 continue  # evicted while it was compared (a stage let go of it)
             number = nearest.number + 1
             skip = self._numbered_at_most(key, number & (number - 1))
-            if skip != key and self._fits(skip) and await self._close(skip, tree):
+            # The skip list's layer differs from ``tree`` by every file changed since it
+            # (its O(log N) share): taken unless that is more than the whole tree.  Held
+            # to a quarter of its own files like the nearest, it stopped a drain's line
+            # at its 512th tree (512 files since the whole one of 3), each tree after
+            # stacking over the last, 16 deep, then whole again: O(tree) every few
+            # dozen runs.
+            whole = max(SMALL_DIFF, nearest.entries)
+            if skip != key and self._fits(skip) and await self._close(skip, tree, whole):
                 return skip, number
             return (key, number) if self._fits(key) else None
         return None
@@ -258,10 +265,12 @@ class SharedTrees:
         layer = self._layers.get(key)  # None: evicted meanwhile (``_build`` makes it whole)
         return layer is None or layer.depth + 1 <= MAX_DEPTH
 
-    async def _close(self, key: str, tree: str) -> bool:
-        """Whether ``tree`` is worth stacking over ``key`` rather than made whole."""
-        entries = self._layers[key].entries
-        return await self._changes(key, tree) <= max(SMALL_DIFF, entries // 4)
+    async def _close(self, key: str, tree: str, limit: int | None = None) -> bool:
+        """Whether ``tree`` is worth stacking over ``key`` rather than made whole: it
+        changes at most ``limit`` paths (``SMALL_DIFF`` or a quarter of ``key``'s)."""
+        if limit is None:
+            limit = max(SMALL_DIFF, self._layers[key].entries // 4)
+        return await self._changes(key, tree) <= limit
 
     def _numbered_at_most(self, key: str, number: int) -> str:
         """The first layer of ``key``'s chain, top first, numbered ``number`` or less

@@ -125,7 +125,31 @@ def test_a_line_of_trees_stacks_as_a_skip_list(
     # used last), so each layer wrote every file added since (up to 512) and every
     # stage's ``git add`` hashed and wrote them all again: O(history) a run.
     skip_without_overlays(tmp_path)
-    chains = make_line(tmp_path, repo, 40, named_near=named_near)
+    assert_a_skip_list(tmp_path, make_line(tmp_path, repo, 40, named_near=named_near))
+
+
+def test_a_line_stays_a_skip_list_when_its_whole_tree_is_far_behind(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Observed in a 600-ticket drain (2026-12-07): the skip list's layer was held to
+    # what a nearest layer may differ by (512 paths or a quarter of the tree), so at
+    # the 512th tree the whole one was "too far", that tree stacked over the last one
+    # and every one after it a layer deeper: layers 12 to 16 deep, then whole trees
+    # (7 in 600 runs, each writing every file).  Here 4 paths stand for 512, over a
+    # whole tree of 3 files, as the drain's: the 32nd tree is 32 files from it.
+    skip_without_overlays(tmp_path)
+    monkeypatch.setattr(shared_trees_module, "SMALL_DIFF", 4)
+    small = tmp_path / "small"
+    small.mkdir()
+    git(small, "init", "-q", "-b", "main")
+    for name in ("README", "sloop.toml", ".gitignore"):
+        (small / name).write_text(f"{name}\n")
+    git(small, "add", "-A")
+    git(small, "commit", "-q", "-m", "base")
+    assert_a_skip_list(tmp_path, make_line(tmp_path, small, 40))
+
+
+def assert_a_skip_list(tmp_path: Path, chains: list[tuple[str, ...]]) -> None:
     for n, chain in enumerate(chains, start=1):
         lowest_bit = n & -n
         # The n-th tree stacks over the (n - lowest_bit)-th: 1 + popcount(n) layers deep,
