@@ -101,9 +101,12 @@ class QueueBytes:
         return b",".join(parts)
 
     def _newest_first(self, tickets: dict[str, TicketRow]) -> list[str]:
-        """The ids by ordinal, newest first; sorted again only when the set changed."""
+        """The ids by ordinal, newest first; sorted again only when a ticket came (one
+        that settled leaves the others in order: kept, less it, a tenth of a sort)."""
         order = self._order
         if order is None or tickets.keys() != order[0]:
-            ids = sorted(tickets, key=ordinal, reverse=True)
+            ids = [] if order is None else [i for i in order[1] if i in tickets]
+            if len(ids) != len(tickets):
+                ids = sorted(tickets, key=ordinal, reverse=True)
             order = self._order = (frozenset(ids), ids)
         return order[1]

@@ -3,6 +3,7 @@ through records replaced, tickets leaving and arriving, the clock and the gate m
 
 from __future__ import annotations
 
+import random
 from types import SimpleNamespace
 from typing import Any
 
@@ -98,3 +99,47 @@ def test_an_empty_queue_and_the_order_newest_first() -> None:
     kept, afresh = both(encoder, snap)
     assert kept == afresh
     assert kept.index(b'"T10"') < kept.index(b'"T2"') < kept.index(b'"T1"')
+
+
+def test_orders_kept_through_a_drain_equal_fresh_ones_and_a_departure_sorts_nothing(
+    monkeypatch: Any,
+) -> None:
+    """Claims and settlements (a trigger or ticket gone) keep the order as it was, less
+    them; arrivals and replaced triggers sort again.  Each step equals a fresh encoding."""
+    from sloopd.views import board as board_module
+    from sloopd.views import queue_bytes as queue_bytes_module
+
+    sorts = {"n": 0}
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        sorts["n"] += 1
+        return sorted(*args, **kwargs)
+
+    monkeypatch.setattr(board_module, "sorted", counting, raising=False)
+    monkeypatch.setattr(queue_bytes_module, "sorted", counting, raising=False)
+    rng = random.Random(7)
+    tickets = {n: ticket(n, "ready") for n in range(1, 200)}
+    triggers = {n: TriggerRow(f"TR{n}", f"T{n}", NOW - rng.randrange(9), 1) for n in tickets}
+    encoder, order = QueueBytes(), board_module.TriggerOrder()
+    later = 200
+    for step in range(300):
+        kind = rng.choice(("gone", "gone", "gone", "came", "due"))
+        if kind == "gone" and len(tickets) > 1:
+            gone = rng.choice(sorted(tickets))
+            del tickets[gone]
+            triggers.pop(gone, None)
+        elif kind == "came":
+            later += 1
+            tickets[later] = ticket(later, "ready")
+            triggers[later] = TriggerRow(f"TR{later}", f"T{later}", NOW - 3, 1)
+        elif triggers:  # a trigger replaced by another (due at an instant of its own)
+            n = rng.choice(sorted(triggers))
+            triggers[n] = TriggerRow(f"TR{n}", f"T{n}", NOW - 10 - step, 1)
+        snap = snapshot(list(tickets.values()), list(triggers.values()))
+        before = sorts["n"]
+        facts, kept_triggers, _, _ = queue_facts(daemon(), snap, NOW, order)
+        kept = encoder.encode(snap, facts, kept_triggers)
+        if kind == "gone":
+            assert sorts["n"] == before, step
+        assert kept_triggers == queue_facts(daemon(), snap, NOW)[1], step
+        assert kept == both(QueueBytes(), snap)[1], step
