@@ -174,7 +174,7 @@ class Board:
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
         self._head: tuple[tuple[int, int], bytes] | None = None
-        self._queue: tuple[tuple[int, int], int, bytes] | None = None
+        self._queue: tuple[tuple[int, int, int], int, bytes] | None = None
         self._recent: tuple[tuple[int, int], bytes] | None = None
         self._attention: tuple[int, bytes] | None = None
         self._queue_bytes = QueueBytes()
@@ -202,14 +202,18 @@ class Board:
             head = self._head = (key, self._encode_head())
         uptime = str(now - daemon.started_at_ms).encode()
         queue = self._queue
-        if queue is None or queue[0] != key or now >= queue[1]:
+        # Not the epoch: the queue part is made of the tickets, triggers and gate (the
+        # model's queue revision), the count in flight, the configuration and the clock
+        # (valid until ``queue[1]``), and it is encoded again only when one moved.
+        queue_key = (model.queue_revision, len(snapshot.in_flight), id(daemon.config))
+        if queue is None or queue[0] != queue_key or now >= queue[1]:
             facts, triggers, next_wake, until = queue_facts(
                 daemon, snapshot, now, self._trigger_order
             )
             encoded = self._queue_bytes.encode(snapshot, facts, triggers)
             if next_wake is not None:
                 encoded += b',"next_wake":' + str(next_wake).encode()
-            queue = self._queue = (key, until, encoded)
+            queue = self._queue = (queue_key, until, encoded)
         recent = self._recent
         if recent is None or recent[0] != (epoch, limit):
             recent = ((epoch, limit), self._encode_recent(snapshot, limit))

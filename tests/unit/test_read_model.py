@@ -256,6 +256,17 @@ class ModelMachine(RuleBasedStateMachine):
     def the_model_equals_a_fresh_derivation(self) -> None:
         assert self.model.current() == derive(self.store, self.model.held)
 
+    @invariant()
+    def the_queue_part_moves_only_with_its_revision(self) -> None:
+        """The dashboard re-encodes its queue part on the queue revision, not the epoch:
+        while the revision stands, the tickets, triggers and gate must too."""
+        snapshot = self.model.current()
+        queue = (dict(snapshot.tickets), dict(snapshot.triggers), snapshot.gate)
+        kept = getattr(self, "_queue_seen", None)
+        if kept is not None and kept[0] == self.model.queue_revision:
+            assert kept[1] == queue
+        self._queue_seen = (self.model.queue_revision, queue)
+
 
 @pytest.fixture
 def opened(tmp_path: Path) -> Iterator[tuple[Store, ChangeLog, ReadModel]]:
