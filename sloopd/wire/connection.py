@@ -13,6 +13,7 @@ connection closes once every reply is written.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -218,7 +219,10 @@ def bound_private(path: Path) -> socket.socket:
     """
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        os.fchmod(sock.fileno(), 0o600)
+        # Where a kernel refused it, the file is born with the umask's mode in the
+        # socket directory, 0700, and connecting needs w, which the umask rarely gives.
+        with contextlib.suppress(OSError):
+            os.fchmod(sock.fileno(), 0o600)
         sock.bind(str(path))
         os.chmod(path, 0o600)  # exactly 0600 whatever the umask took away
     except BaseException:
