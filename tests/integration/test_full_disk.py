@@ -24,12 +24,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import apsw
 import pytest
 
 from tests.support.agents import Bench, printer_argv, sloop_toml, ticket_text
 from tests.support.daemon import query, sloopctl_argv, sloopctl_env, wait_until
 from tests.support.disk import all_records, fill, small_tmpfs
+from tests.support.tickets import holding_write_lock
 
 LINES = 30_000
 TMPFS_BYTES = 24 * 1024 * 1024
@@ -149,9 +149,7 @@ def test_a_store_locked_elsewhere_stalls_no_client_and_loses_nothing(bench: Benc
     bench.start()
     bench.post("locked")
     wait_until(lambda: bench.path("started").exists(), timeout=30)
-    conn = apsw.Connection(str(bench.state_dir / "store.sqlite3"))
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with holding_write_lock(bench.state_dir):
         bench.release("go")
         time.sleep(0.5)
         # Answered while the lock is held (it is released only below): a daemon that
@@ -163,9 +161,6 @@ def test_a_store_locked_elsewhere_stalls_no_client_and_loses_nothing(bench: Benc
         assert refused["error"]["code"] == "daemon_unavailable", refused
         assert refused["error"]["details"]["reason"] == "busy", refused
         time.sleep(2.5)
-    finally:
-        conn.execute("ROLLBACK")
-        conn.close()
     run = bench.wait_run("R1")
     assert run["stages"][0]["state"] == "passed", run
     texts = [r["text"] for r in all_records(bench, "R1") if r["stream"] == "stdout"]

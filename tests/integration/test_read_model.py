@@ -18,12 +18,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import apsw
 import orjson
 import pytest
 
 from tests.support.daemon import Client, wait_until
-from tests.support.tickets import Operator, later, queue_repo, ticket_text
+from tests.support.tickets import (
+    Operator,
+    holding_write_lock,
+    later,
+    queue_repo,
+    ticket_text,
+)
 
 AUDIT_FILE = "audit.jsonl"
 
@@ -121,15 +126,10 @@ def test_the_epoch_grows_with_every_kind_of_change(op: Operator) -> None:
     op.process.signal(signal.SIGHUP)
     wait_until(lambda: epoch(op) > seen[-1], timeout=10)
     grew("a reload")
-    lock = apsw.Connection(str(op.state_dir / "store.sqlite3"))
-    lock.execute("BEGIN IMMEDIATE")
-    try:
+    with holding_write_lock(op.state_dir):
         assert op.error("pause", {})["code"] == "daemon_unavailable"
         grew("a refused write (the store fault shows)")
         assert op.dashboard()["daemon"]["store_fault"] is not None
-    finally:
-        lock.execute("ROLLBACK")
-        lock.close()
     op.ok("pause", {})
     grew("the first write after (the fault clears)")
     assert op.dashboard()["daemon"]["store_fault"] is None
@@ -316,16 +316,11 @@ def test_a_write_refused_for_a_busy_store_leaves_the_model_equal_to_the_store(
     op: Operator,
 ) -> None:
     post_later(op, "before")
-    lock = apsw.Connection(str(op.state_dir / "store.sqlite3"))
-    lock.execute("BEGIN IMMEDIATE")
-    try:
+    with holding_write_lock(op.state_dir):
         op.write("tickets/refused.md", ticket_text("Refused"))
         assert op.error("post", {"path": "tickets/refused.md"})["code"] == "daemon_unavailable"
         names = {t["name"] for t in op.dashboard()["tickets"]}
         assert names == {"before"}
-    finally:
-        lock.execute("ROLLBACK")
-        lock.close()
     assert_model_equals_store(op)
 
 

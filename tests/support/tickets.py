@@ -17,7 +17,8 @@ opens the store outside ``sloopd/store``.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,26 @@ class StoreTruth:
 
 def store_path(state_dir: Path) -> Path:
     return state_dir / STORE_FILE
+
+
+@contextmanager
+def holding_write_lock(state_dir: Path) -> Iterator[None]:
+    """Another process holding the store's write lock until the block ends.
+
+    Taken with a busy timeout: the daemon's own short write transactions (a log flush,
+    a reload's note) may hold the lock at that moment, and a lock taken without
+    waiting then failed the test, not the daemon (seen under load).
+    """
+    conn = apsw.Connection(str(store_path(state_dir)))
+    try:
+        conn.setbusytimeout(10_000)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            conn.execute("ROLLBACK")
+    finally:
+        conn.close()
 
 
 def store_truth(state_dir: Path) -> StoreTruth:
