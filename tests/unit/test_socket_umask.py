@@ -88,3 +88,21 @@ def test_folders_made_by_another_thread_while_sockets_are_bound_can_be_entered(
         maker.join()
     assert modes
     assert set(modes) == {0o777 & ~umask_022}
+
+
+def test_a_kernel_that_refuses_fchmod_on_a_socket_still_gets_a_0600_socket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, umask_022: int
+) -> None:
+    """Where fchmod on a socket is refused (an older kernel, a seccomp filter), the
+    daemon still starts, and the file is made 0600 once it exists (it is born in the
+    0700 socket directory).  Fails if the refusal is let through."""
+
+    def refused(fd: int, mode: int) -> None:
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(os, "fchmod", refused)
+    sock = bound_private(tmp_path / "s")
+    try:
+        assert stat.S_IMODE(os.stat(tmp_path / "s").st_mode) == 0o600
+    finally:
+        sock.close()
