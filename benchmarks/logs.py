@@ -130,7 +130,7 @@ def plan_queries(store_info: LogStore) -> list[tuple[str, tuple[Any, ...]]]:
         ("run_id_by_id", (run,)),
         ("run_by_id", (run,)),
         ("logs_has_unstaged", (run,)),
-        ("logs_range", (run, mid, mid + PAGE, '{"records":[', "]}")),
+        ("logs_range", (run, mid, mid + PAGE)),
         ("logs_page", (run, mid, PAGE + 1)),
         ("logs_tail_start", (run, 0, PAGE - 1)),
         ("logs_more", (run, mid)),

@@ -197,6 +197,8 @@ class Store(NamedReads):
         self.path = path
         self._writer_conn = writer_conn
         self._reader = reader
+        # The hot page's query keeps one cursor (no cursor made and freed per page).
+        self._aggregates = reader.cursor()
         self.writer = Writer(writer_conn, path, self.fresh_reads)
         # Fixed while the store is open (migrations run before), so read once.
         self.schema_version = migrations.stored_version(reader)
@@ -255,6 +257,21 @@ class Store(NamedReads):
             if reader.getautocommit():
                 reader.execute("BEGIN")
             return reader.execute(QUERIES[query], params).fetchone()
+        except _UNAVAILABLE as exc:
+            raise _unavailable(self.path, exc) from exc
+
+    def aggregate(self, query: str, params: Params = ()) -> Row:
+        """The one row of an aggregate ``query`` (a row whatever it matched).
+
+        Read to its end on a cursor kept for it: a statement left stepped short would
+        keep the reader's snapshot after ``fresh_reads`` ended its transaction.
+        """
+        reader = self._reader
+        try:
+            if reader.getautocommit():
+                reader.execute("BEGIN")
+            rows: list[Row] = self._aggregates.execute(QUERIES[query], params).fetchall()
+            return rows[0]
         except _UNAVAILABLE as exc:
             raise _unavailable(self.path, exc) from exc
 

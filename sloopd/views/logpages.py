@@ -31,7 +31,7 @@ _JSON_BOOL: Final = (b"false", b"true")
 _RECORDS: Final = b'{"records":['
 
 # What a page's bytes carry around its data: nothing (the data alone), or on the hot
-# path the reply line's envelope, so the line is made in the one copy SQLite makes.
+# path the reply line's envelope, so the line is made in the one join of the page.
 Wrap = tuple[bytes, bytes]
 DATA_ONLY: Final[Wrap] = (b"", b"")
 
@@ -198,13 +198,12 @@ class LogPages:
         if upto <= start:
             # Nothing after the cursor: the cursor stays, or moves to the end.
             return _data(None, max(after, end), True, elided, terminal, wrap), 0
-        # ``_rest`` written out: one Python call fewer on the hot page.
-        rest = _REST % (upto, _JSON_BOOL[upto >= end], elided, _JSON_BOOL[terminal]) + wrap[1]
-        row = store.one("logs_range", (run, start, upto, wrap[0] + _RECORDS, rest))
-        if row is None or row[1] != upto - start:
+        joined, count = store.aggregate("logs_range", (run, start, upto))
+        if count != upto - start:
             return None  # a position is missing: read by the index instead
-        data: bytes = row[0]
-        return data, upto - start
+        # ``_data`` written out: one Python call fewer on the hot page.
+        rest = _REST % (upto, _JSON_BOOL[upto >= end], elided, _JSON_BOOL[terminal])
+        return b"".join((wrap[0], _RECORDS, joined, rest, wrap[1])), count
 
     def _indexed(
         self,
