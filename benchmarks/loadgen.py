@@ -311,6 +311,18 @@ class Outcome:
     def rate(self) -> float:
         return self.requests / self.seconds
 
+    def plus(self, other: Outcome) -> Outcome:
+        """Two windows of the same load as one (interleaved measurements add up)."""
+        return Outcome(
+            requests=self.requests + other.requests,
+            seconds=self.seconds + other.seconds,
+            errors=self.errors + other.errors,
+            client_cpu=self.client_cpu + other.client_cpu,
+            server_cpu=self.server_cpu + other.server_cpu,
+            machine_cpu=self.machine_cpu + other.machine_cpu,
+            latencies=self.latencies + other.latencies,
+        )
+
     @property
     def server_busy(self) -> float:
         """The server's CPU use as a fraction of one core."""

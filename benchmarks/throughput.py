@@ -20,6 +20,12 @@ Redis is measured twice: with replies compared byte for byte against the referen
 with every reply walked element by element by the Python RESP reader (the literal "parse
 the reply" client: it costs the client several times what Redis spends on the request, so
 that figure says more about the client than about Redis).
+
+The three servers are up together and measured in turns (``measure``): five windows of
+1 s each per server and connection count, the order reversed every other round.  Measured
+one after the other (5 s each, as before 0.9.0), a slower half-minute of this shared
+machine fell on whichever server was measured then: the one-connection ratio to Redis
+of the same code ranged 0.69-1.10x between runs.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +59,7 @@ from benchmarks.common import (
     wait_for_socket,
 )
 from benchmarks.fixtures import LogStore, build_log_store
-from benchmarks.loadgen import Load, Outcome, decode_resp, drive, resp_command
+from benchmarks.loadgen import Framing, Load, Outcome, decode_resp, drive, resp_command
 from sloopd.store.db import STORE_FILE
 
 RECORDS = 10_000
@@ -60,6 +68,9 @@ GOAL = 1.0  # requests/s against Redis's
 GOAL_CPU = 1.0  # server CPU per page against Redis's
 CONNECTIONS = (1, 16)
 STREAM = b"log"
+ROUNDS = 5  # windows per contender and connection count, interleaved
+WINDOW_S = 1.0  # measured per window (ROUNDS of them: 5 s per figure)
+WARMUP_S = 0.3  # per window, on fresh connections to an already warm server
 
 
 def layout(connections: int) -> tuple[int, int]:
@@ -183,22 +194,45 @@ def check_xrange(reply: bytes, facts: LogStore, after: int) -> None:
 # --- the benchmark ---------------------------------------------------------------------
 
 
-def measure(
-    path: Path, request: bytes, framing: str, reference: bytes | None, pid: int, quick: bool
-) -> dict[int, Outcome]:
-    results = {}
+@dataclass(frozen=True)
+class Contender:
+    """A server under load: where it listens, what it is asked, how its reply is known."""
+
+    name: str
+    path: Path
+    request: bytes
+    framing: Framing
+    reference: bytes | None  # None: the reply is walked by its framing
+    pid: int
+
+
+def measure(contenders: list[Contender], quick: bool) -> dict[str, dict[int, Outcome]]:
+    """Every contender at each connection count, in interleaved windows.
+
+    All the servers are up together and take turns, ``ROUNDS`` windows each (the order
+    reversed every other round), so a slower minute of the machine falls on all of them
+    alike instead of on whichever was measured then; each figure is the sum of its
+    windows (5 s measured in all, as one window of 5 s was before).
+    """
+    rounds = 2 if quick else ROUNDS
+    window = 0.35 if quick else WINDOW_S
+    results: dict[str, dict[int, Outcome]] = {c.name: {} for c in contenders}
     for connections in CONNECTIONS:
         processes, per_process = layout(connections)
-        load = Load(
-            path=str(path),
-            request=request,
-            framing="resp" if framing == "resp" else "line",
-            connections=per_process,
-            warmup=0.2 if quick else 1.0,
-            duration=0.7 if quick else 5.0,
-            reference=reference,
-        )
-        results[connections] = drive(load, processes, pid)
+        for turn in range(rounds):
+            for contender in contenders if turn % 2 == 0 else contenders[::-1]:
+                load = Load(
+                    path=str(contender.path),
+                    request=contender.request,
+                    framing=contender.framing,
+                    connections=per_process,
+                    warmup=0.2 if quick else WARMUP_S,
+                    duration=window,
+                    reference=contender.reference,
+                )
+                got = drive(load, processes, contender.pid)
+                before = results[contender.name].get(connections)
+                results[contender.name][connections] = got if before is None else before.plus(got)
     return results
 
 
@@ -218,39 +252,38 @@ def _run(box: Sandbox, table: Table, quick: bool) -> None:
     facts = build_log_store(root / "state", RECORDS, keep_bodies=True)
     after = RECORDS // 2
     request = request_line("logs", {"run": facts.run, "after": str(after)})
-    outcomes: dict[str, dict[int, Outcome]] = {}
-
-    daemon = start_daemon(box, repo, root)
+    contenders: list[Contender] = []
+    # Up together for the whole measurement; stopped in reverse order of their start.
+    stops: list[Callable[[], object]] = []
     try:
+        daemon = start_daemon(box, repo, root)
+        stops.append(lambda: stop_daemon(box, daemon))
         client = Client(daemon.socket)
         reference = client.raw(request)
         client.close()
         check_page(page_records(reference), facts, after, "sloopd")
-        outcomes["sloopd"] = measure(daemon.socket, request, "line", reference, daemon.pid, quick)
-    finally:
-        stop_daemon(box, daemon)
+        contenders.append(
+            Contender("sloopd", daemon.socket, request, "line", reference, daemon.pid)
+        )
 
-    path = root / "bare.sock"
-    store = root / "state" / STORE_FILE
-    bare = box.spawn(
-        [sys.executable, "-m", "benchmarks.servers", "logs", str(store), str(path)], cwd=REPO_ROOT
-    )
-    try:
+        path = root / "bare.sock"
+        store = root / "state" / STORE_FILE
+        argv = [sys.executable, "-m", "benchmarks.servers", "logs", str(store), str(path)]
+        bare = box.spawn(argv, cwd=REPO_ROOT)
+        stops.append(lambda: box.stop(bare))
         wait_for_socket(path, bare)
         client = Client(path)
         bare_reference = client.raw(request)
         client.close()
         check_page(page_records(bare_reference), facts, after, "the bare server")
-        outcomes["bare"] = measure(path, request, "line", bare_reference, bare.pid, quick)
-    finally:
-        box.stop(bare)
+        contenders.append(Contender("bare", path, request, "line", bare_reference, bare.pid))
 
-    binary = ensure_redis()
-    if binary is None:
-        table.alarms.append("redis-server is not installed and could not be: no Redis figures")
-    else:
-        proc, redis_path = start_redis(box, binary, root)
-        try:
+        binary = ensure_redis()
+        if binary is None:
+            table.alarms.append("redis-server is not installed and could not be: no Redis figures")
+        else:
+            proc, redis_path = start_redis(box, binary, root)
+            stops.append(lambda: box.stop(proc))
             redis = Redis(redis_path)
             version = redis_version(redis)
             load_stream(redis, facts)
@@ -258,16 +291,20 @@ def _run(box: Sandbox, table: Table, quick: bool) -> None:
             xrange_reference = redis.raw([command])[0]
             redis.close()
             check_xrange(xrange_reference, facts, after)
-            outcomes["redis"] = measure(
-                redis_path, command, "resp", xrange_reference, proc.pid, quick
+            contenders.append(
+                Contender("redis", redis_path, command, "resp", xrange_reference, proc.pid)
             )
-            outcomes["redis-walked"] = measure(redis_path, command, "resp", None, proc.pid, quick)
+            contenders.append(
+                Contender("redis-walked", redis_path, command, "resp", None, proc.pid)
+            )
             table.notes.append(
                 f"Redis {version}; XRANGE reply {len(xrange_reference)} bytes;"
                 f" sloopd reply {len(reference)} bytes; bare reply {len(bare_reference)} bytes"
             )
-        finally:
-            box.stop(proc)
+        outcomes = measure(contenders, quick)
+    finally:
+        for stop in reversed(stops):
+            stop()
     rows(table, outcomes)
 
 
@@ -354,6 +391,8 @@ def rows(table: Table, outcomes: dict[str, dict[int, Outcome]]) -> None:
             if outcome.errors:
                 table.alarms.append(f"{name}, {connections} conn: {outcome.errors} bad replies")
     table.notes.append(
-        f"load generator: {os.cpu_count()} CPUs here; 1 connection = 1 process,"
+        f"load generator: {os.cpu_count()} CPUs here; {ROUNDS} interleaved windows per figure"
+        " (2 with --quick);"
+        " 1 connection = 1 process,"
         " 16 connections = 2 processes x 8 (see benchmarks/loadgen.py)"
     )
