@@ -27,8 +27,8 @@ from sloopd.wire.api import invalid_arguments
 
 LOGS_PAGE_RECORDS: Final = 100
 MAX_CURSOR_DIGITS: Final = 18  # a cursor is a position: it fits SQLite's 64-bit integers
-_JSON_BOOL: Final = (b"false", b"true")
-_RECORDS: Final = b'{"records":['
+JSON_BOOL: Final = (b"false", b"true")
+PAGE_RECORDS: Final = b'{"records":['
 
 # What a page's bytes carry around its data: nothing (the data alone), or on the hot
 # path the reply line's envelope, so the line is made in the one join of the page.
@@ -111,11 +111,11 @@ class LogPage(NamedTuple):
 
 # What follows a page's records in its data (the order docs/protocol.md shows): the
 # next cursor, complete, elided, terminal.
-_REST: Final = b'],"next_cursor":"%d","complete":%s,"elided":%d,"terminal":%s}'
+PAGE_REST: Final = b'],"next_cursor":"%d","complete":%s,"elided":%d,"terminal":%s}'
 
 
 def _rest(next_position: int, complete: bool, elided: int, terminal: bool) -> bytes:
-    return _REST % (next_position, _JSON_BOOL[complete], elided, _JSON_BOOL[terminal])
+    return PAGE_REST % (next_position, JSON_BOOL[complete], elided, JSON_BOOL[terminal])
 
 
 def _data(
@@ -127,7 +127,7 @@ def _data(
     wrap: Wrap,
 ) -> bytes:
     rest = _rest(next_position, complete, elided, terminal)
-    return b"".join((wrap[0], _RECORDS, joined or b"", rest, wrap[1]))
+    return b"".join((wrap[0], PAGE_RECORDS, joined or b"", rest, wrap[1]))
 
 
 class LogPages:
@@ -172,9 +172,9 @@ class LogPages:
         query, as (the data inside ``wrap``, how many records); None when the range has
         a gap (the index answers then).
 
-        The hot page (``Logs.fast``) is this and one query: in a served daemon every
-        Python call a page makes costs several times what it does in a loop, so
-        ``end`` is written out here.
+        The hot page (``Logs.fast``) is this without a tail, written out there: in a
+        served daemon every Python call a page makes costs several times what it does
+        in a loop, so ``end`` is written out here too.  A change here is one there.
         """
         terminal = facts.terminal
         sink = self.sink
@@ -202,8 +202,8 @@ class LogPages:
         if count != upto - start:
             return None  # a position is missing: read by the index instead
         # ``_data`` written out: one Python call fewer on the hot page.
-        rest = _REST % (upto, _JSON_BOOL[upto >= end], elided, _JSON_BOOL[terminal])
-        return b"".join((wrap[0], _RECORDS, joined, rest, wrap[1])), count
+        rest = PAGE_REST % (upto, JSON_BOOL[upto >= end], elided, JSON_BOOL[terminal])
+        return b"".join((wrap[0], PAGE_RECORDS, joined, rest, wrap[1])), count
 
     def _indexed(
         self,

@@ -81,6 +81,12 @@ OVERLONG_LINE = ProtocolError(
 )
 
 
+# A hot verb's handler of its plainest requests: given the raw ``args`` and the bytes
+# the reply line has before and after the data, the whole reply line, or None.
+FastHandler = Callable[[dict[str, Any], tuple[bytes, bytes]], bytes | None]
+_OK_TAIL: Final = b"}\n"
+
+
 class Dispatcher:
     """Envelope checks and error mapping shared by both sockets.
 
@@ -91,25 +97,50 @@ class Dispatcher:
     # Told (verb, code, seconds) for every answered request; set by the server
     # for metrics.  Lines that never name a known verb count as verb "-".
     observer: Callable[[str, str, float], None] | None = None
+    # Hot verbs answered without the general path (OperatorDispatcher's ``fast``).
+    _fast: Mapping[str, FastHandler] = {}
 
     def handle_line(self, line: bytes) -> Reply:
         started = time.perf_counter()
-        verb = "-"
         try:
             message = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
             # Strict JSON only; a lenient reread (only now, off the hot path)
             # still finds the id of a line that is JSON in all but orjson's bounds.
             err = ProtocolError(ErrorCode.INVALID_REQUEST, f"malformed JSON: {exc}")
-            return self._error(salvage.recover_id(line), err, verb, started)
-        fast = self._fast_reply(message)
-        if fast is not None:
-            # ``_observe`` written out: on the hot page every Python call counts, several
-            # times more in a served daemon than in a loop (benchmarks/RESULTS.md).
-            observer = self.observer
-            if observer is not None:
-                observer(message["verb"], "ok", time.perf_counter() - started)
-            return fast
+            return self._error(salvage.recover_id(line), err, "-", started)
+        # The plain request of a hot verb: every envelope check would pass and there is
+        # no token (only the operator socket has hot verbs, and it refuses tokens).
+        # Anything else, or a handler that declines or fails, goes the general way,
+        # which answers the same request again in full.  Written out here, not a method:
+        # on the hot page every Python call counts, several times more in a served
+        # daemon than in a loop (benchmarks/RESULTS.md).
+        if self._fast and type(message) is dict and message.get("token") is None:
+            name, args = message.get("verb"), message.get("args")
+            handler = self._fast.get(name) if type(name) is str else None
+            version, request_id = message.get("v"), message.get("id")
+            if handler is not None and type(args) is dict and version == 1 and type(version) is int:
+                # The envelope of api.ok, as orjson writes it, up to the data.
+                if type(request_id) is int:
+                    head = b'{"id":%d,"ok":true,"data":' % request_id
+                elif type(request_id) is str:
+                    head = b'{"id":' + orjson.dumps(request_id) + b',"ok":true,"data":'
+                else:
+                    head = None
+                try:
+                    fast = None if head is None else handler(args, (head, _OK_TAIL))
+                except Exception:
+                    fast = None
+                if fast is not None:
+                    observer = self.observer  # ``_observe`` written out
+                    if observer is not None:
+                        observer(message["verb"], "ok", time.perf_counter() - started)
+                    return fast
+        return self._answer(message, started)
+
+    def _answer(self, message: Any, started: float) -> Reply:
+        """The general path: every envelope check, authority, the verb."""
+        verb = "-"
         request = _plain_request(message)
         request_id = request.id if request is not None else api.readable_id(message)
         try:
@@ -136,10 +167,6 @@ class Dispatcher:
 
     def _call(self, request: api.Request) -> Result:
         raise NotImplementedError
-
-    def _fast_reply(self, message: Any) -> bytes | None:
-        """The reply to a hot request answered without the general path; None: go that way."""
-        return None
 
     def _envelope_error(self, err: ProtocolError) -> ProtocolError:
         """How an error found before authority is answered on this socket."""
@@ -175,12 +202,6 @@ class Dispatcher:
         return reply
 
 
-# A hot verb's handler of its plainest requests: given the raw ``args`` and the bytes
-# the reply line has before and after the data, the whole reply line, or None.
-FastHandler = Callable[[dict[str, Any], tuple[bytes, bytes]], bytes | None]
-_OK_TAIL: Final = b"}\n"
-
-
 class OperatorDispatcher(Dispatcher):
     """The operator socket: authority by transport, every operator verb.
 
@@ -196,34 +217,6 @@ class OperatorDispatcher(Dispatcher):
     ) -> None:
         self._handlers = handlers
         self._fast = dict(fast or {})
-
-    def _fast_reply(self, message: Any) -> bytes | None:
-        """The reply to a plain request of a verb in ``fast``, when its handler takes it.
-
-        Plain: every envelope check would pass and there is no token (the operator
-        socket refuses one).  Anything else, or a handler that fails, goes the
-        general way (which answers the same request again, in full).
-        """
-        if type(message) is not dict or message.get("token") is not None:
-            return None
-        name, args = message.get("verb"), message.get("args")
-        if type(name) is not str or type(args) is not dict:
-            return None
-        handler = self._fast.get(name)
-        version, request_id = message.get("v"), message.get("id")
-        if handler is None or version != 1 or type(version) is not int:
-            return None
-        # The envelope of api.ok, as orjson writes it, up to the data.
-        if type(request_id) is int:
-            head = b'{"id":%d,"ok":true,"data":' % request_id
-        elif type(request_id) is str:
-            head = b'{"id":' + orjson.dumps(request_id) + b',"ok":true,"data":'
-        else:
-            return None
-        try:
-            return handler(args, (head, _OK_TAIL))
-        except Exception:
-            return None
 
     def _call(self, request: api.Request) -> Result:
         # A token here means a worker is knocking on the wrong door.

@@ -496,3 +496,39 @@ def test_the_hot_page_answers_exactly_what_the_general_path_does(bench: Bench) -
     assert json.loads(raw({"run": "R1"}, token="x"))["error"]["code"] == "unauthorized"
     assert json.loads(raw({"run": "R1"}, v=2))["error"]["code"] == "unsupported_version"
     assert json.loads(raw({"run": "R1", "extra": 1}))["error"]["details"]["field"] == "extra"
+
+
+def test_the_hot_page_of_a_live_run_answers_what_the_general_path_does(bench: Bench) -> None:
+    """While the run goes on (not terminal), the hot page knows where the log ends from
+    the log sink: its pages are those of the general path, byte for byte."""
+    printer = printer_argv(
+        bench,
+        [
+            {"do": "lines", "text": "n {n}", "first": 1, "last": 250},
+            {"do": "wait", "path": bench.flag("finish")},
+        ],
+    )
+    flows = {"default": [{"name": "implement", "action": "agent", "command": printer}]}
+    bench.setup(sloop_toml(bench.argv(), flows=flows), {"one": ticket_text("One")})
+    bench.start()
+    bench.post("one")
+    client = bench.client
+
+    def raw(args: dict[str, Any]) -> bytes:
+        message = {"v": 1, "id": "live", "verb": "logs", "args": args}
+        client.send_raw(json.dumps(message).encode() + b"\n")
+        return client.read_raw()
+
+    def last_text() -> str | None:
+        records = bench.ok("logs", {"run": "one#1", "tail": 1})["records"]
+        return records[-1]["text"] if records else None
+
+    wait_until(lambda: last_text() == "n 250", timeout=60)
+    for after in (None, "0", "17", "120", "249", "250", "253"):
+        args: dict[str, Any] = {"run": "one#1", **({"after": after} if after else {})}
+        general = raw({**args, "stage": None})  # never the hot path
+        assert raw(args) == general, after  # looked up above: the hot path
+        page = json.loads(general)["data"]
+        assert page["terminal"] is False
+    bench.release("finish")
+    bench.wait_run("one#1")
