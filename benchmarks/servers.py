@@ -5,6 +5,13 @@ answers ``logs {run, after}`` with the same page as sloopd, the naive way: it re
 rows, decodes each stored record into a Python dict, adds its cursor, and orjson-encodes
 the reply (no run lookup, no selectors, no tails: the page and nothing else).
 
+``python -m benchmarks.servers logs-floor STORE SOCKET``: the same page as sloopd's hot
+path, byte for byte, built the way sloopd builds it (SQLite joins the records in one
+range query on a kept cursor, the line is joined around them), with none of what the
+daemon does around it: no envelope or argument checks, no run lookup, no metrics, no
+log sink (it answers settled runs only).  The floor of this stack (uvloop, orjson, apsw)
+for the page itself.
+
 ``python -m benchmarks.servers echo PAYLOAD SOCKET``: a uvloop + orjson server that decodes
 each request line and answers with the JSON object in PAYLOAD, encoded afresh each time.
 """
@@ -78,6 +85,36 @@ def logs_answer(store: Path) -> Callable[[bytes], bytes]:
     return answer
 
 
+FLOOR_SQL = (
+    "SELECT CAST(group_concat(body, ',') AS BLOB), count(*) FROM log_records"
+    " WHERE run = ?1 AND position > ?2 AND position <= ?3"
+)
+END_SQL = "SELECT max(position) FROM log_records WHERE run = ?"
+FLOOR_REST = b'],"next_cursor":"%d","complete":%s,"elided":0,"terminal":true}}\n'
+
+
+def floor_answer(store: Path) -> Callable[[bytes], bytes]:
+    conn = apsw.Connection(str(store), flags=apsw.SQLITE_OPEN_READONLY)
+    conn.config(apsw.SQLITE_DBCONFIG_ENABLE_QPSG, 1)
+    conn.execute("BEGIN")  # one snapshot for good, as sloopd's reader between writes
+    cursor = conn.cursor()
+    ends: dict[str, int] = {}
+
+    def answer(line: bytes) -> bytes:
+        request = orjson.loads(line)
+        run, after = request["args"]["run"], int(request["args"].get("after") or 0)
+        end = ends.get(run)
+        if end is None:
+            end = ends[run] = int(conn.execute(END_SQL, (run,)).fetchall()[0][0] or 0)
+        upto = min(after + PAGE, end)
+        joined = cast(bytes, cursor.execute(FLOOR_SQL, (run, after, upto)).fetchall()[0][0])
+        head = b'{"id":%d,"ok":true,"data":{"records":[' % request["id"]
+        rest = FLOOR_REST % (upto, b"true" if upto >= end else b"false")
+        return b"".join((head, joined or b"", rest))
+
+    return answer
+
+
 def echo_answer(payload: Path) -> Callable[[bytes], bytes]:
     data = orjson.loads(payload.read_bytes())
 
@@ -101,11 +138,12 @@ async def serve(answer: Callable[[bytes], bytes], path: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3 or argv[0] not in ("logs", "echo"):
+    answers = {"logs": logs_answer, "logs-floor": floor_answer, "echo": echo_answer}
+    if len(argv) != 3 or argv[0] not in answers:
         print(__doc__, file=sys.stderr)
         return 2
     kind, source, path = argv
-    answer = logs_answer(Path(source)) if kind == "logs" else echo_answer(Path(source))
+    answer = answers[kind](Path(source))
     uvloop.run(serve(answer, path))
     return 0
 

@@ -1,7 +1,7 @@
-"""4. ``logs`` page requests per second: sloopd, a bare uvloop+apsw server, and Redis 7.
+"""4. ``logs`` page requests per second: sloopd, two bare uvloop+apsw servers, and Redis 7.
 
-All three serve the same page (the 100 records after the middle cursor of a 10k-record
-run) over a Unix socket, and all three are driven by the same load generator
+All four serve the same page (the 100 records after the middle cursor of a 10k-record
+run) over a Unix socket, and all four are driven by the same load generator
 (``benchmarks.loadgen``: Python, uvloop, closed loop, whole replies, 1 connection in one
 process or 16 connections in two processes of 8).
 
@@ -10,6 +10,9 @@ process or 16 connections in two processes of 8).
   ``logs {run, after}``.
 - bare: ``benchmarks.servers logs`` on the same store file: the page query, each row
   decoded into a dict, the reply orjson-encoded (the "naive" way).
+- floor: ``benchmarks.servers logs-floor`` on the same store file: sloopd's page, byte
+  for byte, built as sloopd builds it but with nothing around it (no checks, no run
+  lookup, no metrics): what the stack costs for the page itself.
 - Redis 7: ``redis-server`` on a temporary Unix socket (no persistence), a stream holding
   the same 10k records (id ``0-<position>``, one field ``r`` = the record's stored JSON:
   the least RESP structure that carries the same bytes), asked
@@ -21,7 +24,7 @@ with every reply walked element by element by the Python RESP reader (the litera
 the reply" client: it costs the client several times what Redis spends on the request, so
 that figure says more about the client than about Redis).
 
-The three servers are up together and measured in turns (``measure``): five windows of
+The servers are up together and measured in turns (``measure``): five windows of
 1 s each per server and connection count, the order reversed every other round.  Measured
 one after the other (5 s each, as before 0.9.0), a slower half-minute of this shared
 machine fell on whichever server was measured then: the one-connection ratio to Redis
@@ -278,6 +281,18 @@ def _run(box: Sandbox, table: Table, quick: bool) -> None:
         check_page(page_records(bare_reference), facts, after, "the bare server")
         contenders.append(Contender("bare", path, request, "line", bare_reference, bare.pid))
 
+        floor_path = root / "floor.sock"
+        argv = [sys.executable, "-m", "benchmarks.servers", "logs-floor", str(store)]
+        floor = box.spawn([*argv, str(floor_path)], cwd=REPO_ROOT)
+        stops.append(lambda: box.stop(floor))
+        wait_for_socket(floor_path, floor)
+        client = Client(floor_path)
+        floor_reference = client.raw(request)
+        client.close()
+        if floor_reference != reference:
+            raise RuntimeError("the floor server's page is not sloopd's, byte for byte")
+        contenders.append(Contender("floor", floor_path, request, "line", reference, floor.pid))
+
         binary = ensure_redis()
         if binary is None:
             table.alarms.append("redis-server is not installed and could not be: no Redis figures")
@@ -347,6 +362,16 @@ def rows(table: Table, outcomes: dict[str, dict[int, Outcome]]) -> None:
                 ratio(sloopd.rate, bare.rate),
             )
         )
+        floor = outcomes["floor"][connections]
+        table.add(
+            Row(
+                f"sloopd logs page, {c}",
+                rate(sloopd.rate),
+                "floor: the same query, no checks",
+                rate(floor.rate),
+                ratio(sloopd.rate, floor.rate),
+            )
+        )
         if redis is not None:
             walked = outcomes["redis-walked"][connections]
             table.add(
@@ -363,7 +388,8 @@ def rows(table: Table, outcomes: dict[str, dict[int, Outcome]]) -> None:
         s_cpu = outcomes["sloopd"][busiest]
         r_cpu = redis[busiest]
         b_cpu = outcomes["bare"][busiest]
-        per = [o.server_cpu / max(1, o.requests) for o in (s_cpu, b_cpu, r_cpu)]
+        f_cpu = outcomes["floor"][busiest]
+        per = [o.server_cpu / max(1, o.requests) for o in (s_cpu, b_cpu, r_cpu, f_cpu)]
         table.add(
             Row(
                 f"server CPU per page, sloopd ({busiest} conn)",
@@ -383,6 +409,15 @@ def rows(table: Table, outcomes: dict[str, dict[int, Outcome]]) -> None:
                 "Redis",
                 f"{per[2] * 1e6:.0f} µs",
                 ratio(per[1], per[2]),
+            )
+        )
+        table.add(
+            Row(
+                f"server CPU per page, sloopd ({busiest} conn)",
+                f"{per[0] * 1e6:.0f} µs",
+                "floor: the same query, no checks",
+                f"{per[3] * 1e6:.0f} µs",
+                ratio(per[0], per[3]),
             )
         )
     for name, by_connections in outcomes.items():
