@@ -9,9 +9,11 @@ given both paths, so its manager never runs).
 from __future__ import annotations
 
 import http.client
+import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -166,11 +168,18 @@ def chromium(width: int = 1000, height: int = 900) -> Iterator[Any]:
     ):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "SEVERE"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    # Chromium leaves its singleton-socket folder (org.chromium.Chromium.*) in TMPDIR
+    # when chromedriver ends it: each browser gets a folder of its own, removed after.
+    scratch = tempfile.mkdtemp(prefix="sloop-chromium-")
+    service = Service(CHROMEDRIVER, env={**os.environ, "TMPDIR": scratch})
     try:
-        yield driver
+        driver = webdriver.Chrome(service=service, options=options)
+        try:
+            yield driver
+        finally:
+            driver.quit()
     finally:
-        driver.quit()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def wait_for(driver: Any, predicate: Any, timeout: float = WAIT_S) -> Any:
