@@ -30,6 +30,9 @@ import apsw
 import orjson
 import uvloop
 
+from sloopd.store.queries import QUERIES
+from sloopd.views.logpages import JSON_BOOL, PAGE_RECORDS, PAGE_REST
+
 PAGE = 100
 PAGE_SQL = (
     "SELECT position, body FROM log_records WHERE run = ? AND position > ?"
@@ -85,32 +88,26 @@ def logs_answer(store: Path) -> Callable[[bytes], bytes]:
     return answer
 
 
-FLOOR_SQL = (
-    "SELECT CAST(group_concat(body, ',') AS BLOB), count(*) FROM log_records"
-    " WHERE run = ?1 AND position > ?2 AND position <= ?3"
-)
-END_SQL = "SELECT max(position) FROM log_records WHERE run = ?"
-FLOOR_REST = b'],"next_cursor":"%d","complete":%s,"elided":0,"terminal":true}}\n'
-
-
 def floor_answer(store: Path) -> Callable[[bytes], bytes]:
     conn = apsw.Connection(str(store), flags=apsw.SQLITE_OPEN_READONLY)
     conn.config(apsw.SQLITE_DBCONFIG_ENABLE_QPSG, 1)
     conn.execute("BEGIN")  # one snapshot for good, as sloopd's reader between writes
     cursor = conn.cursor()
     ends: dict[str, int] = {}
+    # The daemon's own query texts and page pieces: the floor cannot drift from them.
+    page_sql, end_sql = QUERIES["logs_range"], QUERIES["logs_max_position"]
 
     def answer(line: bytes) -> bytes:
         request = orjson.loads(line)
         run, after = request["args"]["run"], int(request["args"].get("after") or 0)
         end = ends.get(run)
         if end is None:
-            end = ends[run] = int(conn.execute(END_SQL, (run,)).fetchall()[0][0] or 0)
+            end = ends[run] = int(conn.execute(end_sql, (run,)).fetchall()[0][0] or 0)
         upto = min(after + PAGE, end)
-        joined = cast(bytes, cursor.execute(FLOOR_SQL, (run, after, upto)).fetchall()[0][0])
-        head = b'{"id":%d,"ok":true,"data":{"records":[' % request["id"]
-        rest = FLOOR_REST % (upto, b"true" if upto >= end else b"false")
-        return b"".join((head, joined or b"", rest))
+        joined = cast(bytes, cursor.execute(page_sql, (run, after, upto)).fetchall()[0][0])
+        head = b'{"id":%d,"ok":true,"data":' % request["id"]
+        rest = PAGE_REST % (upto, JSON_BOOL[upto >= end], 0, JSON_BOOL[True])
+        return b"".join((head, PAGE_RECORDS, joined or b"", rest, b"}\n"))
 
     return answer
 
