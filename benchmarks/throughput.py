@@ -1,7 +1,8 @@
-"""4. ``logs`` page requests per second: sloopd, two bare uvloop+apsw servers, and Redis 7.
+"""4. ``logs`` page requests per second: sloopd (with and without its log cache), two bare
+uvloop+apsw servers, and Redis 7.
 
-All four serve the same page (the 100 records after the middle cursor of a 10k-record
-run) over a Unix socket, and all four are driven by the same load generator
+All of them serve the same page (the 100 records after the middle cursor of a 10k-record
+run) over a Unix socket, and all are driven by the same load generator
 (``benchmarks.loadgen``: Python, uvloop, closed loop, whole replies, 1 connection in one
 process or 16 connections in two processes of 8).
 
@@ -13,6 +14,10 @@ process or 16 connections in two processes of 8).
 - floor: ``benchmarks.servers logs-floor`` on the same store file: sloopd's page, byte
   for byte, built as sloopd builds it but with nothing around it (no checks, no run
   lookup, no metrics): what the stack costs for the page itself.
+- sloopd with ``log_cache = 0`` (0.9.0), on a copy of the store: every page read from
+  the store, as a page nobody read before is.  The first sloopd, with the default log
+  cache, joins the page from memory after its first read (``sloopd.core.logcache``);
+  this one says what a page costs that is not held.
 - Redis 7: ``redis-server`` on a temporary Unix socket (no persistence), a stream holding
   the same 10k records (id ``0-<position>``, one field ``r`` = the record's stored JSON:
   the least RESP structure that carries the same bytes), asked
@@ -35,8 +40,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,6 +66,14 @@ from benchmarks.common import (
 )
 from benchmarks.fixtures import LogStore, build_log_store
 from benchmarks.loadgen import Framing, Load, Outcome, decode_resp, drive, resp_command
+from benchmarks.redis_peer import (
+    STREAM,
+    Redis,
+    ensure_redis,
+    load_stream,
+    redis_version,
+    start_redis,
+)
 from sloopd.store.db import STORE_FILE
 
 RECORDS = 10_000
@@ -70,7 +81,6 @@ PAGE = 100
 GOAL = 1.0  # requests/s against Redis's
 GOAL_CPU = 1.0  # server CPU per page against Redis's
 CONNECTIONS = (1, 16)
-STREAM = b"log"
 ROUNDS = 5  # windows per contender and connection count, interleaved
 WINDOW_S = 1.0  # measured per window (ROUNDS of them: 5 s per figure)
 WARMUP_S = 0.3  # per window, on fresh connections to an already warm server
@@ -79,91 +89,6 @@ WARMUP_S = 0.3  # per window, on fresh connections to an already warm server
 def layout(connections: int) -> tuple[int, int]:
     """(processes, connections per process): one process for one connection, else two."""
     return (1, 1) if connections == 1 else (2, connections // 2)
-
-
-# --- Redis -----------------------------------------------------------------------------
-
-
-def ensure_redis() -> str | None:
-    """The redis-server binary, installed through the project's Debian helper if missing."""
-    found = shutil.which("redis-server")
-    if found is None:
-        helper = REPO_ROOT / "scripts" / "ensure-debian-packages"
-        subprocess.run([str(helper), "redis-server:redis-server"], check=False)
-        found = shutil.which("redis-server")
-    return found
-
-
-class Redis:
-    """A blocking RESP connection for loading data and checks (never timed)."""
-
-    def __init__(self, path: Path) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(30)
-        self.sock.connect(str(path))
-
-    def raw(self, commands: list[bytes]) -> list[bytes]:
-        """Send commands pipelined; each whole raw reply, in order."""
-        self.sock.sendall(b"".join(commands))
-        replies: list[bytes] = []
-        buffer, pos = b"", 0
-        while len(replies) < len(commands):
-            end = _reply_end(buffer, pos)
-            if end is None:
-                data = self.sock.recv(1 << 20)
-                if not data:
-                    raise EOFError("redis closed the connection")
-                buffer = buffer[pos:] + data
-                pos = 0
-                continue
-            replies.append(buffer[pos:end])
-            pos = end
-        return replies
-
-    def call(self, *parts: bytes | str | int) -> Any:
-        reply = self.raw([resp_command(*parts)])[0]
-        return decode_resp(reply)[0]
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def _reply_end(data: bytes, pos: int) -> int | None:
-    """Where the reply starting at ``pos`` ends, or None while it is incomplete."""
-    try:
-        _, end = decode_resp(data, pos)
-    except ValueError:  # a header's CRLF is not there yet
-        return None
-    return end if end <= len(data) else None
-
-
-def start_redis(box: Sandbox, binary: str, root: Path) -> tuple[subprocess.Popen[bytes], Path]:
-    path = root / "redis.sock"
-    argv = [binary, "--port", "0", "--unixsocket", str(path), "--unixsocketperm", "700"]
-    argv += ["--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", str(root)]
-    argv += ["--logfile", str(root / "redis.log")]
-    proc = box.spawn(argv)
-    wait_for_socket(path, proc)
-    return proc, path
-
-
-def load_stream(redis: Redis, facts: LogStore) -> None:
-    commands = [
-        resp_command(b"XADD", STREAM, f"0-{position}", b"r", body)
-        for position, body in enumerate(facts.bodies, 1)
-    ]
-    for first in range(0, len(commands), 1000):
-        for reply in redis.raw(commands[first : first + 1000]):
-            if reply.startswith(b"-"):
-                raise RuntimeError(f"XADD failed: {reply!r}")
-
-
-def redis_version(redis: Redis) -> str:
-    info = redis.call(b"INFO", b"server")
-    for line in bytes(info).decode().splitlines():
-        if line.startswith("redis_version:"):
-            return line.split(":", 1)[1]
-    return "unknown"
 
 
 # --- checks ----------------------------------------------------------------------------
@@ -255,6 +180,11 @@ def _run(box: Sandbox, table: Table, quick: bool) -> None:
     facts = build_log_store(root / "state", RECORDS, keep_bodies=True)
     after = RECORDS // 2
     request = request_line("logs", {"run": facts.run, "after": str(after)})
+    # The same store under a daemon that holds no log records in memory: every page
+    # read from the store, the way a page nobody read before is.
+    uncached_root = box.tmpdir("tp-uncached")
+    uncached_repo = make_repo(uncached_root, {"sloop.toml": "[repo]\nlog_cache = 0\n"})
+    shutil.copytree(root / "state", uncached_root / "state")
     contenders: list[Contender] = []
     # Up together for the whole measurement; stopped in reverse order of their start.
     stops: list[Callable[[], object]] = []
@@ -267,6 +197,16 @@ def _run(box: Sandbox, table: Table, quick: bool) -> None:
         check_page(page_records(reference), facts, after, "sloopd")
         contenders.append(
             Contender("sloopd", daemon.socket, request, "line", reference, daemon.pid)
+        )
+
+        uncached = start_daemon(box, uncached_repo, uncached_root)
+        stops.append(lambda: stop_daemon(box, uncached))
+        client = Client(uncached.socket)
+        if client.raw(request) != reference:
+            raise RuntimeError("sloopd without its log cache answered another page")
+        client.close()
+        contenders.append(
+            Contender("sloopd-store", uncached.socket, request, "line", reference, uncached.pid)
         )
 
         path = root / "bare.sock"
@@ -363,6 +303,7 @@ def rows(table: Table, outcomes: dict[str, dict[int, Outcome]]) -> None:
             )
         )
         floor = outcomes["floor"][connections]
+        uncached = outcomes["sloopd-store"][connections]
         table.add(
             Row(
                 f"sloopd logs page, {c}",
@@ -372,6 +313,25 @@ def rows(table: Table, outcomes: dict[str, dict[int, Outcome]]) -> None:
                 ratio(sloopd.rate, floor.rate),
             )
         )
+        table.add(
+            Row(
+                f"sloopd, log_cache = 0 (from the store), {c}",
+                rate(uncached.rate),
+                "floor: the same query, no checks",
+                rate(floor.rate),
+                ratio(uncached.rate, floor.rate),
+            )
+        )
+        if redis is not None:
+            table.add(
+                Row(
+                    f"sloopd, log_cache = 0 (from the store), {c}",
+                    rate(uncached.rate),
+                    "Redis XRANGE COUNT 100",
+                    rate(redis[connections].rate),
+                    ratio(uncached.rate, redis[connections].rate),
+                )
+            )
         if redis is not None:
             walked = outcomes["redis-walked"][connections]
             table.add(
@@ -389,7 +349,8 @@ def rows(table: Table, outcomes: dict[str, dict[int, Outcome]]) -> None:
         r_cpu = redis[busiest]
         b_cpu = outcomes["bare"][busiest]
         f_cpu = outcomes["floor"][busiest]
-        per = [o.server_cpu / max(1, o.requests) for o in (s_cpu, b_cpu, r_cpu, f_cpu)]
+        u_cpu = outcomes["sloopd-store"][busiest]
+        per = [o.server_cpu / max(1, o.requests) for o in (s_cpu, b_cpu, r_cpu, f_cpu, u_cpu)]
         table.add(
             Row(
                 f"server CPU per page, sloopd ({busiest} conn)",
@@ -418,6 +379,15 @@ def rows(table: Table, outcomes: dict[str, dict[int, Outcome]]) -> None:
                 "floor: the same query, no checks",
                 f"{per[3] * 1e6:.0f} µs",
                 ratio(per[0], per[3]),
+            )
+        )
+        table.add(
+            Row(
+                f"server CPU per page, sloopd with log_cache = 0 ({busiest} conn)",
+                f"{per[4] * 1e6:.0f} µs",
+                "Redis",
+                f"{per[2] * 1e6:.0f} µs",
+                ratio(per[4], per[2]),
             )
         )
     for name, by_connections in outcomes.items():

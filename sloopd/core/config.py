@@ -18,6 +18,7 @@ from typing import Any
 
 from sloopd.core import cost_budgets, executor_config
 from sloopd.core.executor_config import ExecutorConfig
+from sloopd.core.logcache import DEFAULT_LOG_CACHE_BYTES
 from sloopd.flows.flow import AgentSettings, Flow, default_flow
 from sloopd.flows.flow import parse as parse_flows
 from sloopd.flows.prompts import check_policy as check_prompt_in_argv
@@ -64,6 +65,8 @@ class RepoConfig:
     # (0.9.0) "auto": copy-on-write checkouts where this host allows them, else whole
     # ones; "checkout": always whole checkouts, as before 0.9.0.
     workspaces: str = "auto"
+    # (0.9.0) Memory for log records readers asked for (sloopd.core.logcache); 0: none.
+    log_cache: int = DEFAULT_LOG_CACHE_BYTES
 
     @property
     def window(self) -> int:
@@ -205,13 +208,20 @@ def _vendor_section(section: Any) -> tuple[Pattern, ...]:
 
 
 def _checkout_keys(section: dict[str, Any]) -> dict[str, Any]:
-    """``repo.tree_cache`` and ``repo.workspaces`` (0.9.0), where written."""
+    """``repo.tree_cache``, ``repo.log_cache`` and ``repo.workspaces`` (0.9.0), where
+    written."""
     values: dict[str, Any] = {}
     if "tree_cache" in section:
         values["tree_cache"] = validate.size_bytes(
             section["tree_cache"],
             "repo.tree_cache",
             'must be a size like 1073741824, "512MiB" or "4GiB"',
+        )
+    if "log_cache" in section:
+        values["log_cache"] = validate.size_bytes(
+            section["log_cache"],
+            "repo.log_cache",
+            'must be a size like 16777216, "64MiB" or "0" (none)',
         )
     if "workspaces" in section:
         values["workspaces"] = validate.choice(

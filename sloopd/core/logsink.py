@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from sloopd.core.logcache import LogCache
 from sloopd.core.logheld import Execution, GivenUp, Loss, record_body
 from sloopd.core.logroom import Room
 from sloopd.core.logwrite import FLUSH_RECORDS as FLUSH_RECORDS  # tests, benchmarks
@@ -59,8 +60,9 @@ class LogSink(LogWriter):
         on_flush: Callable[[int], None] | None = None,
         notices: FeedNotices | None = None,
         room: Room | None = None,
+        cache: LogCache | None = None,
     ) -> None:
-        super().__init__(store, on_flush, notices, room)
+        super().__init__(store, on_flush, notices, room, cache)
         self._runs: dict[str, list[int]] = {}
         self._stages: dict[tuple[str, str | None], list[int]] = {}
         self._executions: dict[Execution, _Counters] = {}

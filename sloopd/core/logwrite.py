@@ -25,6 +25,7 @@ from operator import itemgetter
 
 import orjson
 
+from sloopd.core.logcache import LogCache
 from sloopd.core.logheld import Execution, GivenUp, Loss, Record, give_up_output
 from sloopd.core.logroom import Move, Room, batch_cost, fits, move
 from sloopd.core.longpoll import FeedNotices
@@ -56,8 +57,11 @@ class LogWriter:
         on_flush: Callable[[int], None] | None,
         notices: FeedNotices | None,
         room: Room | None,
+        cache: LogCache | None = None,
     ) -> None:
         self._store = store
+        # What readers asked for, in memory; told of every commit (logcache).
+        self.cache = cache if cache is not None else LogCache()
         # None: no reserve is kept (the store alone decides what is written).
         self._room = room
         self._pending: list[Record] = []
@@ -175,12 +179,18 @@ class LogWriter:
     def _write(self, chunk: list[Record] | None) -> bool:
         """One transaction: ``chunk``, the first of the held records, or (None) all of them."""
         batch = self._pending if chunk is None else chunk
+        writer = self._store.writer
+        # Inside another transaction the rows are not committed here: the enclosing one
+        # may yet roll back, and the cache must never hold a row the store lacks.
+        enclosed = writer.in_transaction
         try:
-            with self._store.writer.transaction() as tx:
+            with writer.transaction() as tx:
                 tx.insert_many("log_insert", batch)
         except StoreUnavailable as exc:
             self._hold(exc.detail)
             return False
+        if not enclosed:
+            self.cache.committed(batch)
         if chunk is None:
             self._pending = []
             stored, self._pending_last = self._pending_last, {}

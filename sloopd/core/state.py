@@ -16,6 +16,7 @@ import orjson
 from sloopd.core import executor_config, hardening
 from sloopd.core.changelog import ChangeLog
 from sloopd.core.config import Config
+from sloopd.core.logcache import LogCache
 from sloopd.core.longpoll import FeedNotices
 from sloopd.core.model import ReadModel
 from sloopd.core.paths import Layout
@@ -99,6 +100,7 @@ class Daemon:
 
     def __post_init__(self) -> None:
         self.changes = ChangeLog(self.started_at_ms)
+        self.log_cache = LogCache(lambda: self.config.repo.log_cache)
         # Set here, not as field defaults: a function as a class attribute would bind.
         self._poke = self._events_appended = _nothing
 
@@ -122,12 +124,18 @@ class Daemon:
 
     # Held logs and events requests (long-poll), and the wake-ups writers send them.
     feed_notices: FeedNotices = field(default_factory=FeedNotices)
+    # Log records readers asked for, in memory (the log sink appends to it); its bound
+    # is read from the config at each fill, so a reload applies.
+    log_cache: LogCache = field(init=False, repr=False)
 
     def stalled_runs(self) -> int:
         return sum(1 for run in self.active_runs.values() if run.stall() is not None)
 
     def held_requests(self) -> int:
         return self.feed_notices.held
+
+    def log_cache_bytes(self) -> int:
+        return self.log_cache.size
 
     def gate_state(self) -> tuple[str, int | None]:
         """The gate's state and, in cooldown, when it ends (metrics read this)."""

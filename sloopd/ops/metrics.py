@@ -61,6 +61,8 @@ class Observed(Protocol):
 
     def held_requests(self) -> int: ...
 
+    def log_cache_bytes(self) -> int: ...
+
 
 class Metrics:
     def __init__(self) -> None:
@@ -287,6 +289,11 @@ class _StoreCollector(Collector):
             "sloop_requests_held",
             "logs and events requests held until their feed has news (wait_ms).",
             value=daemon.held_requests(),
+        )
+        yield GaugeMetricFamily(
+            "sloop_log_cache_bytes",
+            "Memory held by log records readers asked for (repo.log_cache bounds it).",
+            value=daemon.log_cache_bytes(),
         )
 
 

@@ -139,6 +139,12 @@ class Writer:
         self.observer: CommitObserver | None = None
         self._notes: list[Change] = []
 
+    @property
+    def in_transaction(self) -> bool:
+        """A ``transaction`` now would be part of an enclosing one (its commit is not
+        this one's)."""
+        return not self._conn.getautocommit()
+
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
         conn = self._conn

@@ -314,6 +314,11 @@ UPDATE runs SET worktree = '' WHERE id = ?
 SELECT CAST(group_concat(body, ',') AS BLOB), count(*)
 FROM log_records WHERE run = ?1 AND position > ?2 AND position <= ?3
 
+-- name: logs_range_bodies
+-- The same range as one row per record, for the log cache to hold (core.logcache).
+SELECT body FROM log_records WHERE run = ?1 AND position > ?2 AND position <= ?3
+ORDER BY position
+
 -- name: logs_page
 SELECT CAST(group_concat(body, ',') AS BLOB), count(*), max(position)
 FROM (SELECT body, position FROM log_records WHERE run = ? AND position > ?

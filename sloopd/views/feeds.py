@@ -85,9 +85,11 @@ class Logs:
             if upto <= cursor:
                 found = self.pages.range(store, facts, cursor, None, wrap)
                 return None if found is None else found[0]
-        joined, count = store.aggregate("logs_range", (facts.run_id, cursor, upto))
-        if count != upto - cursor:
-            return None  # a position is missing: the general way reads by the index
+        joined = sink.cache.join(facts.run_id, cursor, upto)
+        if joined is None:
+            joined = self.pages.joined(store, facts.run_id, cursor, upto)
+            if joined is None:
+                return None  # a position is missing: the general way reads by the index
         rest = PAGE_REST % (upto, JSON_BOOL[upto >= end], 0, JSON_BOOL[terminal])
         return b"".join((wrap[0], PAGE_RECORDS, joined, rest, wrap[1]))
 

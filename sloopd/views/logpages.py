@@ -9,7 +9,10 @@ re-encoded: the reply is written around the stored bytes.  Tails and
 The page without a selector (the hot one) knows where the run's log ends
 without asking the store (``LogSink.stored_through``, or the last answer
 while the sink has written nothing since) and, positions being gapless, reads
-exactly the range it answers: one query.
+exactly the range it answers: a join of the bodies the log cache holds
+(``core.logcache``: what readers read before, and what the sink committed
+since to the end of a run someone follows), else one query, whose rows the
+cache then holds.
 """
 
 from __future__ import annotations
@@ -198,12 +201,28 @@ class LogPages:
         if upto <= start:
             # Nothing after the cursor: the cursor stays, or moves to the end.
             return _data(None, max(after, end), True, elided, terminal, wrap), 0
-        joined, count = store.aggregate("logs_range", (run, start, upto))
-        if count != upto - start:
-            return None  # a position is missing: read by the index instead
+        joined = sink.cache.join(run, start, upto)
+        if joined is None:
+            joined = self.joined(store, run, start, upto)
+            if joined is None:
+                return None  # a position is missing: read by the index instead
         # ``_data`` written out: one Python call fewer on the hot page.
         rest = PAGE_REST % (upto, JSON_BOOL[upto >= end], elided, JSON_BOOL[terminal])
-        return b"".join((wrap[0], PAGE_RECORDS, joined, rest, wrap[1])), count
+        return b"".join((wrap[0], PAGE_RECORDS, joined, rest, wrap[1])), upto - start
+
+    def joined(self, store: Store, run: str, after: int, upto: int) -> bytes | None:
+        """The stored bodies of positions (after, upto] joined by commas, read from the
+        store and held in the log cache; None when a position is missing."""
+        cache = self.sink.cache
+        if not cache.enabled:
+            joined, count = store.aggregate("logs_range", (run, after, upto))
+            return joined if count == upto - after else None
+        rows = store.all("logs_range_bodies", (run, after, upto))
+        if len(rows) != upto - after:
+            return None
+        bodies = [_bytes(row[0]) for row in rows]
+        cache.hold(run, after, bodies)
+        return b",".join(bodies)
 
     def _indexed(
         self,

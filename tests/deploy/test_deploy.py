@@ -65,6 +65,7 @@ METRICS = frozenset(
         "sloop_gate_cooldown_until_seconds",
         "sloop_runs_stalled",
         "sloop_store_size_bytes",
+        "sloop_log_cache_bytes",
         "sloop_requests_held",
         "sloop_build_info",
         "sloop_agent_tokens_total",

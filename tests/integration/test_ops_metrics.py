@@ -128,6 +128,10 @@ def test_scrape_after_a_walk(bench: Bench) -> None:
     assert current.value("sloop_triggers_queued") == 0
     assert current.value("sloop_triggers_due") == 0
     assert (current.value("sloop_store_size_bytes") or 0) > 0
+    # Nobody read a log yet: nothing held; a page read from the store is held after.
+    assert current.value("sloop_log_cache_bytes") == 0
+    bench.ok("logs", {"run": "R1"})
+    assert (scrape(port).value("sloop_log_cache_bytes") or 0) > 0
 
     # An error code is a label value too.
     assert bench.client.error("abort", {"run": "R99"})["code"] == "not_found"
