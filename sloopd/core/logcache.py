@@ -8,7 +8,12 @@ nothing has to invalidate it, and only the memory bound lets it go.
 A run's held records are one *window* of consecutive positions, filled two ways:
 
 - read-through: a page read from the store (``LogPages``) is put in the run's
-  window, or replaces it when the two neither touch nor overlap;
+  window, or replaces it when the two neither touch nor overlap, when it is worth
+  holding (``admits``): it reaches the end of the run's log (a follower: what the
+  sink commits next extends it), or it overlaps the range read from the store just
+  before for the same run (a page read again).  A log read once from end to end
+  (``sloopctl logs``, a scroll through history) holds nothing: reading rows to hold
+  them costs about twice the one query that joins them;
 - the sink, after each commit (``committed``), appends a run's new records to a
   window that ends where they begin.  A follower of a live run reads up to the
   end, so its window grows with the run and every later page of it is a join
@@ -33,6 +38,7 @@ DEFAULT_LOG_CACHE_BYTES: Final = 16 << 20
 # What a held body costs beyond its bytes: the bytes object's header and its list slot.
 BODY_OVERHEAD: Final = 48
 WINDOW_OVERHEAD: Final = 256  # a window object, its list, its dict entry
+MAX_MISSED_RUNS: Final = 4096  # runs whose last range read is remembered (``admits``)
 
 
 class _Window:
@@ -61,6 +67,8 @@ class LogCache:
         self.size = 0  # bytes held, as counted against the budget
         self._windows: dict[str, _Window] = {}
         self._reads = 0
+        # Per run, the last range read from the store and not held (``admits``).
+        self._missed: dict[str, tuple[int, int]] = {}
 
     @property
     def budget(self) -> int:
@@ -86,6 +94,24 @@ class LogCache:
         self._reads += 1
         window.used = self._reads
         return b",".join(window.bodies[low:high])
+
+    def admits(self, run: str, after: int, upto: int, at_end: bool) -> bool:
+        """Whether the range (after, upto] about to be read from the store is worth
+        holding: it ends where the run's log ends, or overlaps the last range of the
+        run read from the store (read again)."""
+        if self._budget() <= 0:
+            return False
+        if at_end:
+            return True
+        missed = self._missed
+        last = missed.get(run)
+        if last is not None and last[0] < upto and after < last[1]:
+            del missed[run]
+            return True
+        if len(missed) >= MAX_MISSED_RUNS:
+            missed.clear()  # a bound on the bookkeeping: at worst a page more is read twice
+        missed[run] = (after, upto)
+        return False
 
     def hold(self, run: str, after: int, bodies: list[bytes]) -> None:
         """``bodies`` (positions after+1, after+2, ...) were read from the store."""

@@ -87,7 +87,7 @@ class Logs:
                 return None if found is None else found[0]
         joined = sink.cache.join(facts.run_id, cursor, upto)
         if joined is None:
-            joined = self.pages.joined(store, facts.run_id, cursor, upto)
+            joined = self.pages.joined(store, facts.run_id, cursor, upto, upto >= end)
             if joined is None:
                 return None  # a position is missing: the general way reads by the index
         rest = PAGE_REST % (upto, JSON_BOOL[upto >= end], 0, JSON_BOOL[terminal])

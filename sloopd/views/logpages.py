@@ -11,8 +11,8 @@ without asking the store (``LogSink.stored_through``, or the last answer
 while the sink has written nothing since) and, positions being gapless, reads
 exactly the range it answers: a join of the bodies the log cache holds
 (``core.logcache``: what readers read before, and what the sink committed
-since to the end of a run someone follows), else one query, whose rows the
-cache then holds.
+since to the end of a run someone follows), else one query (whose rows the
+cache holds when the page reaches the log's end or was just read).
 """
 
 from __future__ import annotations
@@ -203,18 +203,19 @@ class LogPages:
             return _data(None, max(after, end), True, elided, terminal, wrap), 0
         joined = sink.cache.join(run, start, upto)
         if joined is None:
-            joined = self.joined(store, run, start, upto)
+            joined = self.joined(store, run, start, upto, upto >= end)
             if joined is None:
                 return None  # a position is missing: read by the index instead
         # ``_data`` written out: one Python call fewer on the hot page.
         rest = PAGE_REST % (upto, JSON_BOOL[upto >= end], elided, JSON_BOOL[terminal])
         return b"".join((wrap[0], PAGE_RECORDS, joined, rest, wrap[1])), upto - start
 
-    def joined(self, store: Store, run: str, after: int, upto: int) -> bytes | None:
+    def joined(self, store: Store, run: str, after: int, upto: int, at_end: bool) -> bytes | None:
         """The stored bodies of positions (after, upto] joined by commas, read from the
-        store and held in the log cache; None when a position is missing."""
+        store (and held in the log cache when it admits them); None when a position is
+        missing."""
         cache = self.sink.cache
-        if not cache.enabled:
+        if not cache.admits(run, after, upto, at_end):
             joined, count = store.aggregate("logs_range", (run, after, upto))
             return joined if count == upto - after else None
         rows = store.all("logs_range_bodies", (run, after, upto))

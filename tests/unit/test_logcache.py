@@ -196,7 +196,7 @@ def test_a_follower_reads_what_the_sink_committed_from_memory(store: Store) -> N
     pages = LogPages(sink)
     sink.append_many("R1", "implement", 1, "stdout", lines(1, 30))
     sink.flush()
-    assert pages.joined(store, "R1", 0, 30) == stored_bodies(store, "R1", 0, 30)
+    assert pages.joined(store, "R1", 0, 30, True) == stored_bodies(store, "R1", 0, 30)
     sink.append_many("R1", "implement", 1, "stdout", lines(31, 75))
     sink.flush()
     # Never read from the store, yet held: the sink appended what it committed.
@@ -209,7 +209,7 @@ def test_a_refused_write_leaves_nothing_held(store: Store, monkeypatch: pytest.M
     pages = LogPages(sink)
     sink.append_many("R1", "implement", 1, "stdout", lines(1, 10))
     sink.flush()
-    assert pages.joined(store, "R1", 0, 10) is not None  # R1 is read: its window exists
+    assert pages.joined(store, "R1", 0, 10, True) is not None  # R1 is read: its window exists
     real = store.writer.transaction
 
     @contextmanager
@@ -233,7 +233,7 @@ def test_rows_of_an_enclosing_transaction_that_rolls_back_are_never_held(store: 
     pages = LogPages(sink)
     sink.append_many("R1", "implement", 1, "stdout", lines(1, 10))
     sink.flush()
-    assert pages.joined(store, "R1", 0, 10) is not None
+    assert pages.joined(store, "R1", 0, 10, True) is not None
 
     class Abandoned(Exception):
         pass
@@ -248,3 +248,31 @@ def test_rows_of_an_enclosing_transaction_that_rolls_back_are_never_held(store: 
         abandoned_after_flushing()
     assert stored_bodies(store, "R1", 10, 20) == b""
     assert sink.cache.join("R1", 10, 11) is None
+
+
+def test_what_is_read_once_is_not_held_what_is_read_again_or_followed_is(store: Store) -> None:
+    """Reading rows to hold them costs more than the one query that joins them: a log
+    read once from end to end holds nothing; a page read again, or one that reaches the
+    log's end (a follower), is held."""
+    sink = LogSink(store)
+    pages = LogPages(sink)
+    sink.append_many("R1", "implement", 1, "stdout", lines(1, 500))
+    sink.flush()
+    for after in range(0, 400, 100):  # one pass, page after page
+        assert pages.joined(store, "R1", after, after + 100, False) == stored_bodies(
+            store, "R1", after, after + 100
+        )
+    assert sink.cache.records == 0
+    assert pages.joined(store, "R1", 400, 500, True) == stored_bodies(store, "R1", 400, 500)
+    assert sink.cache.join("R1", 400, 500) is not None  # the end: held at once
+    pages.joined(store, "R1", 120, 220, False)
+    assert sink.cache.join("R1", 120, 220) is None
+    pages.joined(store, "R1", 150, 250, False)  # overlaps the read before: held
+    assert sink.cache.join("R1", 150, 250) == stored_bodies(store, "R1", 150, 250)
+
+
+def test_a_cache_without_budget_admits_nothing() -> None:
+    cache = LogCache(0)
+    assert not cache.admits("R1", 0, 100, True)
+    assert not cache.admits("R1", 0, 100, False)
+    assert not cache.admits("R1", 0, 100, False)
