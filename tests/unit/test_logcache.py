@@ -11,7 +11,6 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import apsw
@@ -163,15 +162,6 @@ def test_whatever_is_read_and_committed_every_answer_is_the_stores() -> None:
 
 
 # --- on a real store, fed by the real sink --------------------------------------------
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    opened = Store.open(tmp_path)
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 def stored_bodies(store: Store, run: str, after: int, upto: int) -> bytes:

@@ -14,7 +14,6 @@ import asyncio
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import apsw
@@ -39,15 +38,6 @@ class ToldRoom:
 
     def read(self) -> Reading:
         return Reading(self.free, RESERVE)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    opened = Store.open(tmp_path)
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 def rows(store: Store) -> list[dict[str, Any]]:

@@ -10,7 +10,6 @@ however reads and writes mix.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +26,6 @@ def record(position: int, text: str = "x") -> tuple[Any, ...]:
 
 def last(store: Store) -> Any:
     return store.scalar("log_max_position", ("R1",))
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    opened = Store.open(tmp_path / "state")
-    yield opened
-    opened.close()
 
 
 def test_a_read_after_a_commit_sees_it_and_one_inside_sees_the_state_before(
