@@ -25,8 +25,8 @@ commit, and a read sees only committed rows, so a refused write (a full disk)
 leaves nothing here that the store lacks.
 
 Bounded by ``budget`` bytes (bodies and their bookkeeping): past it, the windows
-read longest ago go whole; a window that alone holds more than the budget loses
-its oldest records down to three quarters of it.  A budget of 0 holds nothing.
+read longest ago go whole, down to three quarters of the budget; a window that
+alone holds more loses its oldest records.  A budget of 0 holds nothing.
 """
 
 from __future__ import annotations
@@ -162,22 +162,24 @@ class LogCache:
         self._bound(grown)  # and a lowered budget (a reload) applies here too
 
     def _bound(self, growing: str | None) -> None:
-        """Back under the budget: the windows read longest ago first, ``growing`` last."""
+        """Past the budget, down to three quarters of it (so the sort below is paid once
+        per quarter of the budget, not at every fill): the windows read longest ago
+        first, ``growing`` last."""
         budget = self._budget()
         if self.size <= budget:
             return
+        target = budget * 3 // 4
         windows = self._windows
         for run, window in sorted(windows.items(), key=lambda item: item[1].used):
             if run == growing:
                 continue
             del windows[run]
             self.size -= window.size
-            if self.size <= budget:
+            if self.size <= target:
                 return
         if growing is None:
             return
         window = windows[growing]
-        target = budget * 3 // 4
         drop = 0
         freed = 0
         bodies = window.bodies
