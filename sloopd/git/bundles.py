@@ -61,6 +61,8 @@ async def bundle_for(
 ) -> Path | None:
     """A bundle of ``commit`` less what ``haves`` reach, of at most ``limit`` bytes;
     None when they reach it all."""
+    if commit in haves:
+        return None  # the node holds the commit itself: nothing to ask git
     known = await _known(repo, haves)
     if commit in known:
         return None
@@ -141,9 +143,12 @@ async def adopt(
 
 async def record(repo: Path, ref: str, tip: str, base: str) -> str:
     """The node made no commit: ``tip`` is a commit the daemon has; record it as ``ref``."""
-    done = await _GIT.run(repo, "merge-base", "--is-ancestor", base, tip)
-    if done.returncode != 0:
-        raise ShippingError(f"{tip[:12]} does not descend from the run's base {base[:12]}")
+    # The base itself descends from the base (a stage that started there and made
+    # nothing): only another commit is asked of git.
+    if tip != base:
+        done = await _GIT.run(repo, "merge-base", "--is-ancestor", base, tip)
+        if done.returncode != 0:
+            raise ShippingError(f"{tip[:12]} does not descend from the run's base {base[:12]}")
     done = await _GIT.run(repo, "update-ref", ref, tip)
     if done.returncode != 0:
         raise ShippingError(f"cannot record {ref}: {done.stderr.strip()}")

@@ -172,19 +172,19 @@ class Driver:
 
     async def _prepare(self, ident: str, op: messages.Start) -> tuple[Any, bytes]:
         """The stage's actor, warm from the pool or made for it, and its ``prepare``."""
-        repository = op.launch.repository
+        repository, commit = op.launch.repository, op.launch.commit
         actor, warm = await self.pool.take(op.resources)
         self._held[ident] = actor
         if warm:
             try:
-                return actor, await actor.prepare.remote(repository)
+                return actor, await _ask_prepare(actor, repository, commit)
             except Exception as exc:
                 if not _lost(exc):
                     raise
                 # It died idle (its node with it): nothing of the stage ran there yet.
                 self._kill(self._held.pop(ident))
                 actor = self._held[ident] = self.pool.create(op.resources)
-        return actor, await self.pool.answer(actor.prepare.remote(repository), op.resources)
+        return actor, await self.pool.answer(_ask_prepare(actor, repository, commit), op.resources)
 
     async def _start(
         self, ident: str, actor: Any, info: messages.Prepared, launch: messages.RemoteLaunch
@@ -266,6 +266,19 @@ class Driver:
             path = str(self._ship_dir / f"{ident.replace('/', '_')}.bundle")
             Path(path).write_bytes(bundle)
         return messages.Ran(exit_code, collection.tip, collection.uncommitted, path, info.node)
+
+
+async def _ask_prepare(actor: Any, repository: str, commit: str) -> bytes:
+    """The actor's ``prepare`` of the stage's start ``commit``."""
+    try:
+        answer: bytes = await actor.prepare.remote(repository, commit)
+    except Exception as exc:
+        if _lost(exc):
+            raise
+        # A node of an older Sloop takes the repository alone: asked so, it says its
+        # version, and the version check refuses the stage (not a loss to retry).
+        answer = await actor.prepare.remote(repository)
+    return answer
 
 
 async def _released(actor: Any, ident: str) -> bool:

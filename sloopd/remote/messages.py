@@ -311,7 +311,8 @@ class Released:
 @register("prepared")
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """``prepare(repository)``'s answer: who runs there and what its cache holds."""
+    """``prepare(repository, commit)``'s answer: who runs there and what its cache holds
+    (the start ``commit`` alone when it holds that one)."""
 
     version: str
     node: Node

@@ -177,11 +177,16 @@ class StageRoom:
         """The actor's worker process is up: ``Ready``."""
         return messages.encode(messages.Ready(sloopd.__version__, node_name()))
 
-    async def prepare(self, repository: str) -> bytes:
+    async def prepare(self, repository: str, commit: str = "") -> bytes:
         """Who runs here (Sloop's version, the node) and what the node's cache holds:
-        ``Prepared``."""
+        ``Prepared``.  When the cache holds ``commit`` (the stage's start) already, that
+        commit alone is what it holds: the daemon ships nothing then, and listing the
+        cache's refs (a git call) would only delay the stage."""
         cache = await cache_of(repository)
-        haves = tuple(await cache.haves())
+        if commit and await cache.has(commit):
+            haves: tuple[str, ...] = (commit,)
+        else:
+            haves = tuple(await cache.haves())
         return messages.encode(messages.Prepared(sloopd.__version__, node_name(), haves))
 
     def _of(self, stage: str) -> _Stage | None:
@@ -287,9 +292,9 @@ class StageRoom:
             held.uncollected = str(exc)
             return messages.encode(messages.Uncollected(str(exc)))
         finally:
+            # Its trees let go now; the room itself is removed by ``release``, after the
+            # daemon has the stage's end (a removal here delayed every stage's end).
             room.let_go()
-            await asyncio.to_thread(room.remove)
-            held.room = None
         held.bundle = bundle
         return messages.encode(messages.Collected(tip, tuple(dirty), len(bundle)))
 

@@ -99,6 +99,40 @@ def test_work_that_does_not_descend_from_the_base_is_refused_and_no_ref_moves(
     assert leftovers == ""
 
 
+def test_a_node_that_holds_the_start_commit_is_shipped_nothing_without_asking_git(
+    daemon_repo: Path, tmp_path: Path
+) -> None:
+    """The node's ``prepare`` names the start commit alone when its cache holds it."""
+    head = git(daemon_repo, "rev-parse", "HEAD").strip()
+    gone = tmp_path / "not-a-repository"  # git would fail here: it is never asked
+    shipped = asyncio.run(bundles.bundle_for(gone, tmp_path / "ship", head, [head], LIMIT))
+    assert shipped is None
+    assert not (tmp_path / "ship").exists()
+
+
+def test_a_stage_that_made_nothing_is_recorded_at_its_commit_and_a_stranger_is_not(
+    daemon_repo: Path, tmp_path: Path
+) -> None:
+    """``record``: the base itself (a first stage that made no commit) and a commit
+    after it are recorded; a commit of another history is refused, no ref moved."""
+    base = git(daemon_repo, "rev-parse", "HEAD~1").strip()
+    after = git(daemon_repo, "rev-parse", "HEAD").strip()
+    git(daemon_repo, "checkout", "-q", "--orphan", "elsewhere")
+    git(daemon_repo, "rm", "-rfq", ".")
+    stranger = _commit(daemon_repo, "unrelated.txt", "history of its own")
+    ref = "refs/sloop/runs/R1/0-1"
+
+    async def scenario() -> list[str]:
+        recorded = [await bundles.record(daemon_repo, ref, base, base)]
+        recorded.append(await bundles.record(daemon_repo, ref, after, base))
+        with pytest.raises(bundles.ShippingError, match="does not descend"):
+            await bundles.record(daemon_repo, ref, stranger, base)
+        return recorded
+
+    assert asyncio.run(scenario()) == [base, after]
+    assert git(daemon_repo, "rev-parse", ref).strip() == after
+
+
 def test_a_bundle_past_the_bound_travels_neither_way_and_the_reason_names_the_bound(
     daemon_repo: Path, tmp_path: Path
 ) -> None:

@@ -45,6 +45,7 @@ class FakeRoom:
         self.collected: list[messages.Collect] = []
         self.started: list[messages.RemoteLaunch] = []
         self.prepared_answer: bytes | None = None
+        self.prepared_for: list[str] = []  # the start commit each prepare was asked about
         self.awaits_delivery = False
         self.stages: list[str] = []  # the stage each call named, in order
         self.released: list[str] = []
@@ -53,8 +54,9 @@ class FakeRoom:
     async def ready(self) -> bytes:
         return messages.encode(messages.Ready(self.version, NODE))
 
-    async def prepare(self, repository: str) -> bytes:
+    async def prepare(self, repository: str, commit: str = "") -> bytes:
         assert repository == LAUNCH.repository
+        self.prepared_for.append(commit)
         if self.prepared_answer is not None:
             return self.prepared_answer
         return messages.encode(messages.Prepared(self.version, NODE, ("d" * 40,)))
@@ -186,6 +188,7 @@ def test_a_child_that_ran_streams_its_items_and_ends_with_its_work(tmp_path: Pat
     assert room.started == [LAUNCH]
     assert room.collected == [LAUNCH.collect]
     assert messages.Conn(2, b"answer") in room.delivered
+    assert room.prepared_for == [LAUNCH.commit]  # a node holding it says so: nothing shipped
 
 
 def test_a_child_its_node_lost_is_lost_with_the_nodes_reason(tmp_path: Path) -> None:
@@ -206,6 +209,31 @@ def test_a_node_of_another_sloop_is_refused(tmp_path: Path) -> None:
             assert NODE.host in reason
         case other:
             raise AssertionError(other)
+    assert room.started == []
+
+
+class OlderRoom(FakeRoom):
+    """A node of a Sloop whose ``prepare`` takes the repository alone."""
+
+    async def prepare(self, repository: str) -> bytes:  # type: ignore[override]
+        return await super().prepare(repository)
+
+
+def test_a_node_whose_prepare_takes_the_repository_alone_is_refused_by_its_version(
+    tmp_path: Path,
+) -> None:
+    """Asked with the start commit, an older node's ``prepare`` fails: it is asked
+    again without it, says its version, and the stage is refused, not lost (a loss
+    would be retried on the same node)."""
+    room = OlderRoom([])
+    room.version = "0.0.2"
+    events = asyncio.run(_drive(room, tmp_path))
+    match events[-1]:
+        case messages.Finished(_, messages.Refused(reason)):
+            assert f"runs Sloop 0.0.2, but this daemon is Sloop {sloopd.__version__}" in reason
+        case other:
+            raise AssertionError(other)
+    assert room.prepared_for == [""]
     assert room.started == []
 
 
