@@ -249,8 +249,8 @@ class Server:
         compose.choose_checkouts(daemon)
         # Output never takes the free space the next runs' checkouts need (logroom).
         room = DiskRoom(self.layout.state_dir, lambda: daemon.config.repo.disk_reserve)
-        records = self.metrics.log_records.inc
-        sink = LogSink(store, records, daemon.feed_notices, room, daemon.log_cache)
+        counted = self.metrics.log_records.inc
+        sink = LogSink(store, counted, daemon.feed_notices, room, daemon.log_cache)
         made.callback(sink.close)  # after every child that writes to it has stopped
         ray = compose.ray_executor(daemon)
         if ray is not None:

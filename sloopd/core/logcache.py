@@ -75,10 +75,6 @@ class LogCache:
         return self._budget()
 
     @property
-    def enabled(self) -> bool:
-        return self._budget() > 0
-
-    @property
     def records(self) -> int:
         return sum(len(window.bodies) for window in self._windows.values())
 

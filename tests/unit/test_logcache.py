@@ -117,7 +117,7 @@ def test_a_window_alone_over_the_budget_keeps_its_newest_records() -> None:
 def test_a_budget_of_zero_holds_nothing_and_a_lowered_budget_applies_at_the_next_fill() -> None:
     budget = [0]
     cache = LogCache(lambda: budget[0])
-    assert not cache.enabled
+    assert not cache.admits("R1", 0, 10, True)
     cache.hold("R1", 0, bodies("R1", 1, 10))
     assert cache.records == 0
     assert cache.size == 0
